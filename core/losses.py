@@ -1,0 +1,87 @@
+"""The GAN loss family: non-saturating (DCGAN), WGAN-GP and hinge (SNGAN).
+
+Every loss has the same two entry points, so the training loop does not know which it runs:
+    discriminator_loss(D, real, fake) -> (loss, stats)
+    generator_loss(D, fake)           -> (loss, stats)
+`stats` are detached scalar tensors (never floats: reading a value would force a device sync
+inside the step). Discriminator outputs are logits and are taken to fp32 before any loss.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# What the plot shows for each loss, beyond loss_d and loss_g (name -> label).
+EXTRA_SERIES = {
+    "dcgan": {"d_real": "D(x)", "d_fake": "D(G(z))"},
+    "wgan-gp": {"wasserstein": "Wasserstein estimate", "gp": "gradient penalty"},
+    "hinge": {"d_real": "D(x) logit", "d_fake": "D(G(z)) logit"},
+}
+
+
+def gradient_penalty(D: nn.Module, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+    """WGAN-GP's penalty E[(||grad_x D(x_hat)||_2 - 1)^2], x_hat between real and fake.
+
+    One interpolation weight per sample, shaped (B,1,1,1), and one gradient norm per sample:
+    mixing per pixel, or taking one norm over the whole batch, are the classic mistakes.
+    """
+    alpha = torch.rand(real.size(0), 1, 1, 1, device=real.device, dtype=real.dtype)
+    x_hat = (alpha * real.detach() + (1 - alpha) * fake.detach()).requires_grad_(True)
+    scores = D(x_hat).float()
+    (grad,) = torch.autograd.grad(scores.sum(), x_hat, create_graph=True)
+    # epsilon inside the root: the norm's gradient is NaN at exactly zero.
+    norms = (grad.float().flatten(1).pow(2).sum(1) + 1e-12).sqrt()
+    return (norms - 1).pow(2).mean()
+
+
+class NonSaturating:
+    """The seed's DCGAN loss: BCE on logits (safe under autocast), G trained to make D say 1."""
+    name = "dcgan"
+
+    def discriminator_loss(self, D, real, fake):
+        real_logits, fake_logits = D(real).float(), D(fake.detach()).float()
+        loss = (F.binary_cross_entropy_with_logits(real_logits, torch.ones_like(real_logits))
+                + F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits)))
+        return loss, {"d_real": torch.sigmoid(real_logits).mean().detach(),
+                      "d_fake": torch.sigmoid(fake_logits).mean().detach()}
+
+    def generator_loss(self, D, fake):
+        logits = D(fake).float()
+        return F.binary_cross_entropy_with_logits(logits, torch.ones_like(logits)), {}
+
+
+class WGANGP:
+    """Wasserstein loss with gradient penalty (Gulrajani et al. 2017)."""
+    name = "wgan-gp"
+
+    def __init__(self, gp_weight: float = 10.0):
+        self.gp_weight = gp_weight
+
+    def discriminator_loss(self, D, real, fake):
+        real_score, fake_score = D(real).float().mean(), D(fake.detach()).float().mean()
+        penalty = gradient_penalty(D, real, fake)
+        loss = fake_score - real_score + self.gp_weight * penalty
+        return loss, {"wasserstein": (real_score - fake_score).detach(), "gp": penalty.detach()}
+
+    def generator_loss(self, D, fake):
+        return -D(fake).float().mean(), {}
+
+
+class Hinge:
+    """Hinge loss (SNGAN, Miyato et al. 2018); the discriminator carries spectral norm."""
+    name = "hinge"
+
+    def discriminator_loss(self, D, real, fake):
+        real_logits, fake_logits = D(real).float(), D(fake.detach()).float()
+        loss = F.relu(1 - real_logits).mean() + F.relu(1 + fake_logits).mean()
+        return loss, {"d_real": real_logits.mean().detach(), "d_fake": fake_logits.mean().detach()}
+
+    def generator_loss(self, D, fake):
+        return -D(fake).float().mean(), {}
+
+
+def make_loss(gan: str, gp_weight: float = 10.0):
+    if gan == "wgan-gp":
+        return WGANGP(gp_weight)
+    return {"dcgan": NonSaturating, "hinge": Hinge}[gan]()

@@ -1,0 +1,428 @@
+"""The training loop: one plain function that the UI's background process and the CLI both run.
+
+    train(config, run_path)  ->  final state ("done" | "stopped" | "failed")
+
+It writes everything to the run directory (see core/rundir.py) and reads stop / pause requests
+from it between steps. Step functions return tensors; values are read every `log_every` steps
+through step closures (XLA) or one sync (CUDA/CPU), never by `.item()` inside the step.
+
+    python -m core.train --help
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+import traceback
+from dataclasses import fields
+
+from core.config import ConfigError, TrainConfig, validate
+from core.rundir import RunDir
+
+GRID_SIZE = 64        # the seed's 64 fixed noise vectors
+DIVERGED_LOGS = 40    # consecutive log points with D winning outright before we warn
+
+# Plain-language hints for failures a student will meet (the seed's troubleshooting list).
+HINTS = (
+    ("out of memory", "The batch is too large for the device's memory: halve the batch size "
+                      "(on a Kaggle TPU v3-8, 32 per core is the safe choice)."),
+    ("device index out of range", "A device string was hard-coded; Blink asks the runtime for its device, "
+                                  "so this points at custom code: remove any 'xla:N' or 'cuda:N' literal."),
+    ("not on the same device", "A tensor was created without device=...; create every tensor on the "
+                               "runtime's device."),
+    ("failed to compile", "XLA could not lower an operation (bilinear Upsample, complex torch.where, custom "
+                          "autograd Functions). Use ConvTranspose2d or nearest-neighbour upsampling."),
+    ("unsupported operation", "XLA could not lower an operation; replace it with ConvTranspose2d or "
+                              "nearest-neighbour upsampling."),
+    ("killed", "The process was killed from outside, most often for memory: try a smaller batch size."),
+)
+
+
+def hint_for(message: str) -> str:
+    lower = message.lower()
+    for needle, hint in HINTS:
+        if needle in lower:
+            return hint
+    return ""
+
+
+class Stop(Exception):
+    """Raised inside the loop to end a run cleanly (checkpoint kept)."""
+    def __init__(self, state: str, message: str):
+        super().__init__(message)
+        self.state, self.message = state, message
+
+
+# ------------------------------------------------------------------------------------------
+def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent: int | None = None,
+          device_info=None) -> str:
+    """Train per config into run_path; return the final state. Never raises for training faults."""
+    from core import devices
+    run = RunDir(run_path)
+    try:
+        info = device_info or devices.probe(config.device)
+        config = validate(config, device_caps=info.to_dict())
+    except (ConfigError, ValueError) as exc:
+        run.write_status("failed", str(exc))
+        return "failed"
+    devices.launch(_replica, (config, run_path, resume, watch_parent, info), info)
+    return run.read_status().get("state", "failed")
+
+
+def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, watch_parent, info) -> None:
+    run = RunDir(run_path)
+    loop = None
+    try:
+        loop = Loop(config, run, info, resume, watch_parent)
+        loop.run()
+    except Stop as stop:
+        if loop is not None:
+            loop.finish(stop.state, stop.message)
+        else:
+            run.write_status(stop.state, stop.message)
+    except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
+        message = f"{type(exc).__name__}: {exc}".strip()
+        hint = hint_for(message)
+        with open(run.file("error.log"), "a") as f:
+            f.write(traceback.format_exc())
+        kept = f" The last checkpoint (step {loop.saved_step}) is kept." if loop and loop.saved_step else ""
+        run.write_status("failed", f"Training failed: {message[:300]}.{kept}" + (f" Hint: {hint}" if hint else ""),
+                         hint=hint)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+
+
+class Loop:
+    """One replica's training state; `run()` is the loop, `step()` one generator update."""
+
+    def __init__(self, config: TrainConfig, run: RunDir, info, resume: bool, watch_parent):
+        import torch
+        from core import data, devices, losses, models
+
+        self.config, self.run_dir, self.watch_parent = config, run, watch_parent
+        self.rt = devices.Runtime(info)
+        self.master = self.rt.is_master
+        self.rt.seed(config.seed)
+
+        # ---- data: decoded, resized and cached once; this replica's shard only ----------
+        t0 = time.perf_counter()
+        dataset = data.load(config.dataset, config.data_path)
+        self.preset, self.preset_reason = models.resolve_preset(config.preset, info.kind)
+        resolution = models.model_resolution(self.preset, dataset.resolution)
+        images = data.resize(dataset.images, resolution)
+        validate(config, dataset_size=len(images) // self.rt.world_size)
+        self.stream = data.BatchStream(images, config.batch_size, self.rt.device, self.rt.rank,
+                                       self.rt.world_size, config.seed, keep_on_device=info.kind == "cuda")
+        self.data_load_seconds = time.perf_counter() - t0
+
+        # ---- models and optimizers -------------------------------------------------------
+        self.G, self.D = models.build(config.gan, self.preset, dataset.channels, resolution, config.z_dim)
+        self.G.to(self.rt.device)
+        self.D.to(self.rt.device)
+        if info.kind == "cuda":   # tensor cores prefer NHWC convolutions
+            self.G.to(memory_format=torch.channels_last)
+            self.D.to(memory_format=torch.channels_last)
+        self.rt.broadcast_parameters(self.G)
+        self.rt.broadcast_parameters(self.D)
+        betas = (config.beta1, config.beta2)
+        self.opt_g = torch.optim.Adam(self.G.parameters(), lr=config.lr_g, betas=betas)
+        self.opt_d = torch.optim.Adam(self.D.parameters(), lr=config.lr_d, betas=betas)
+        self.scaler_g = self.rt.make_scaler(config.precision)
+        self.scaler_d = self.rt.make_scaler(config.precision)
+        self.loss = losses.make_loss(config.gan, config.gp_weight)
+
+        # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device.
+        cpu_noise = torch.Generator().manual_seed(config.seed)
+        self.fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)
+        self.step_count = 0
+        self.saved_step = 0
+        self.elapsed_before = 0.0   # training seconds of earlier sessions of a resumed run
+        if resume:
+            self._load_checkpoint()
+        self.fixed_noise_device = self.fixed_noise.to(self.rt.device)
+
+        # ---- bookkeeping read at log time -------------------------------------------------
+        self.last_values: dict = {}
+        self.values_finite = True
+        self.d_wins_streak = 0
+        self.warning = ""
+        self.data_seconds = 0.0
+        self.quality = None
+        if self.master and config.quality_every:
+            from core import quality
+            self.quality = quality.for_dataset(config.dataset, dataset, resolution)
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def _load_checkpoint(self) -> None:
+        state = self.run_dir.load_checkpoint()
+        saved = TrainConfig.from_dict(state["config"])
+        changed = self.config.differences(saved)
+        if changed:
+            raise Stop("failed", "Cannot resume: the config changed in " + ", ".join(changed) +
+                       ". Resume with the run's own config (only 'steps' may change), or start a new run.")
+        self.G.load_state_dict(state["G"])
+        self.D.load_state_dict(state["D"])
+        self.opt_g.load_state_dict(state["opt_g"])
+        self.opt_d.load_state_dict(state["opt_d"])
+        for scaler, key in ((self.scaler_g, "scaler_g"), (self.scaler_d, "scaler_d")):
+            if scaler is not None and state.get(key):
+                scaler.load_state_dict(state[key])
+        self.fixed_noise = state["fixed_noise"]
+        self.step_count = self.saved_step = state["step"]
+        self.elapsed_before = state.get("elapsed", 0.0)
+
+    def save_checkpoint(self) -> None:
+        """Save only weights that produced finite losses: a diverged run keeps its last good one."""
+        if not self.values_finite or self.step_count == self.saved_step:
+            return
+        rt = self.rt
+        g_state = rt.cpu_state_dict(self.G)
+        state = {
+            "version": 1, "config": self.config.to_dict(), "step": self.step_count,
+            "elapsed": self.elapsed_before + (time.perf_counter() - self.t_start),
+            "G": g_state, "D": rt.cpu_state_dict(self.D),
+            "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
+            "scaler_g": self.scaler_g.state_dict() if self.scaler_g else None,
+            "scaler_d": self.scaler_d.state_dict() if self.scaler_d else None,
+            "fixed_noise": self.fixed_noise,
+        }
+        if self.master:
+            self.run_dir.save_checkpoint(state)
+            meta = {"spec": self.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
+                    "preset": self.preset, "format": "blink-generator-v1"}
+            self.run_dir.save_generator(g_state, meta)
+        self.saved_step = self.step_count
+
+    # ---- one generator update ------------------------------------------------------------
+    def step(self) -> dict:
+        """n_critic discriminator updates, then one generator update. Returns tensors only.
+
+        The critic schedule is a Python loop over a fixed count, not a tensor condition, so
+        XLA traces the same graph every step (fixed phases).
+        """
+        import torch
+        cfg, rt = self.config, self.rt
+        for _ in range(cfg.n_critic):
+            t0 = time.perf_counter()
+            real = next(self.stream)
+            self.data_seconds += time.perf_counter() - t0
+            z = torch.randn(cfg.batch_size, cfg.z_dim, 1, 1, device=rt.device)
+            with rt.autocast(cfg.precision):
+                fake = self.G(z)
+                loss_d, stats = self.loss.discriminator_loss(self.D, real, fake)
+            self.opt_d.zero_grad(set_to_none=True)
+            rt.backward_and_step(loss_d, self.opt_d, self.scaler_d)
+        # The generator learns from the last critic step's fake batch, as in the seed's DCGAN.
+        with rt.autocast(cfg.precision):
+            loss_g, g_stats = self.loss.generator_loss(self.D, fake)
+        self.opt_g.zero_grad(set_to_none=True)
+        rt.backward_and_step(loss_g, self.opt_g, self.scaler_g)
+        return {"loss_d": loss_d.detach(), "loss_g": loss_g.detach(), **stats, **g_stats}
+
+    # ---- the loop --------------------------------------------------------------------------
+    def run(self) -> None:
+        cfg, rt = self.config, self.rt
+        self.t_start = time.perf_counter()
+        self.first_step_seconds = None
+        self._status("compiling" if rt.is_xla else "running",
+                     "XLA is compiling the graph..." if rt.is_xla else "Training...")
+        self.steady_since = None   # (time, step) once compilation is over: the base for speed and ETA
+        while self.step_count < cfg.steps:
+            tensors = self.step()
+            self.step_count += 1
+            step = self.step_count
+            log_now = step == 1 or step % cfg.log_every == 0 or step == cfg.steps
+            if log_now:
+                rt.read_later(self._on_values, {"step": _as_tensor(step, tensors), **rt.mean_across_replicas(tensors)})
+            rt.mark_step()
+            if step == 1:
+                self.first_step_seconds = time.perf_counter() - self.t_start
+            if self.steady_since is None and step >= 2 and (not rt.is_xla or step >= 3):
+                self.steady_since = (time.perf_counter(), step)
+            if step % cfg.grid_every == 0 or step == 1 or step == cfg.steps:
+                self.save_grid()
+            if log_now:
+                self._after_log()
+            if step % cfg.checkpoint_every == 0:
+                self.save_checkpoint()
+            if self.quality and (step % cfg.quality_every == 0 or step == cfg.steps):
+                self._measure_quality()
+        self.finish("done", f"Finished {self.step_count} steps.")
+
+    def _on_values(self, values: dict) -> None:
+        """Runs once the logged step's values exist (a step closure on XLA)."""
+        step = int(values.pop("step"))
+        self.values_finite = all(math.isfinite(v) for v in values.values())
+        self.last_values = values
+        if "d_real" in values and self.config.gan == "dcgan":
+            won = values["d_real"] > 0.99 and values["d_fake"] < 0.01
+            self.d_wins_streak = self.d_wins_streak + 1 if won else 0
+        if self.master:
+            self.run_dir.append_event({"step": step, "time": round(self._elapsed(), 3), **_rounded(values)})
+
+    def _after_log(self) -> None:
+        cfg, rt = self.config, self.rt
+        if not self.values_finite:
+            bad = ", ".join(k for k, v in self.last_values.items() if not math.isfinite(v))
+            kept = (f"The last good checkpoint (step {self.saved_step}) is kept."
+                    if self.saved_step else "No checkpoint had been saved yet.")
+            advice = ("fp16 overflowed: train in fp32 or bf16. " if cfg.precision == "fp16" else "")
+            raise Stop("failed", f"Training diverged at step {self.step_count}: {bad} became NaN or infinite. {kept} "
+                                 f"{advice}Try a lower learning rate, or WGAN-GP, which is more stable.")
+        if self.d_wins_streak == DIVERGED_LOGS:
+            self.warning = ("The discriminator has won outright for a long stretch (D(x)~1, D(G(z))~0): the "
+                            "generator gets no useful gradient. Consider restarting with WGAN-GP or hinge loss.")
+        self._check_requests()
+        self._status("running", "Training...")
+
+    def _check_requests(self) -> None:
+        """Stop / pause requests and parent death, agreed by all replicas."""
+        if self.watch_parent and os.getppid() != self.watch_parent:
+            raise Stop("stopped", "Stopped: the app that started this run has closed. Resume it from the UI or CLI.")
+        request = self.run_dir.read_request()
+        if request == "stop":
+            raise Stop("stopped", f"Stopped by request at step {self.step_count}.")
+        if request == "pause":
+            self._status("paused", f"Paused at step {self.step_count}.")
+            paused_at = time.perf_counter()
+            while (request := self.run_dir.read_request()) == "pause":
+                if self.watch_parent and os.getppid() != self.watch_parent:
+                    break
+                time.sleep(0.2)
+            self.t_start += time.perf_counter() - paused_at   # paused time is not training time
+            if request == "stop":
+                raise Stop("stopped", f"Stopped by request at step {self.step_count}.")
+            self.run_dir.clear_request()
+
+    def _elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.t_start
+
+    def _status(self, state: str, message: str) -> None:
+        if not self.master:
+            return
+        cfg, rt = self.config, self.rt
+        now = time.perf_counter()
+        elapsed = now - self.t_start
+        speed, steady_since = None, getattr(self, "steady_since", None)
+        if steady_since and self.step_count > steady_since[1]:
+            speed = (self.step_count - steady_since[1]) / max(now - steady_since[0], 1e-9)
+        remaining = (cfg.steps - self.step_count) / speed if speed else None
+        images_per_step = cfg.batch_size * cfg.n_critic * rt.world_size
+        memory = rt.memory() if self.step_count % 100 < cfg.log_every or self.step_count <= 1 else None
+        diagnostics = {
+            "compiles": rt.compile_count(), "fallback_ops": rt.fallback_ops(),
+            "data_wait_share": round(self.data_seconds / elapsed, 4) if elapsed > 0 else None,
+            "data_load_seconds": round(self.data_load_seconds, 2),
+            "first_step_seconds": round(self.first_step_seconds, 2) if self.first_step_seconds else None,
+        }
+        warning = self.warning
+        if memory:
+            diagnostics["memory_used"], diagnostics["memory_total"] = memory
+            if memory[0] > 0.9 * memory[1]:
+                warning = (f"Device memory is {memory[0] / memory[1]:.0%} full: a job over the limit can be killed "
+                           "with no clear message. Lower the batch size.")
+        self.run_dir.write_status(
+            state, message, step=self.step_count, steps=cfg.steps, pid=os.getpid(),
+            device=rt.info.name, device_kind=rt.kind, cores=rt.world_size, precision=cfg.precision,
+            preset=self.preset, preset_reason=self.preset_reason,
+            steps_per_second=round(speed, 3) if speed else None,
+            images_per_second=round(speed * images_per_step, 1) if speed else None,
+            seconds_left=round(remaining, 1) if remaining is not None else None,
+            elapsed=round(self._elapsed(), 2), warning=warning, diagnostics=diagnostics,
+            saved_step=self.saved_step, notice=rt.info.notice)
+
+    def save_grid(self) -> None:
+        import torch
+        self.G.eval()
+        with torch.no_grad(), self.rt.autocast(self.config.precision):
+            images = self.G(self.fixed_noise_device)
+        self.G.train()
+        if self.master:
+            self.run_dir.save_grid(images.float().cpu().numpy(), self.step_count)
+
+    def _measure_quality(self) -> None:
+        values = self.quality.measure(self.G, self.rt.device)
+        self.run_dir.append_event({"step": self.step_count, "time": round(self._elapsed(), 3),
+                                   **{f"quality_{k}": v for k, v in _rounded(values).items()}})
+
+    def finish(self, state: str, message: str) -> None:
+        self.save_checkpoint()
+        if state == "done" and self.step_count % self.config.grid_every:
+            self.save_grid()
+        self._status(state, message)
+        self.run_dir.clear_request()
+
+
+def _as_tensor(step: int, like: dict):
+    import torch
+    any_tensor = next(iter(like.values()))
+    return torch.tensor(float(step), device=any_tensor.device)
+
+
+def _rounded(values: dict) -> dict:
+    return {k: (round(v, 5) if isinstance(v, float) and math.isfinite(v) else v) for k, v in values.items()}
+
+
+def _cpu(obj):
+    """Optimizer state to CPU tensors, recursively."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
+
+
+# ------------------------------------------------------------------------------------------
+# CLI
+# ------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m core.train",
+        description="Train a GAN headless into a run directory (the same trainer the app runs).")
+    defaults = TrainConfig()
+    for f in fields(TrainConfig):
+        default = getattr(defaults, f.name)
+        kind = {int: int, float: float, str: str}.get(type(default), float)
+        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=kind, default=default,
+                            help=f"(default: {default})")
+    parser.add_argument("--run-dir", help="run directory to create (default: runs/<time>-<gan>-<dataset>)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped or finished run")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = vars(_parser().parse_args(argv))
+    run_dir, resume = args.pop("run_dir"), args.pop("resume")
+    if resume:
+        run = RunDir(resume)
+        saved = run.read_config()
+        config = TrainConfig(**{**saved.to_dict(), "steps": args["steps"] if args["steps"] != TrainConfig.steps
+                                else saved.steps})
+        run.clear_request()
+    else:
+        config = TrainConfig(**args)
+        try:
+            validate(config)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if run_dir:
+            os.makedirs(os.path.join(run_dir, "grids"), exist_ok=True)
+            run = RunDir(run_dir)
+            run.write_config(config)
+        else:
+            run = RunDir.create(config)
+    print(f"run directory: {run.path}", flush=True)
+    state = train(config, run.path, resume=bool(resume))
+    status = run.read_status()
+    print(f"{state}: {status.get('message', '')}")
+    return 0 if state in ("done", "stopped") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
