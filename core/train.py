@@ -278,23 +278,41 @@ class Loop:
         self._status("running", "Training...")
 
     def _check_requests(self) -> None:
-        """Stop / pause requests and parent death, agreed by all replicas."""
-        if self.watch_parent and os.getppid() != self.watch_parent:
-            raise Stop("stopped", "Stopped: the app that started this run has closed. Resume it from the UI or CLI.")
-        request = self.run_dir.read_request()
-        if request == "stop":
-            raise Stop("stopped", f"Stopped by request at step {self.step_count}.")
-        if request == "pause":
-            self._status("paused", f"Paused at step {self.step_count}.")
-            paused_at = time.perf_counter()
-            while (request := self.run_dir.read_request()) == "pause":
-                if self.watch_parent and os.getppid() != self.watch_parent:
-                    break
-                time.sleep(0.2)
-            self.t_start += time.perf_counter() - paused_at   # paused time is not training time
-            if request == "stop":
+        """Stop / pause requests and parent death, agreed by all replicas.
+
+        Each replica reads the control file at its own moment; a replica that stopped alone
+        would leave the others waiting in their next all-reduce. So every decision goes through
+        rt.any_replica (a no-op with one replica), and only agreed values steer the calls, so
+        every replica makes the same sequence of them.
+        """
+        rt = self.rt
+
+        def parent_gone() -> bool:
+            return bool(self.watch_parent) and os.getppid() != self.watch_parent
+
+        def stop_if(gone: bool, request: str) -> None:
+            if rt.any_replica(gone):
+                raise Stop("stopped", "Stopped: the app that started this run has closed. "
+                                      "Resume it from the UI or CLI.")
+            if rt.any_replica(request == "stop"):
                 raise Stop("stopped", f"Stopped by request at step {self.step_count}.")
-            self.run_dir.clear_request()
+
+        gone, request = parent_gone(), self.run_dir.read_request()
+        if not rt.any_replica(gone or request in ("stop", "pause")):   # the usual case: one agreement
+            return
+        stop_if(gone, request)
+        if not rt.any_replica(request == "pause"):
+            return
+        self._status("paused", f"Paused at step {self.step_count}.")
+        paused_at = time.perf_counter()
+        while True:
+            gone, request = parent_gone(), self.run_dir.read_request()
+            if rt.any_replica(gone or request != "pause"):
+                break
+            time.sleep(0.2)
+        self.t_start += time.perf_counter() - paused_at   # paused time is not training time
+        stop_if(gone, request)
+        self.run_dir.clear_request()
 
     def _elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.t_start
@@ -303,6 +321,10 @@ class Loop:
         if not self.master:
             return
         cfg, rt = self.config, self.rt
+        if state == "running" and rt.is_xla and getattr(self, "steady_since", None) is None:
+            # Step 1 and step 2 are different graphs (the optimizers create their state in
+            # step 1), so XLA compiles until step 3: say so rather than show a stalled run.
+            state, message = "compiling", "XLA is compiling the graph (the first steps; later steps reuse it)..."
         now = time.perf_counter()
         elapsed = now - self.t_start
         speed, steady_since = None, getattr(self, "steady_since", None)
@@ -325,7 +347,7 @@ class Loop:
                            "with no clear message. Lower the batch size.")
         self.run_dir.write_status(
             state, message, step=self.step_count, steps=cfg.steps, pid=os.getpid(),
-            device=rt.info.name, device_kind=rt.kind, cores=rt.world_size, precision=cfg.precision,
+            device=rt.info.name, device_kind=rt.kind, cores=rt.world_size, precision=cfg.precision, gan=cfg.gan,
             preset=self.preset, preset_reason=self.preset_reason,
             steps_per_second=round(speed, 3) if speed else None,
             images_per_second=round(speed * images_per_step, 1) if speed else None,

@@ -1,0 +1,83 @@
+"""Run-directory data -> what the page shows: plot tables and the status line."""
+from __future__ import annotations
+
+import pandas as pd
+
+from core.losses import EXTRA_SERIES
+
+LOSS_SERIES = {"loss_d": "D loss", "loss_g": "G loss"}
+QUALITY_PREFIX = "quality_"
+PLOT_COLUMNS = ["step", "value", "series"]
+
+
+def long_table(events: list[dict], series: dict[str, str]) -> pd.DataFrame:
+    """Events -> long-format rows (step, value, series) for a gr.LinePlot with color='series'."""
+    rows = [(e["step"], e[key], label) for e in events for key, label in series.items()
+            if key in e and isinstance(e[key], (int, float))]
+    return pd.DataFrame(rows, columns=PLOT_COLUMNS)
+
+
+def loss_table(events: list[dict]) -> pd.DataFrame:
+    return long_table(events, LOSS_SERIES)
+
+
+def extra_table(events: list[dict], gan: str) -> pd.DataFrame:
+    return long_table(events, EXTRA_SERIES.get(gan, {}))
+
+
+def quality_table(events: list[dict]) -> pd.DataFrame:
+    keys = sorted({k for e in events for k in e if k.startswith(QUALITY_PREFIX)})
+    return long_table(events, {k: k[len(QUALITY_PREFIX):].replace("_", " ") for k in keys})
+
+
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "estimating..."
+    seconds = int(round(seconds))
+    minutes, secs = divmod(seconds, 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def status_line(status: dict, run_name: str = "") -> str:
+    """One Markdown line a room can read from the back: device, state, progress, speed, time left."""
+    if not status:
+        return "No run yet. Pick a dataset and press **Start**."
+    state = status.get("state", "?")
+    parts = [f"**{state}**"]
+    if status.get("device"):
+        cores = status.get("cores") or 1
+        parts.append(f"{status['device']}" + (f", {cores} cores" if cores > 1 else ""))
+    if status.get("steps"):
+        parts.append(f"step {status.get('step', 0)} / {status['steps']}")
+    if status.get("images_per_second"):
+        parts.append(f"{status['images_per_second']:.0f} img/s")
+    if state in ("running", "compiling", "paused"):
+        parts.append(f"time left {_duration(status.get('seconds_left'))}")
+    line = " · ".join(parts)
+    message = status.get("message", "")
+    extras = [message] if message and message not in ("Training...",) else []
+    for key in ("notice", "warning"):
+        if status.get(key):
+            extras.append(f"⚠️ {status[key]}")
+    if run_name:
+        extras.append(f"run `{run_name}`")
+    return line + ("\n\n" + "  \n".join(extras) if extras else "")
+
+
+def diagnostics_table(status: dict) -> pd.DataFrame:
+    """The run's diagnostics as rows (what, value), for the Diagnostics accordion."""
+    diag = dict(status.get("diagnostics") or {})
+    rows = [("device", status.get("device")), ("replicas (cores)", status.get("cores")),
+            ("precision", status.get("precision")),
+            ("model preset", f"{status.get('preset')} ({status.get('preset_reason', '')})"),
+            ("steps/s", status.get("steps_per_second")), ("elapsed s", status.get("elapsed"))]
+    if diag.get("memory_total"):
+        rows.append(("device memory", f"{diag.pop('memory_used') / 2**30:.2f} / {diag.pop('memory_total') / 2**30:.2f} GiB"))
+    labels = {"compiles": "XLA graph compilations", "fallback_ops": "ops run on the host (CPU fallback)",
+              "data_wait_share": "share of time waiting for data", "data_load_seconds": "dataset load s",
+              "first_step_seconds": "first step s"}
+    for key, value in diag.items():
+        if isinstance(value, list):
+            value = ", ".join(value) or "none"
+        rows.append((labels.get(key, key), value))
+    return pd.DataFrame([(k, "" if v is None else str(v)) for k, v in rows], columns=["what", "value"])
