@@ -1,0 +1,88 @@
+"""Start the real app as its own process (python app.py), as a user would, and stop it."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RunningApp:
+    def __init__(self, runs_root: str, extra_args: tuple[str, ...] = (), env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.log_path = os.path.join(runs_root, f"app-{self.port}.log")
+        environment = {**os.environ, "BLINK_RUNS_DIR": runs_root, "GRADIO_ANALYTICS_ENABLED": "False",
+                       "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen([sys.executable, "app.py", "--port", str(self.port), *extra_args],
+                                        cwd=ROOT, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+
+    def wait_ready(self, timeout: float = 180.0) -> "RunningApp":
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"app exited with {self.process.returncode}:\n{self.read_log()}")
+            try:
+                urllib.request.urlopen(self.url, timeout=2).read(100)
+                return self
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"app not ready after {timeout}s:\n{self.read_log()}")
+
+    def read_log(self) -> str:
+        with open(self.log_path) as f:
+            return f.read()
+
+    def client(self):
+        from gradio_client import Client
+        return Client(self.url, verbose=False)
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 60.0) -> int:
+        """Stop the app as Ctrl-C would; kill it if it does not exit in time."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()
+        return self.process.returncode
+
+
+def children_of(pid: int) -> list[int]:
+    """Live descendant pids of pid (from /proc), to check that nothing is left behind."""
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            kids = open(f"/proc/{parent}/task/{parent}/children").read().split()
+        except OSError:
+            continue
+        for kid in map(int, kids):
+            found.append(kid)
+            frontier.append(kid)
+    return found
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
