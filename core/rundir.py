@@ -40,7 +40,7 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 def grid_image(images, columns: int = 8, padding: int = 2) -> np.ndarray:
-    """(N, C, H, W) floats in [-1, 1] -> one uint8 (H', W', C) tiled image."""
+    """(N, C, H, W) floats in [-1, 1] -> one uint8 tiled image: (H', W') grey or (H', W', 3) colour."""
     x = np.asarray(images, dtype=np.float32)
     n, c, h, w = x.shape
     rows = -(-n // columns)
@@ -50,14 +50,14 @@ def grid_image(images, columns: int = 8, padding: int = 2) -> np.ndarray:
         r, col = divmod(i, columns)
         y0, x0 = padding + r * (h + padding), padding + col * (w + padding)
         canvas[y0:y0 + h, x0:x0 + w] = pixels[i]
-    return canvas
+    return canvas[..., 0] if c == 1 else canvas
 
 
 def png_bytes(image: np.ndarray) -> bytes:
     import io
     from PIL import Image
     buffer = io.BytesIO()
-    Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).save(buffer, format="PNG")
+    Image.fromarray(image).save(buffer, format="PNG")
     return buffer.getvalue()
 
 

@@ -1,0 +1,110 @@
+"""The engine without the UI: config checks, models, run directory, CLIs."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from core.config import ConfigError, TrainConfig, validate
+from core.models import build
+from core.rundir import RunDir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(batch_size=0), "batch_size"),
+    (dict(dataset="imagenet"), "Dataset 'imagenet'"),
+    (dict(precision="fp8"), "Precision 'fp8'"),
+    (dict(gan="vae"), "GAN type"),
+    (dict(lr_g=5.0), "lr_g"),
+    (dict(n_critic=0), "n_critic"),
+    (dict(dataset="folder"), "data_path"),
+])
+def test_invalid_config_is_refused_with_a_specific_message(change, words):
+    with pytest.raises(ConfigError, match=words):
+        validate(TrainConfig(**change))
+
+
+def test_batch_larger_than_dataset_and_unsupported_precision_are_refused():
+    with pytest.raises(ConfigError, match="larger than the dataset"):
+        validate(TrainConfig(batch_size=128), dataset_size=100)
+    caps = {"name": "CPU", "precision_refused": {"bf16": "no native bfloat16"}}
+    with pytest.raises(ConfigError, match="no native bfloat16"):
+        validate(TrainConfig(precision="bf16"), device_caps=caps)
+
+
+def test_config_round_trips_and_resolves_gan_defaults():
+    config = TrainConfig(gan="wgan-gp", batch_size=32)
+    assert TrainConfig.from_json(config.to_json()) == config
+    resolved = validate(config)
+    assert (resolved.n_critic, resolved.beta1, resolved.beta2) == (5, 0.0, 0.9)
+    with pytest.raises(ConfigError, match="Unknown config field"):
+        TrainConfig.from_dict({"batch": 3})
+
+
+@pytest.mark.parametrize("channels, resolution, preset", [(1, 28, "fast"), (3, 32, "fast"), (3, 64, "dcgan64")])
+def test_models_follow_the_data_shape(channels, resolution, preset):
+    G, D = build("dcgan", preset, channels, resolution, z_dim=100)
+    images = G(torch.randn(4, 100, 1, 1))
+    assert images.shape == (4, channels, resolution, resolution)
+    assert images.min() >= -1 and images.max() <= 1
+    assert D(images).shape == (4,)
+
+
+def test_dcgan64_is_the_seeds_network():
+    G, D = build("dcgan", "dcgan64", 1, 64, z_dim=100)
+    convt = [m for m in G.modules() if isinstance(m, torch.nn.ConvTranspose2d)]
+    assert [m.out_channels for m in convt] == [512, 256, 128, 64, 1]
+    convs = [m for m in D.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [m.out_channels for m in convs] == [64, 128, 256, 512, 1]
+    assert abs(float(convt[0].weight.detach().std()) - 0.02) < 0.005   # N(0, 0.02) init
+
+
+def test_event_reader_tolerates_a_half_written_line(tmp_path):
+    run = RunDir.create(TrainConfig(), root=str(tmp_path))
+    run.append_event({"step": 1, "loss_d": 0.5})
+    with open(run.file("events.jsonl"), "a") as f:
+        f.write('{"step": 2, "loss')            # the trainer is mid-write
+    events, offset = run.read_events()
+    assert [e["step"] for e in events] == [1]
+    with open(run.file("events.jsonl"), "a") as f:
+        f.write('_d": 0.4}\n')
+    more, _ = run.read_events(offset)
+    assert more == [{"step": 2, "loss_d": 0.4}]
+
+
+def test_cli_help_lists_every_config_field():
+    out = subprocess.run([sys.executable, "-m", "core.train", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    for name in TrainConfig.__dataclass_fields__:
+        assert f"--{name.replace('_', '-')}" in out
+
+
+def test_cli_refuses_a_bad_config_before_training(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "core.train", "--batch-size", "0", "--run-dir", str(tmp_path / "r")],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and "batch_size must be" in result.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_trains_then_sample_cli_writes_images(tmp_path):
+    run_path = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "core.train", "--steps", "30", "--batch-size", "32", "--log-every", "10",
+                    "--grid-every", "15", "--device", "cpu", "--run-dir", str(run_path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    status = json.loads((run_path / "status.json").read_text())
+    assert status["state"] == "done" and status["step"] == 30
+    events = [json.loads(line) for line in (run_path / "events.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events] == [1, 10, 20, 30]
+    assert all(np.isfinite(e["loss_d"]) and np.isfinite(e["loss_g"]) for e in events)
+    assert sorted(os.listdir(run_path / "grids")) == ["step_000001.png", "step_000015.png", "step_000030.png"]
+    out = tmp_path / "samples.npy"
+    subprocess.run([sys.executable, "-m", "core.sample", "--run", str(run_path), "--n", "5", "--seed", "7",
+                    "--out", str(out)], cwd=ROOT, check=True, capture_output=True, timeout=120)
+    images = np.load(out)
+    assert images.shape == (5, 1, 28, 28) and images.dtype == np.float32
+    assert images.min() >= -1 and images.max() <= 1 and images.std() > 0.01
