@@ -5,6 +5,10 @@ Every loss has the same two entry points, so the training loop does not know whi
     generator_loss(D, fake)           -> (loss, stats)
 `stats` are detached scalar tensors (never floats: reading a value would force a device sync
 inside the step). Discriminator outputs are logits and are taken to fp32 before any loss.
+
+Nothing here branches on a tensor's value: the only Python conditions are on module types and
+constructor arguments, so XLA traces the same graphs every step. The n_critic schedule (critic
+updates per generator update) is a fixed Python loop in core/train.py Loop.step.
 """
 from __future__ import annotations
 
@@ -12,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# What the plot shows for each loss, beyond loss_d and loss_g (name -> label).
+# What the plot shows for each loss, beyond loss_d and loss_g (name -> label). The names are
+# exactly the stats keys the loss returns (tests/test_losses.py holds them to that), because the
+# trainer logs every stats key into events.jsonl and the UI plots these names from there.
 EXTRA_SERIES = {
     "dcgan": {"d_real": "D(x)", "d_fake": "D(G(z))"},
     "wgan-gp": {"wasserstein": "Wasserstein estimate", "gp": "gradient penalty"},
@@ -20,13 +26,22 @@ EXTRA_SERIES = {
 }
 
 
-def gradient_penalty(D: nn.Module, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+def gradient_penalty(D: nn.Module, real: torch.Tensor, fake: torch.Tensor,
+                     alpha: torch.Tensor | None = None) -> torch.Tensor:
     """WGAN-GP's penalty E[(||grad_x D(x_hat)||_2 - 1)^2], x_hat between real and fake.
 
     One interpolation weight per sample, shaped (B,1,1,1), and one gradient norm per sample:
-    mixing per pixel, or taking one norm over the whole batch, are the classic mistakes.
+    mixing per pixel, or taking one norm over the whole batch, are the classic mistakes
+    (PyTorch-GAN d2977bc). `alpha` is drawn here unless given (tests pass their own).
+
+    Summing the scores before autograd.grad gives each sample its own gradient only because
+    no sample's score depends on another sample; a BatchNorm critic breaks that, so it is refused.
     """
-    alpha = torch.rand(real.size(0), 1, 1, 1, device=real.device, dtype=real.dtype)
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in D.modules()):
+        raise ValueError("gradient_penalty needs a critic without BatchNorm (batch statistics mix the "
+                         "samples' gradients); build it with norm='layer' or 'none'.")
+    if alpha is None:
+        alpha = torch.rand(real.size(0), 1, 1, 1, device=real.device, dtype=real.dtype)
     x_hat = (alpha * real.detach() + (1 - alpha) * fake.detach()).requires_grad_(True)
     scores = D(x_hat).float()
     (grad,) = torch.autograd.grad(scores.sum(), x_hat, create_graph=True)
@@ -82,6 +97,11 @@ class Hinge:
 
 
 def make_loss(gan: str, gp_weight: float = 10.0):
+    """The loss object for a GAN type (config.GANS)."""
     if gan == "wgan-gp":
         return WGANGP(gp_weight)
-    return {"dcgan": NonSaturating, "hinge": Hinge}[gan]()
+    if gan == "dcgan":
+        return NonSaturating()
+    if gan == "hinge":
+        return Hinge()
+    raise ValueError(f"unknown GAN type '{gan}'; choose one of: {', '.join(EXTRA_SERIES)}")
