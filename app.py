@@ -2,6 +2,14 @@
 import argparse
 import atexit
 import os
+import signal
+
+
+def _sigterm_as_ctrl_c(signum, frame):
+    # Gradio's launch loop closes the server on KeyboardInterrupt and returns, so atexit then
+    # stops the trainer with a checkpoint. A plain SIGTERM (docker stop, systemd, a Space
+    # restart) would otherwise kill this process without running atexit: an orphaned trainer.
+    raise KeyboardInterrupt
 
 
 def main() -> None:
@@ -10,12 +18,24 @@ def main() -> None:
                         help="0.0.0.0 to let a classroom on the same network open the page")
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--share", action="store_true", help="public gradio.live link (needs internet)")
+    parser.add_argument("--host-key", default=os.environ.get("BLINK_HOST_KEY", ""),
+                        help="only visitors who type this key may start/stop/pause/resume (env BLINK_HOST_KEY); "
+                             "everyone else watches")
+    parser.add_argument("--keep-runs", type=int, default=int(os.environ.get("BLINK_KEEP_RUNS", "20")),
+                        help="keep at most this many runs; older ones are deleted when a new run starts")
+    parser.add_argument("--max-runs-mb", type=float, default=float(os.environ.get("BLINK_MAX_RUNS_MB", "2000")),
+                        help="delete the oldest runs while the runs folder is over this size (0: no limit)")
     args = parser.parse_args()
+    if args.keep_runs < 1:
+        parser.error("--keep-runs must be at least 1 (the current run is always kept)")
 
+    from app.job import Job
     from app.ui import build_app
-    demo = build_app()
+    job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb)
+    demo = build_app(job, host_key=args.host_key)
     # Closing the app ends its trainer (with a checkpoint) rather than leaving an orphan.
-    atexit.register(demo.blink_job.shutdown)
+    atexit.register(job.shutdown)
+    signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
     demo.queue(default_concurrency_limit=4).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                     show_error=True)
 

@@ -9,24 +9,39 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
 
-from core.config import TrainConfig
+from core.config import ConfigError, TrainConfig
 from core.rundir import FINAL_STATES, RunDir, default_root, list_runs
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 SHIPPED_GENERATOR = os.path.join(ASSETS, "generator")
-STOP_GRACE_SECONDS = 20.0
+# The trainer reads requests at its log ticks; on a loaded 2-core CPU a tick can be a minute apart.
+STOP_GRACE_SECONDS = float(os.environ.get("BLINK_STOP_GRACE", "60"))
+KEEP_RUNS = 20          # retention defaults: newest runs kept, and a cap on the runs folder's size
+MAX_RUNS_MB = 2000
 
 
 class JobBusy(RuntimeError):
     """A run is already going: one run at a time per server."""
 
 
+class ResumeRefused(ValueError):
+    """The current run cannot be resumed as asked; the message says why."""
+
+
 def _train_child(config_dict: dict, run_path: str, resume: bool, parent_pid: int) -> None:
     """Entry point of the spawned trainer process (top level, so spawn can import it)."""
+    # Ctrl-C in a terminal reaches the whole process group: the app then asks this trainer to
+    # stop (checkpoint kept), so the trainer must not die of the same SIGINT first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The pid goes into the status at once, so a restarted UI can tell a live trainer that is
+    # still loading data from one that died before it ever wrote a status.
+    RunDir(run_path).write_status("starting", "Starting the trainer...", pid=os.getpid())
     from core.train import train
     train(TrainConfig.from_dict(config_dict), run_path, resume=resume, watch_parent=parent_pid)
 
@@ -48,6 +63,23 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
+def _failure_hint(message: str) -> str:
+    from core.train import hint_for   # core.train imports torch lazily: cheap for the UI process
+    hint = hint_for(message)
+    return f" Hint: {hint}" if hint else ""
+
+
+def _dir_mb(path: str) -> float:
+    total = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.path.getsize(os.path.join(folder, name))
+            except OSError:
+                pass
+    return total / 2**20
+
+
 @dataclass
 class Snapshot:
     """What every viewer sees; rebuilt only when the run directory changed."""
@@ -60,9 +92,14 @@ class Snapshot:
 
 
 class Job:
-    def __init__(self, runs_root: str | None = None):
+    def __init__(self, runs_root: str | None = None, keep_runs: int | None = None, max_runs_mb: float | None = None):
         self.runs_root = runs_root or default_root()
-        self._lock = threading.Lock()
+        self.keep_runs = keep_runs if keep_runs is not None else int(os.environ.get("BLINK_KEEP_RUNS", KEEP_RUNS))
+        self.max_runs_mb = (max_runs_mb if max_runs_mb is not None
+                            else float(os.environ.get("BLINK_MAX_RUNS_MB", MAX_RUNS_MB)))
+        # One lock around every decision about the process and the attached run: two Start
+        # presses that arrive together are serialised, and the second sees the first's trainer.
+        self._lock = threading.RLock()
         self._process = None
         self._run: RunDir | None = None
         self._snapshot = Snapshot()
@@ -90,14 +127,29 @@ class Job:
         status = self._run.read_status()
         return status.get("state") not in FINAL_STATES and pid_alive(status.get("pid"))
 
+    def _settle(self, timeout: float = 20.0) -> None:
+        """A trainer writes its final status, then exits: between the two it is still alive.
+        A Resume pressed in that moment waits for the exit rather than being refused."""
+        process = self._process
+        if process is not None and process.is_alive() and self._run is not None \
+                and self._run.read_status().get("state") in FINAL_STATES:
+            process.join(timeout)
+
+    def busy_message(self) -> str:
+        name = self._run.name if self._run else "?"
+        return (f"A run is already training ({name}): one run at a time on this server. Watch it here, "
+                "or wait for it to end (the host can press Stop) before starting another.")
+
     # ---- control ---------------------------------------------------------------------------
     def start(self, config: TrainConfig, resume_run: RunDir | None = None) -> RunDir:
         """Start a run (or resume one) in a background process; refuse if one is going."""
         with self._lock:
+            self._settle()
             if self.is_active():
-                raise JobBusy(f"A run is already training ({self._run.name}). Watch it, or wait for it to end "
-                              "(or press Stop) before starting another.")
+                raise JobBusy(self.busy_message())
             self._reap()
+            if resume_run is None:
+                self.prune(reserve=1)   # the folder stays bounded: old runs go before a new one comes
             run = resume_run or RunDir.create(config, self.runs_root)
             if resume_run is not None:
                 run.clear_request()
@@ -111,17 +163,54 @@ class Job:
             self._attach(run)
             return run
 
+    def resume(self, steps: int | None = None, config: TrainConfig | None = None) -> RunDir:
+        """Continue the current (stopped, finished or failed) run from its checkpoint.
+
+        steps: the new total (more than the run has done); None keeps the run's own. config:
+        what the caller wants the run to be; any difference other than steps is refused, since
+        the checkpoint's weights and optimizer state belong to the run's own config.
+        """
+        with self._lock:
+            run = self._run
+            if run is None:
+                raise ResumeRefused("There is no run to resume yet: start one.")
+            self._settle()
+            if self.is_active():
+                raise JobBusy(self.busy_message())
+            if not os.path.exists(run.file("checkpoint.pt")):
+                raise ResumeRefused(f"Run {run.name} has no checkpoint yet, so it cannot be resumed: start a new run.")
+            saved = run.read_config()
+            if config is not None:
+                changed = config.differences(saved)
+                if changed:
+                    raise ResumeRefused("Cannot resume: the config changed in " + ", ".join(changed) +
+                                        ". Resume with the run's own config (only steps may change), "
+                                        "or start a new run.")
+            done_steps = int(run.read_status().get("saved_step") or 0)
+            total = saved.steps if steps is None else int(steps)
+            if total <= done_steps:
+                raise ResumeRefused(f"Run {run.name} already has {done_steps} steps: ask for more than that "
+                                    f"(e.g. {done_steps + saved.steps}) to continue it.")
+            if total > 1_000_000:
+                raise ResumeRefused("At most 1,000,000 steps.")
+            new_config = TrainConfig(**{**saved.to_dict(), "steps": total})
+            from core.train import trim_events
+            trim_events(run, done_steps)   # the curve continues from the checkpoint, no repeats
+            return self.start(new_config, resume_run=run)
+
     def request(self, action: str) -> str:
         """stop | pause | resume the current run; returns a message for the user."""
-        run = self._run
-        if run is None or not self.is_active():
-            return "No run is training."
-        run.request(action)
-        return {"stop": "Stopping: the trainer saves a checkpoint first.", "pause": "Pausing...",
-                "resume": "Resuming..."}[action]
+        with self._lock:
+            run = self._run
+            if run is None or not self.is_active():
+                return "No run is training."
+            run.request(action)
+        return {"stop": "Stopping: the trainer saves a checkpoint and a grid first (at its next log step).",
+                "pause": "Pausing at the next log step...", "resume": "Resuming..."}[action]
 
-    def shutdown(self, grace: float = STOP_GRACE_SECONDS) -> None:
+    def shutdown(self, grace: float | None = None) -> None:
         """Stop the trainer cleanly (checkpoint kept), escalating only if it does not answer."""
+        grace = STOP_GRACE_SECONDS if grace is None else grace
         process = self._process
         if process is None:
             return
@@ -146,11 +235,49 @@ class Job:
         run = self._run
         if run is not None and run.read_status().get("state") not in FINAL_STATES:
             code = process.exitcode
-            reason = ("it was killed (signal 9), most often for running out of memory: try a smaller batch size"
-                      if code == -9 else f"it exited with code {code}")
-            saved = run.read_status().get("saved_step") or 0
-            kept = f" The last checkpoint (step {saved}) is kept." if saved else ""
-            run.write_status("failed", f"The trainer process ended unexpectedly: {reason}.{kept}")
+            if code is not None and code < 0:
+                name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+                reason = f"it was killed ({name})"
+            else:
+                reason = f"it exited with code {code}"
+            self._mark_failed(run, f"The trainer process ended unexpectedly: {reason}.")
+
+    @staticmethod
+    def _mark_failed(run: RunDir, message: str) -> None:
+        status = run.read_status()
+        saved = status.get("saved_step") or 0
+        kept = (f" The last checkpoint (step {saved}) is kept: press Resume to continue from it."
+                if saved and os.path.exists(run.file("checkpoint.pt")) else "")
+        hint = _failure_hint(message)
+        run.write_status("failed", f"{message}{kept}{hint}", hint=hint.replace(" Hint: ", "", 1))
+
+    # ---- retention -------------------------------------------------------------------------
+    def prune(self, reserve: int = 0) -> list[str]:
+        """Delete the oldest runs beyond keep_runs (minus `reserve` slots) or max_runs_mb.
+
+        Never the attached run nor one whose trainer is alive (another UI may own it).
+        Returns the names deleted.
+        """
+        runs = list_runs(self.runs_root)       # newest first
+        protected = {self._run.path} if self._run is not None else set()
+        for run in runs:
+            status = run.read_status()
+            if status.get("state") not in FINAL_STATES and pid_alive(status.get("pid")):
+                protected.add(run.path)
+        keep = max(self.keep_runs - reserve, 0)
+        sizes = {run.path: _dir_mb(run.path) for run in runs}
+        total = sum(sizes.values())
+        deleted = []
+        for index in range(len(runs) - 1, -1, -1):     # oldest first
+            run = runs[index]
+            too_many = index >= keep
+            too_big = self.max_runs_mb > 0 and total > self.max_runs_mb
+            if not (too_many or too_big) or run.path in protected:
+                continue
+            shutil.rmtree(run.path, ignore_errors=True)
+            total -= sizes[run.path]
+            deleted.append(run.name)
+        return deleted
 
     # ---- what viewers see ------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -163,7 +290,7 @@ class Job:
             status = run.read_status()
             if status.get("state") not in FINAL_STATES and status.get("pid") and not pid_alive(status["pid"]) \
                     and self._process is None and time.time() - status.get("updated", 0) > 5:
-                run.write_status("failed", "The trainer process is gone (killed or crashed) without a final status.")
+                self._mark_failed(run, "The trainer process is gone (killed or crashed) without a final status.")
                 status = run.read_status()
             new_events, self._events_offset = run.read_events(self._events_offset)
             grids = run.grids() if (new_events or not self._snapshot.grid_path

@@ -1,18 +1,28 @@
 """The Blink page: Train tab (form, live status, plots, sample grid) and Sample tab.
 
+One person (the host) trains, everyone who opens the page watches the same run. With a host
+key (BLINK_HOST_KEY or `python app.py --host-key KEY`), Start / Stop / Pause / Resume need the
+key, checked here on the server; without one, anyone may press them.
+
 Every viewer's page polls the one shared job with a gr.Timer; a tick returns gr.skip() when
 nothing changed, so a room of viewers costs a file stat each per second. Named endpoints
-(start, stop, status, sample, interpolate) let gradio_client drive the app.
+(start, stop, pause, resume, status, poll, sample, interpolate) let gradio_client drive the app.
 """
 from __future__ import annotations
 
+import hmac
+import math
+import os
+import tempfile
 import threading
+from urllib.parse import urlencode
 
 import gradio as gr
 
 from app import sample_tab, views
-from app.job import Job, JobBusy
+from app.job import Job, JobBusy, ResumeRefused
 from core import devices
+from core.rundir import FINAL_STATES
 from core.config import DATASETS, DEVICES, GANS, PRECISIONS, PRESETS, ConfigError, TrainConfig, validate
 
 POLL_SECONDS = 1.0
@@ -58,40 +68,182 @@ def dataset_size(dataset: str, data_path: str) -> int | None:
     return 10_000 if dataset == "bundled-mnist" else None
 
 
-def build_app(job: Job | None = None, device_cache: DeviceCache | None = None) -> gr.Blocks:
+# URL query parameters that may preset the form (a teacher's "Share this setup" link).
+QUERY_FIELDS = ("dataset", "gan", "preset", "batch_size", "precision", "steps", "device")
+CHOICE_FIELDS = {"dataset": DATASETS, "gan": GANS, "preset": PRESETS, "precision": PRECISIONS, "device": DEVICES}
+INT_RANGES = {"batch_size": (1, 4096), "steps": (1, 1_000_000), "resume_steps": (0, 1_000_000)}
+
+
+def whole_number(value, name: str, low: int, high: int) -> int:
+    """A number from the page or a query string, checked here (clients can send anything)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a whole number (got {value!r}).")
+    if not math.isfinite(number) or number != int(number):
+        raise ConfigError(f"{name} must be a whole number (got {value!r}).")
+    number = int(number)
+    if not low <= number <= high:
+        raise ConfigError(f"{name} must be between {low:,} and {high:,} (got {number:,}).")
+    return number
+
+
+def setup_from_query(params: dict) -> tuple[dict, list[str]]:
+    """Query parameters -> (valid form values, notes on the ignored ones). Never raises."""
+    values, notes = {}, []
+    for key, raw in params.items():
+        if key not in QUERY_FIELDS:
+            continue   # other parameters (e.g. gradio's own __theme) are not ours to judge
+        raw = str(raw).strip()
+        if key in CHOICE_FIELDS:
+            if raw in CHOICE_FIELDS[key]:
+                values[key] = raw
+            else:
+                notes.append(f"`{key}={raw[:40]}` ignored: choose one of {', '.join(CHOICE_FIELDS[key])}.")
+        else:
+            try:
+                values[key] = whole_number(raw, key, *INT_RANGES[key])
+            except ConfigError as exc:
+                notes.append(f"`{key}={raw[:40]}` ignored: {exc}")
+    return values, notes
+
+
+def share_query(dataset, gan, preset, batch_size, precision, steps, device) -> str:
+    values = dict(dataset=dataset, gan=gan, preset=preset, batch_size=batch_size, precision=precision,
+                  steps=steps, device=device)
+    clean, _ = setup_from_query({k: v for k, v in values.items() if v not in (None, "")})
+    return urlencode({k: clean[k] for k in QUERY_FIELDS if k in clean})
+
+
+def page_url(request: gr.Request | None) -> str:
+    """This page's address as the browser sees it (behind a proxy: its forwarded host)."""
+    if request is None:
+        return ""
+    headers = request.headers
+    host = headers.get("x-forwarded-host") or headers.get("host") or ""
+    scheme = headers.get("x-forwarded-proto") or "http"
+    return f"{scheme}://{host}/" if host else ""
+
+
+def allowed_data_roots() -> list[str]:
+    """Where a typed image-folder path may point: uploads and the data cache, the temp dir,
+    the app's folder, and any folders an admin lists in BLINK_DATA_ROOTS. A public page must not
+    let a visitor make the trainer read arbitrary server paths."""
+    from core import data
+    roots = [data.cache_dir(), tempfile.gettempdir(), os.getcwd()]
+    roots += [r for r in os.environ.get("BLINK_DATA_ROOTS", "").split(os.pathsep) if r]
+    return [os.path.realpath(r) for r in roots]
+
+
+def check_data_path(dataset: str, data_path: str) -> str:
+    if dataset != "folder":
+        return ""     # only 'My images' reads a path; ignore anything typed for other datasets
+    path = (data_path or "").strip()
+    if not path:
+        raise ConfigError("'My images' needs a folder or zip of images: type its path.")
+    real = os.path.realpath(path)
+    if not any(real == root or real.startswith(root + os.sep) for root in allowed_data_roots()):
+        raise ConfigError("That image folder is outside the folders this server allows "
+                          "(its data cache, temp folder, app folder, or BLINK_DATA_ROOTS).")
+    if not os.path.exists(real):
+        raise ConfigError(f"No such folder or zip on the server: {path}")
+    return real
+
+
+def _json_safe(value):
+    """NaN/inf (a diverged run's last losses) are not JSON: send them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
+              host_key: str | None = None) -> gr.Blocks:
     job = job or Job()
     device_cache = device_cache or DeviceCache()
     info = device_cache.get("auto")
+    host_key = host_key if host_key is not None else os.environ.get("BLINK_HOST_KEY", "")
 
-    def config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps) -> TrainConfig:
+    def require_host(key) -> None:
+        """Checked on the server: hiding the buttons would not stop a script."""
+        if host_key and not hmac.compare_digest(str(key or "").encode(), host_key.encode()):
+            raise gr.Error("Only the host can start, stop, pause or resume runs on this page (enter the host "
+                           "key). Everyone else watches the run live.", title="Watch mode")
+
+    def config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
+                         log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
+                         checkpoint_every=TrainConfig.checkpoint_every) -> TrainConfig:
         try:
-            config = TrainConfig(dataset=dataset, data_path=data_path or "", gan=gan, preset=preset,
-                                 batch_size=int(batch_size), precision=precision, device=device, steps=int(steps))
-        except (TypeError, ValueError) as exc:
-            raise gr.Error(f"Invalid form value: {exc}")
-        try:
+            config = TrainConfig(dataset=str(dataset), data_path=check_data_path(str(dataset), data_path), gan=str(gan),
+                                 preset=str(preset), batch_size=whole_number(batch_size, "Batch size", 1, 4096),
+                                 precision=str(precision), device=str(device),
+                                 steps=whole_number(steps, "Training length (steps)", 1, 1_000_000),
+                                 log_every=whole_number(log_every, "Log every", 1, 100_000),
+                                 grid_every=whole_number(grid_every, "Grid every", 1, 100_000),
+                                 checkpoint_every=whole_number(checkpoint_every, "Checkpoint every", 1, 1_000_000))
+            if device not in DEVICES:   # checked before the probe, which would run for any string
+                raise ConfigError(f"Device '{device}' is not supported; choose one of: {', '.join(DEVICES)}.")
+            validate(config)            # static checks first: cheap, and before any probe
             chosen = device_cache.get(device)
             validate(config, dataset_size=dataset_size(dataset, config.data_path), device_caps=chosen.to_dict())
         except ConfigError as exc:
             raise gr.Error(str(exc), title="Check the settings")
+        except (TypeError, ValueError) as exc:
+            raise gr.Error(f"Invalid form value: {exc}", title="Check the settings")
         return config
 
-    def start(dataset, data_path, gan, preset, batch_size, precision, device, steps):
-        config = config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps)
+    def start(dataset, data_path, gan, preset, batch_size, precision, device, steps,
+              log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
+              checkpoint_every=TrainConfig.checkpoint_every, key=""):
+        require_host(key)
+        if job.is_active():   # answer at once, before the settings are checked (a device probe can take seconds)
+            raise gr.Error(job.busy_message(), title="A run is going")
+        config = config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
+                                  log_every, grid_every, checkpoint_every)
         try:
-            run = job.start(config)
+            run = job.start(config)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
             raise gr.Error(str(exc), title="A run is going")
         return f"Started run `{run.name}`.", gr.Timer(active=True)
 
-    def stop():
+    def stop(key=""):
+        require_host(key)
         return job.request("stop")
+
+    def pause(key=""):
+        require_host(key)
+        state = job.snapshot().status.get("state")
+        if state == "paused":
+            return "The run is already paused: press Resume to continue."
+        return job.request("pause")
+
+    def resume(resume_steps=0, key=""):
+        """Resume a paused live run, or continue a stopped/finished/failed run from its checkpoint."""
+        require_host(key)
+        state = job.snapshot().status.get("state")
+        if job.is_active() and state not in FINAL_STATES:
+            if state == "paused":
+                return job.request("resume")
+            return "The run is training already (Resume continues a paused or stopped run)."
+        try:
+            steps = whole_number(resume_steps or 0, "Resume to step", *INT_RANGES["resume_steps"])
+            run = job.resume(steps or None)
+        except (ConfigError, ResumeRefused) as exc:
+            raise gr.Error(str(exc), title="Cannot resume")
+        except JobBusy as exc:
+            raise gr.Error(str(exc), title="A run is going")
+        return f"Resuming run `{run.name}` from its checkpoint."
 
     def status_api() -> dict:
         """The run as plain JSON for scripts: status, event count, newest event and grid."""
         snap = job.snapshot()
-        return {"run": snap.run_name, **snap.status, "events": len(snap.events),
-                "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path}
+        return _json_safe({"run": snap.run_name, **snap.status, "events": len(snap.events),
+                           "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path,
+                           "host_key_required": bool(host_key)})
 
     def poll(seen: dict):
         """One timer tick: skip everything when nothing changed since this viewer's last tick."""
@@ -108,13 +260,31 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None) -
                 views.extra_table(snap.events, gan), views.quality_table(snap.events), snap.grid_path,
                 views.diagnostics_table(snap.status), tabs, new_seen)
 
+    def load_setup(request: gr.Request):
+        """Preset the form from the URL (?dataset=...&steps=...); invalid values are ignored, visibly."""
+        params = dict(request.query_params) if request is not None else {}
+        values, notes = setup_from_query(params)
+        updates = [gr.update(value=values[name]) if name in values else gr.skip() for name in QUERY_FIELDS]
+        note = ("Setup from the link: " + ", ".join(f"{k}={v}" for k, v in values.items()) if values else "")
+        if notes:
+            note += ("  \n" if note else "") + "⚠️ " + "  \n⚠️ ".join(notes)
+        return (*updates, note)
+
+    def share_link(dataset, gan, preset, batch_size, precision, steps, device, request: gr.Request):
+        query = share_query(dataset, gan, preset, batch_size, precision, steps, device)
+        url = f"{page_url(request)}?{query}"
+        return f"**Share this setup:** [{url}]({url})"
+
     with gr.Blocks(title="Blink: watch a GAN learn", delete_cache=(3600, 3600)) as demo:
         gr.Markdown("# Blink\nPick a dataset, press **Start**, and watch a GAN learn. "
-                    f"Device: **{info.name}**" + (f" — {info.notice}" if info.notice else ""))
+                    f"Device: **{info.name}**" + (f" — {info.notice}" if info.notice else "") +
+                    ("\n\nOne run at a time: everyone who opens this page watches it live."
+                     + (" Only the host (with the host key) can start or stop it." if host_key else "")))
         seen = gr.State({})
         timer = gr.Timer(POLL_SECONDS, active=True)
         with gr.Tabs(selected="train") as tabs:
             with gr.Tab("Train", id="train"):
+                setup_note = gr.Markdown(elem_id="setup-note")
                 with gr.Row():
                     dataset = gr.Dropdown([(DATASET_LABELS[d], d) for d in DATASETS], value="bundled-mnist",
                                           label="Dataset")
@@ -123,13 +293,30 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None) -
                     preset = gr.Dropdown(list(PRESETS), value="auto", label="Model size",
                                          info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
                 with gr.Row():
-                    batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size", minimum=1)
+                    batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size", minimum=1,
+                                           maximum=4096)
                     precision = gr.Radio(precision_choices(info), value="fp32", label="Precision")
                     device = gr.Dropdown(list(DEVICES), value="auto", label="Device")
                     steps = gr.Number(value=TrainConfig.steps, precision=0, label="Training length (steps)",
-                                      minimum=1)
+                                      minimum=1, maximum=1_000_000)
+                with gr.Accordion("Advanced: how often to log, draw a grid and save", open=False):
+                    with gr.Row():
+                        log_every = gr.Number(value=TrainConfig.log_every, precision=0, minimum=1, label="Log every (steps)",
+                                              info="also how often Stop/Pause are noticed")
+                        grid_every = gr.Number(value=TrainConfig.grid_every, precision=0, minimum=1,
+                                               label="Grid every (steps)")
+                        checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0, minimum=1,
+                                                     label="Checkpoint every (steps)")
+                share = gr.Markdown(elem_id="share-link")
+                with gr.Row():
+                    key = gr.Textbox(label="Host key", type="password", value="", visible=bool(host_key),
+                                     placeholder="only the host needs this", scale=2)
+                    resume_steps = gr.Number(value=0, precision=0, minimum=0, maximum=1_000_000, scale=1,
+                                             label="Resume to step (0: the run's own length)")
                 with gr.Row():
                     start_button = gr.Button("Start", variant="primary")
+                    pause_button = gr.Button("Pause")
+                    resume_button = gr.Button("Resume")
                     stop_button = gr.Button("Stop", variant="stop")
                 message = gr.Markdown()
                 status = gr.Markdown(views.status_line({}), label="Status", elem_id="status")
@@ -147,12 +334,19 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None) -
             with gr.Tab("Sample", id="sample"):
                 sample_tab.build(job.generator_dir)
 
-        form = [dataset, data_path, gan, preset, batch_size, precision, device, steps]
-        start_button.click(start, form, [message, timer], api_name="start")
-        stop_button.click(stop, None, message, api_name="stop", concurrency_limit=None)
+        form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
+                checkpoint_every]
+        query_form = [dataset, gan, preset, batch_size, precision, steps, device]   # QUERY_FIELDS order
+        start_button.click(start, form + [key], [message, timer], api_name="start")
+        stop_button.click(stop, key, message, api_name="stop", concurrency_limit=None)
+        pause_button.click(pause, key, message, api_name="pause", concurrency_limit=None)
+        resume_button.click(resume, [resume_steps, key], message, api_name="resume")
         timer.tick(poll, seen, [status, loss_plot, extra_plot, quality_plot, grid, diagnostics, tabs, seen],
                    api_name="poll", concurrency_limit=None, show_progress="hidden")
         gr.api(status_api, api_name="status", concurrency_limit=None)
+        demo.load(load_setup, None, query_form + [setup_note], api_visibility="private").then(
+            share_link, query_form, share, api_visibility="private")
+        gr.on([c.change for c in query_form], share_link, query_form, share, api_visibility="private",
+              concurrency_limit=None, show_progress="hidden")
     demo.blink_job = job    # tests and app.py reach the job through the app
     return demo
-

@@ -1,6 +1,8 @@
 """Run-directory data -> what the page shows: plot tables and the status line."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from core.losses import EXTRA_SERIES
@@ -12,8 +14,9 @@ PLOT_COLUMNS = ["step", "value", "series"]
 
 def long_table(events: list[dict], series: dict[str, str]) -> pd.DataFrame:
     """Events -> long-format rows (step, value, series) for a gr.LinePlot with color='series'."""
+    # NaN/inf (the last points of a diverged run) are left out: the plot shows where it broke.
     rows = [(e["step"], e[key], label) for e in events for key, label in series.items()
-            if key in e and isinstance(e[key], (int, float))]
+            if key in e and isinstance(e[key], (int, float)) and math.isfinite(e[key])]
     return pd.DataFrame(rows, columns=PLOT_COLUMNS)
 
 

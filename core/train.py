@@ -264,6 +264,7 @@ class Loop:
 
     def _after_log(self) -> None:
         cfg, rt = self.config, self.rt
+        _install_nan_fault(self)
         if not self.values_finite:
             bad = ", ".join(k for k, v in self.last_values.items() if not math.isfinite(v))
             kept = (f"The last good checkpoint (step {self.saved_step}) is kept."
@@ -377,6 +378,45 @@ class Loop:
         self.run_dir.clear_request()
 
 
+# ---- test hook: a forced divergence through the real code path ---------------------------
+FAULT_NAN_ENV = "BLINK_FAULT_NAN_AT_STEP"
+
+
+class _NanAtStep:
+    """Wraps the batch stream: the real batch(es) of step N come out as NaN (a test hook).
+
+    Set BLINK_FAULT_NAN_AT_STEP=N (N >= 2) in the trainer's environment and the step N batch is
+    poisoned; the losses become NaN and the loop's own divergence check ends the run at the next
+    log step, exactly as a real divergence would. Not a config field: it never reaches a
+    checkpoint, so a resumed run is not poisoned again unless the variable is still set.
+    """
+
+    def __init__(self, stream, loop, at_step: int):
+        self._stream, self._loop, self._at = stream, loop, at_step
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self._stream)
+        if self._loop.step_count + 1 == self._at:   # step_count is incremented after the step
+            batch = batch * float("nan")
+        return batch
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _install_nan_fault(loop) -> None:
+    """Installed at the first log tick (step 1), so the hook can poison any step from 2 on."""
+    if getattr(loop, "_nan_fault_checked", False):
+        return
+    loop._nan_fault_checked = True
+    value = os.environ.get(FAULT_NAN_ENV, "").strip()
+    if value.isdigit() and int(value) > loop.step_count:
+        loop.stream = _NanAtStep(loop.stream, loop, int(value))
+
+
 def _as_tensor(step: int, like: dict):
     import torch
     any_tensor = next(iter(like.values()))
@@ -418,14 +458,42 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = vars(_parser().parse_args(argv))
     run_dir, resume = args.pop("run_dir"), args.pop("resume")
     if resume:
         run = RunDir(resume)
-        saved = run.read_config()
-        config = TrainConfig(**{**saved.to_dict(), "steps": args["steps"] if args["steps"] != TrainConfig.steps
-                                else saved.steps})
+        try:
+            saved = run.read_config()
+        except OSError:
+            print(f"error: {resume} is not a run directory (no config.json).", file=sys.stderr)
+            return 2
+        if not os.path.exists(run.file("checkpoint.pt")):
+            print(f"error: {resume} has no checkpoint yet, so it cannot be resumed.", file=sys.stderr)
+            return 2
+        status = run.read_status()
+        if status.get("state") not in ("done", "stopped", "failed") and _pid_alive(status.get("pid")):
+            print(f"error: {resume} is still training (pid {status['pid']}); stop it first.", file=sys.stderr)
+            return 2
+        # Flags given explicitly must match the run's config: its checkpoint (weights and
+        # optimizer state) belongs to that config. Only --steps may change.
+        given = {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
+        resolved = saved.resolved()   # None hyper-parameters mean the GAN type's defaults
+        changed = [name for name in sorted(given & set(saved.to_dict())) if name != "steps"
+                   and args[name] != getattr(resolved, name)]
+        if changed:
+            print("error: Cannot resume: the config changed in " + ", ".join(changed) + ". Resume with the run's "
+                  "own config (only --steps may change), or start a new run.", file=sys.stderr)
+            return 2
+        steps = args["steps"] if "steps" in given else saved.steps
+        done = int(status.get("saved_step") or 0)
+        if steps <= done:
+            print(f"error: the run already has {done} steps; pass --steps N with N > {done} to continue it.",
+                  file=sys.stderr)
+            return 2
+        config = TrainConfig(**{**saved.to_dict(), "steps": steps})
         run.clear_request()
+        trim_events(run, done)
     else:
         config = TrainConfig(**args)
         try:
@@ -444,6 +512,35 @@ def main(argv: list[str] | None = None) -> int:
     status = run.read_status()
     print(f"{state}: {status.get('message', '')}")
     return 0 if state in ("done", "stopped") else 1
+
+
+def trim_events(run: RunDir, step: int) -> None:
+    """Before a resume from the checkpoint at `step`: drop events logged after it (a killed or
+    diverged session logs past its last checkpoint), so the resumed curve continues without
+    repeated or NaN points. Atomic: readers see the old or the new file."""
+    import json
+    from core.rundir import write_atomic
+    events, _ = run.read_events(0)
+    kept = [e for e in events if e.get("step", 0) <= step]
+    if len(kept) != len(events):
+        write_atomic(run.file("events.jsonl"),
+                     "".join(json.dumps(e, allow_nan=True) + "\n" for e in kept).encode())
+
+
+def _pid_alive(pid) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:   # a zombie still answers kill(0)
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 if __name__ == "__main__":
