@@ -1,19 +1,41 @@
-"""The Sample tab: seeds -> grid, two seeds -> interpolation strip, generator download.
+"""The Sample tab: explore a trained generator without training.
+
+Seeds -> grid; two seeds -> interpolation strip and GIF; GANSpace directions and truncation
+on one image; its nearest training images; the run's fixed-noise timelapse; downloads (the
+generator, a zip of samples) and an upload of a generator pair.
 
 Sampling runs on the CPU in the UI process (a small generator renders 64 images in
 milliseconds), so the trainer keeps the device to itself.
+
+Which generator is used: the job's `generator_dir()` (the current run's newest checkpoint, or
+the shipped one), unless a generator was uploaded. An upload is server-wide: every viewer
+samples from it until the job's generator moves to another directory (a new run saved its
+first generator) or someone presses "Use the run's generator". Further checkpoints of the run
+that was current at upload time do not displace it, so a class can explore an upload while a
+run trains.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import tempfile
+import threading
 
 import gradio as gr
+import numpy as np
 
 from core import sample as sampling
-from core.rundir import grid_image
+from core.rundir import RunDir, grid_image
 
 MAX_GRID = 256
 MAX_STRIP = 32
+MAX_ZIP = 256
+MAX_NEIGHBOURS = 16
+N_DIRECTIONS = 5
+DIRECTION_RANGE = 5.0      # slider range in standard deviations of z along a direction
+MAX_TIMELAPSE_FRAMES = 120
+SEED_MAX = 2**31 - 1
 
 
 class GeneratorCache:
@@ -22,79 +44,374 @@ class GeneratorCache:
     def __init__(self):
         self._key = None
         self._value = None
+        self._lock = threading.Lock()    # events run in worker threads
 
     def get(self, directory: str):
+        return self.get_with_key(directory)[0]
+
+    def get_with_key(self, directory: str):
+        """((generator, meta), key); the key changes whenever another file is loaded."""
         weights = os.path.join(directory, "generator.safetensors")
         try:
             key = (directory, os.stat(weights).st_mtime_ns)
         except OSError:
             raise gr.Error("No generator to sample from yet: train a run, or wait for its first checkpoint.")
-        if key != self._key:
-            try:
-                self._value = sampling.load_generator(weights, os.path.join(directory, "generator.json"))
-            except sampling.GeneratorFileError as exc:
-                raise gr.Error(str(exc))
-            self._key = key
-        return self._value
+        with self._lock:
+            if key != self._key:
+                try:
+                    self._value = sampling.load_generator(weights, os.path.join(directory, "generator.json"))
+                except sampling.GeneratorFileError as exc:
+                    raise gr.Error(str(exc), title="Generator not loaded")
+                self._key = key
+            return self._value, self._key
 
 
 def _int(value, name: str, low: int, high: int) -> int:
     """Server-side check of a number from the page (widgets' limits are not enforced by clients)."""
     try:
         number = int(value)
-    except (TypeError, ValueError):
+        whole = float(value) == number          # 2.5 is refused, not silently truncated
+    except (TypeError, ValueError, OverflowError):
         raise gr.Error(f"{name} must be a whole number.")
+    if not whole:
+        raise gr.Error(f"{name} must be a whole number (got {value}).")
     if not low <= number <= high:
         raise gr.Error(f"{name} must be between {low} and {high} (got {number}).")
     return number
 
 
-def build(generator_dir, columns_default: int = 8):
-    """Lay out the Sample tab's contents; `generator_dir()` says which generator to use."""
-    cache = GeneratorCache()
+def _float(value, name: str, low: float, high: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise gr.Error(f"{name} must be a number.")
+    if not low <= number <= high:   # also refuses NaN
+        raise gr.Error(f"{name} must be between {low} and {high} (got {value}).")
+    return number
 
+
+def _scale(resolution: int) -> int:
+    """Nearest-neighbour upscaling factor so a 28 px digit is not a speck in a GIF."""
+    return max(1, 128 // resolution)
+
+
+def _labelled(frame: np.ndarray, text: str) -> np.ndarray:
+    """A frame with a caption band on top (PIL's built-in bitmap font: no font files needed)."""
+    from PIL import Image, ImageDraw
+    img = Image.fromarray(frame).convert("RGB")
+    canvas = Image.new("RGB", (img.width, img.height + 14), "black")
+    canvas.paste(img, (0, 14))
+    ImageDraw.Draw(canvas).text((3, 2), text, fill="white")
+    return np.asarray(canvas)
+
+
+def _read_png(path: str) -> np.ndarray:
+    """Pixels rather than a path: a run folder may be outside the paths Gradio serves."""
+    from PIL import Image
+    with Image.open(path) as img:
+        return np.asarray(img.convert("RGB"))
+
+
+def run_of(directory: str) -> RunDir | None:
+    """The run directory behind a generator directory; the shipped asset has no grids/."""
+    return RunDir(directory) if os.path.isdir(os.path.join(directory, "grids")) else None
+
+
+def build(generator_dir, columns_default: int = 8, run_dir=None):
+    """Lay out the Sample tab's contents; `generator_dir()` says which generator to use.
+
+    run_dir: optional callable giving the current run's directory, for the timelapse of a run
+    that has grids but no generator yet; without it the run is found from generator_dir().
+    """
+    cache = GeneratorCache()
+    directions: dict = {}                          # generator key -> (directions, explained ratio)
+    upload = {"dir": None, "base": None, "name": ""}   # the server-wide override (see module doc)
+    upload_lock = threading.Lock()
+    outputs: dict = {}                             # lazily made temp folder for files we return
+    timelapse_cache: dict = {}
+
+    def out_dir() -> str:
+        # Returned files must live under tempfile.gettempdir() (or cwd) for Gradio to serve them.
+        if "dir" not in outputs or not os.path.isdir(outputs["dir"]):
+            outputs["dir"] = tempfile.mkdtemp(prefix="blink-sample-")
+        return outputs["dir"]
+
+    def out_path(name: str) -> str:
+        return os.path.join(tempfile.mkdtemp(dir=out_dir()), name)
+
+    def current_dir() -> str:
+        base = generator_dir()
+        with upload_lock:
+            if upload["dir"] and upload["base"] == base and os.path.isdir(upload["dir"]):
+                return upload["dir"]
+            if upload["dir"]:          # a new run produced a generator: the upload gives way
+                upload.update(dir=None, base=None, name="")
+        return base
+
+    def load():
+        return cache.get_with_key(current_dir())
+
+    def get_directions(generator, key):
+        if key not in directions:
+            directions.clear()     # only the current generator's are worth keeping
+            directions[key] = sampling.principal_directions(generator, k=N_DIRECTIONS)
+        return directions[key]
+
+    # ---- seeds --------------------------------------------------------------------------
     def sample(seed, count):
-        seed, count = _int(seed, "Seed", 0, 2**31 - 1), _int(count, "Count", 1, MAX_GRID)
-        generator, meta = cache.get(generator_dir())
+        seed, count = _int(seed, "Seed", 0, SEED_MAX), _int(count, "Count", 1, MAX_GRID)
+        generator, meta = cache.get(current_dir())
         images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim))
         caption = f"{count} samples, seed {seed}, generator from step {meta.get('step', '?')}"
         return grid_image(images, columns=min(columns_default, count)), caption
 
-    def interpolate(seed_a, seed_b, steps, mode):
-        seed_a, seed_b = _int(seed_a, "Seed A", 0, 2**31 - 1), _int(seed_b, "Seed B", 0, 2**31 - 1)
+    def download_samples(seed, count):
+        seed, count = _int(seed, "Seed", 0, SEED_MAX), _int(count, "Count", 1, MAX_ZIP)
+        generator, _ = cache.get(current_dir())
+        images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim))
+        return sampling.write_samples_zip(images, out_path(f"blink-seed{seed}-{count}.zip"), prefix=f"seed{seed}")
+
+    # ---- interpolation ------------------------------------------------------------------
+    def _interpolation(seed_a, seed_b, steps, mode):
+        seed_a, seed_b = _int(seed_a, "Seed A", 0, SEED_MAX), _int(seed_b, "Seed B", 0, SEED_MAX)
         steps = _int(steps, "Steps", 2, MAX_STRIP)
         if mode not in ("linear", "spherical"):
             raise gr.Error("Interpolation must be 'linear' or 'spherical'.")
-        generator, _ = cache.get(generator_dir())
+        generator, _ = cache.get(current_dir())
         z = sampling.interpolation_latents(seed_a, seed_b, steps, generator.z_dim, mode)
-        return grid_image(sampling.generate(generator, z), columns=steps)
+        return sampling.generate(generator, z), (seed_a, seed_b, steps, mode)
 
+    def interpolate(seed_a, seed_b, steps, mode):
+        images, (_, _, steps, _) = _interpolation(seed_a, seed_b, steps, mode)
+        return grid_image(images, columns=steps)
+
+    def interpolation_gif(seed_a, seed_b, steps, mode):
+        images, (a, b, steps, mode) = _interpolation(seed_a, seed_b, steps, mode)
+        frames = list(sampling.to_uint8(images))
+        frames = frames + frames[-2:0:-1]      # there and back, so the loop has no jump
+        path = sampling.write_gif(frames, out_path(f"blink-{mode}-{a}-to-{b}.gif"), duration_ms=90,
+                                  scale=_scale(images.shape[-1]))
+        return path, path
+
+    # ---- directions, truncation and neighbours --------------------------------------------
+    def _explored(seed, psi, amounts):
+        seed = _int(seed, "Seed", 0, SEED_MAX)
+        psi = _float(psi, "Truncation psi", 0.0, 2.0)
+        amounts = [_float(a, f"Direction {i + 1}", -DIRECTION_RANGE, DIRECTION_RANGE) for i, a in enumerate(amounts)]
+        (generator, meta), key = load()
+        dirs, ratio = get_directions(generator, key)
+        z = sampling.edit_latent(sampling.latents(seed, 1, generator.z_dim), dirs, amounts, psi)
+        return sampling.generate(generator, z)[0], meta, ratio, (seed, psi, amounts)
+
+    def explore(seed, psi, *amounts):
+        image, meta, ratio, (seed, psi, amounts) = _explored(seed, psi, amounts)
+        moved = ", ".join(f"PC{i + 1} {a:+.1f}" for i, a in enumerate(amounts) if a) or "no direction moved"
+        share = ", ".join(f"{r:.0%}" for r in ratio.tolist())
+        caption = (f"Seed {seed}, psi {psi:.2f}, {moved}. The 5 directions carry {share} of the first block's "
+                   f"variance (step {meta.get('step', '?')}).")
+        up = _scale(image.shape[-1])
+        return grid_image(image[None], columns=1).repeat(up, 0).repeat(up, 1), caption
+
+    def neighbours(seed, psi, k, *amounts):
+        k = _int(k, "Neighbours", 1, MAX_NEIGHBOURS)
+        image, meta, _, _ = _explored(seed, psi, amounts)
+        try:
+            pool, dataset = training_pool(meta, image.shape[-1], image.shape[0])
+        except Exception as exc:   # the dataset may be absent offline; say so instead of failing blankly
+            raise gr.Error(f"The training images are not available here: {exc}", title="No neighbours")
+        idx, dist = sampling.nearest_neighbours(image, pool, k)
+        real = pool[idx].numpy().astype(np.float32) / 127.5 - 1.0
+        strip = grid_image(np.concatenate([image[None], real]), columns=k + 1)
+        up = max(1, _scale(image.shape[-1]) // 2)
+        caption = (f"Left: the generated image. Then its {k} nearest of {len(pool):,} {dataset} training images "
+                   f"by pixel distance (L2: {', '.join(f'{d:.1f}' for d in dist)}). Near-copies would mean "
+                   "memorisation.")
+        return strip.repeat(up, 0).repeat(up, 1), caption
+
+    pools: dict = {}
+
+    def training_pool(meta, resolution, channels):
+        config = meta.get("config") or {}
+        key = (config.get("dataset"), config.get("data_path"), resolution, channels)
+        if key not in pools:
+            pools.clear()
+            pools[key] = sampling.training_images(meta, resolution, channels)
+        return pools[key]
+
+    # ---- timelapse -----------------------------------------------------------------------
+    def _run() -> RunDir | None:
+        if run_dir is not None:
+            path = run_dir()
+            if path and os.path.isdir(os.path.join(path, "grids")):
+                return RunDir(path)
+        return run_of(generator_dir())
+
+    def _grids():
+        run = _run()
+        grids = run.grids() if run else []
+        if not grids:
+            raise gr.Error("No training grids yet: the timelapse shows a run's fixed-noise grids "
+                           "(the shipped generator has none).")
+        return run, grids
+
+    def timelapse():
+        run, grids = _grids()
+        if len(grids) > MAX_TIMELAPSE_FRAMES:   # even subsample, always keeping the newest
+            keep = np.linspace(0, len(grids) - 1, MAX_TIMELAPSE_FRAMES).round().astype(int)
+            grids = [grids[i] for i in sorted(set(keep))]
+        key = (run.path, tuple(s for s, _ in grids))
+        if timelapse_cache.get("key") != key or not os.path.exists(timelapse_cache.get("path", "")):
+            from PIL import Image
+            frames = [_labelled(np.asarray(Image.open(p).convert("RGB")), f"step {s}") for s, p in grids]
+            # Linger on the newest grid before looping (a long last frame: PIL merges repeated ones).
+            path = sampling.write_gif(frames, out_path(f"{run.name}-timelapse.gif"),
+                                      duration_ms=[150] * (len(frames) - 1) + [1500])
+            timelapse_cache.update(key=key, path=path)
+        newest_step, newest_path = run.grids()[-1]
+        all_steps = [s for s, _ in run.grids()]
+        slider = gr.Slider(minimum=all_steps[0], maximum=max(newest_step, all_steps[0] + 1), value=newest_step,
+                           step=1, label="Grid at step", interactive=True)
+        caption = f"{len(all_steps)} grids, step {all_steps[0]} to {newest_step} (run {run.name}); showing step {newest_step}."
+        return timelapse_cache["path"], slider, _read_png(newest_path), caption
+
+    def grid_at(step):
+        step = _float(step, "Step", 0, 10**9)
+        run, grids = _grids()
+        chosen, path = min(grids, key=lambda g: (abs(g[0] - step), -g[0]))   # nearest logged grid
+        return _read_png(path), f"Grid at step {chosen} (of {len(grids)} logged, newest {grids[-1][0]})."
+
+    # ---- generator files -------------------------------------------------------------------
     def download():
-        directory = generator_dir()
+        directory = current_dir()
         files = [os.path.join(directory, n) for n in ("generator.safetensors", "generator.json")]
         if not all(os.path.exists(f) for f in files):
             raise gr.Error("No generator has been saved yet.")
         return files
 
+    def upload_generator(files):
+        paths = [f if isinstance(f, str) else getattr(f, "name", None) for f in (files or [])]
+        weights = [p for p in paths if p and p.lower().endswith(".safetensors")]
+        metas = [p for p in paths if p and p.lower().endswith(".json")]
+        if len(weights) != 1 or len(metas) != 1 or len(paths) != 2:
+            raise gr.Error("Upload exactly two files: generator.safetensors and generator.json "
+                           "(pickles such as .pt/.pth/.ckpt are never loaded).", title="Upload refused")
+        for path, limit in ((weights[0], sampling.MAX_WEIGHTS_MB * 2**20), (metas[0], sampling.MAX_META_BYTES)):
+            if os.path.getsize(path) > limit:   # before hashing or copying anything big
+                raise gr.Error(f"{os.path.basename(path)} is too large ({os.path.getsize(path):,} bytes; "
+                               f"limit {limit:,}).", title="Upload refused")
+        try:    # every check (header, spec, strict shapes, finite values) before it is used
+            generator, meta = sampling.load_generator(weights[0], metas[0])
+        except sampling.GeneratorFileError as exc:
+            raise gr.Error(str(exc), title="Upload refused")
+        digest = hashlib.sha256()
+        for path in (weights[0], metas[0]):
+            with open(path, "rb") as f:
+                digest.update(f.read())
+        kept = os.path.join(out_dir(), "uploaded", digest.hexdigest()[:16])
+        os.makedirs(kept, exist_ok=True)   # kept by us: Gradio may clean its upload cache
+        shutil.copyfile(weights[0], os.path.join(kept, "generator.safetensors"))
+        shutil.copyfile(metas[0], os.path.join(kept, "generator.json"))
+        cache.get(kept)                    # load the kept copy now, so a bad copy fails here
+        with upload_lock:
+            upload.update(dir=kept, base=generator_dir(), name=os.path.basename(weights[0]))
+        spec = generator.spec
+        return (f"Using the uploaded generator ({spec.channels}x{spec.resolution}x{spec.resolution}, z {spec.z_dim}, "
+                f"width {spec.width}, step {meta.get('step', '?')}) for everyone on this server, until a new run "
+                "saves a generator or you switch back.")
+
+    def use_run_generator():
+        with upload_lock:
+            upload.update(dir=None, base=None, name="")
+        return f"Using the run's generator ({os.path.basename(generator_dir().rstrip(os.sep))})."
+
+    # ---- layout ------------------------------------------------------------------------------
     with gr.Row():
         seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
         count = gr.Slider(1, MAX_GRID, value=64, step=1, label="Count")
         sample_button = gr.Button("Sample", variant="primary")
+        zip_button = gr.Button("Download samples (zip of PNGs)")
     caption = gr.Markdown()
     grid = gr.Image(label="Samples", format="png", type="numpy", interactive=False)
-    with gr.Row():
-        seed_a = gr.Number(value=1, precision=0, label="Seed A", minimum=0)
-        seed_b = gr.Number(value=2, precision=0, label="Seed B", minimum=0)
-        strip_steps = gr.Slider(2, MAX_STRIP, value=10, step=1, label="Steps")
-        mode = gr.Radio(["linear", "spherical"], value="spherical", label="Interpolation")
-        interpolate_button = gr.Button("Interpolate")
-    strip = gr.Image(label="Interpolation", format="png", type="numpy", interactive=False)
-    with gr.Row():
-        download_button = gr.Button("Download generator")
-        files = gr.File(label="Generator (safetensors + config JSON)", file_count="multiple")
+    samples_zip = gr.File(label="Samples (zip)")
 
+    with gr.Accordion("Interpolate between two seeds", open=True):
+        with gr.Row():
+            seed_a = gr.Number(value=1, precision=0, label="Seed A", minimum=0)
+            seed_b = gr.Number(value=2, precision=0, label="Seed B", minimum=0)
+            strip_steps = gr.Slider(2, MAX_STRIP, value=10, step=1, label="Steps")
+            mode = gr.Radio(["linear", "spherical"], value="spherical", label="Interpolation")
+            interpolate_button = gr.Button("Interpolate")
+            gif_button = gr.Button("Make GIF")
+        strip = gr.Image(label="Interpolation", format="png", type="numpy", interactive=False)
+        with gr.Row():
+            gif_preview = gr.Image(label="Interpolation (animated)", type="filepath", interactive=False)
+            gif_file = gr.File(label="Interpolation GIF")
+
+    with gr.Accordion("Directions, truncation and nearest real images", open=True):
+        gr.Markdown("Five directions found by PCA of the generator's first-layer features (GANSpace), "
+                    "in standard deviations of the latent. Psi < 1 pulls the latent toward the mean: "
+                    "more typical, less varied.")
+        with gr.Row():
+            explore_seed = gr.Number(value=0, precision=0, label="Explore seed", minimum=0)
+            psi = gr.Slider(0.0, 2.0, value=1.0, step=0.05, label="Truncation psi")
+            k = gr.Slider(1, MAX_NEIGHBOURS, value=6, step=1, label="Neighbours")
+        sliders = [gr.Slider(-DIRECTION_RANGE, DIRECTION_RANGE, value=0.0, step=0.1, label=f"Direction {i + 1}")
+                   for i in range(N_DIRECTIONS)]
+        with gr.Row():
+            explore_button = gr.Button("Render")
+            reset_button = gr.Button("Reset directions")
+            neighbours_button = gr.Button("Nearest real images")
+        with gr.Row():
+            explored = gr.Image(label="Explored image", format="png", type="numpy", interactive=False)
+            neighbour_strip = gr.Image(label="Nearest training images", format="png", type="numpy", interactive=False)
+        explore_caption = gr.Markdown()
+        neighbour_caption = gr.Markdown()
+
+    with gr.Accordion("Training timelapse", open=False):
+        gr.Markdown("The run's fixed-noise grids, oldest to newest (GIF; no MP4: that would need ffmpeg).")
+        timelapse_button = gr.Button("Load timelapse")
+        timelapse_caption = gr.Markdown()
+        with gr.Row():
+            timelapse_gif = gr.File(label="Timelapse GIF")
+            step_slider = gr.Slider(0, 1, value=1, step=1, label="Grid at step")
+        step_grid = gr.Image(label="Grid at the chosen step", format="png", type="numpy", interactive=False)
+
+    with gr.Accordion("Generator files", open=False):
+        with gr.Row():
+            download_button = gr.Button("Download generator")
+            files = gr.File(label="Generator (safetensors + config JSON)", file_count="multiple")
+        with gr.Row():
+            uploaded = gr.File(label="Upload a generator (generator.safetensors + generator.json)",
+                               file_count="multiple", file_types=[".safetensors", ".json"], type="filepath")
+            upload_button = gr.Button("Use uploaded generator")
+            back_button = gr.Button("Use the run's generator")
+        upload_status = gr.Markdown()
+
+    # ---- events --------------------------------------------------------------------------------
     sample_button.click(sample, [seed, count], [grid, caption], api_name="sample")
+    zip_button.click(download_samples, [seed, count], samples_zip, api_name="download_samples")
     interpolate_button.click(interpolate, [seed_a, seed_b, strip_steps, mode], strip, api_name="interpolate")
+    gif_button.click(interpolation_gif, [seed_a, seed_b, strip_steps, mode], [gif_preview, gif_file],
+                     api_name="interpolation_gif")
+    explore_inputs = [explore_seed, psi, *sliders]
+    explore_outputs = [explored, explore_caption]
+    explore_button.click(explore, explore_inputs, explore_outputs, api_name="explore")
+    explore_seed.submit(explore, explore_inputs, explore_outputs, api_visibility="private")
+    # .release, not .change: one render when the student lets go, not one per tick of a drag.
+    for slider in [psi, *sliders]:
+        slider.release(explore, explore_inputs, explore_outputs, api_visibility="private",
+                       trigger_mode="always_last")
+    reset_button.click(lambda: [0.0] * N_DIRECTIONS, None, sliders, api_visibility="private").then(
+        explore, explore_inputs, explore_outputs, api_visibility="private")
+    neighbours_button.click(neighbours, [explore_seed, psi, k, *sliders], [neighbour_strip, neighbour_caption],
+                            api_name="neighbours")
+    timelapse_button.click(timelapse, None, [timelapse_gif, step_slider, step_grid, timelapse_caption],
+                           api_name="timelapse")
+    step_slider.release(grid_at, step_slider, [step_grid, timelapse_caption], api_name="grid_at",
+                        trigger_mode="always_last")
     download_button.click(download, None, files, api_name="download_generator")
-    return {"grid": grid, "sample": sample, "seed": seed, "count": count, "caption": caption}
-
+    upload_button.click(upload_generator, uploaded, upload_status, api_name="upload_generator")
+    back_button.click(use_run_generator, None, upload_status, api_name="use_run_generator")
+    return {"grid": grid, "sample": sample, "seed": seed, "count": count, "caption": caption,
+            "explore": explore, "neighbours": neighbours, "timelapse": timelapse, "grid_at": grid_at,
+            "upload_generator": upload_generator, "current_dir": current_dir}

@@ -1,17 +1,22 @@
-"""Sampling from a trained generator: seeds, interpolation, and the sampling CLI.
+"""Sampling from a trained generator: seeds, interpolation, directions, neighbours, exports.
 
 Generators are loaded from `generator.safetensors` + `generator.json` (no pickle, so a shared
-file cannot run code). Latents are drawn on the CPU from the seed, so a seed gives the same
-images on any device.
+file cannot run code). Everything about a file is checked before any tensor is built: sizes,
+the safetensors header, the JSON spec, and every weight's name and shape against the
+generator the spec describes. Latents are drawn on the CPU from the seed, so a seed gives the
+same images on any device.
 
     python -m core.sample --run RUN_DIR --n 16 --seed 0 --out samples.npy
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import struct
 import sys
+import zipfile
 
 import numpy as np
 import torch
@@ -19,33 +24,134 @@ import torch
 from core.models import Generator, GeneratorSpec
 
 MAX_SAMPLES = 1024
+# Upload limits. The largest generator Blink trains (dcgan64, RGB 64x64) is ~3.6M parameters,
+# 14 MB in fp32; these leave room for that and refuse anything that would exhaust memory.
+MAX_WEIGHTS_MB = 64
+MAX_META_BYTES = 256 * 1024
+MAX_PARAMETERS = 16_000_000
+SPEC_LIMITS = {"z_dim": (1, 1024), "width": (1, 256)}
+SPEC_CHOICES = {"channels": (1, 3), "resolution": (28, 32, 64)}
+WEIGHT_DTYPES = ("F32", "F16", "BF16")
+DIRECTION_SAMPLES = 2000   # GANSpace uses ~1e4-1e6; 2,000 pin down the top 5 of a small DCGAN
+PICKLE_OPCODE = 0x80       # protocol-2+ pickles (torch.save's legacy format) start with PROTO
 
 
 class GeneratorFileError(ValueError):
     """A generator file that cannot be loaded; the message says why."""
 
 
+# ==== loading, with every check before any tensor is built =====================================
+def read_spec(meta_path: str) -> tuple[GeneratorSpec, dict]:
+    """The generator description: a small JSON object with an integer spec in range."""
+    try:
+        size = os.path.getsize(meta_path)
+    except OSError as exc:
+        raise GeneratorFileError(f"The generator description cannot be read: {exc}")
+    if size > MAX_META_BYTES:
+        raise GeneratorFileError(f"The generator description is {size} bytes; a real one is under "
+                                 f"{MAX_META_BYTES // 1024} KB.")
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+        raw = meta["spec"]
+        values = {}
+        for key in ("z_dim", "channels", "resolution", "width"):
+            v = raw[key]
+            # bool is an int subclass and 28.7 would silently truncate: both are refused.
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"spec.{key} must be a whole number, got {v!r}")
+            values[key] = v
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise GeneratorFileError(f"The generator description ({os.path.basename(meta_path)}) is not valid: {what}")
+    for key, (low, high) in SPEC_LIMITS.items():
+        if not low <= values[key] <= high:
+            raise GeneratorFileError(f"The generator description has spec.{key}={values[key]}; "
+                                     f"it must be between {low} and {high}.")
+    for key, choices in SPEC_CHOICES.items():
+        if values[key] not in choices:
+            raise GeneratorFileError(f"The generator description has spec.{key}={values[key]}; "
+                                     f"it must be one of {', '.join(map(str, choices))}.")
+    return GeneratorSpec(**values), meta
+
+
+def expected_shapes(spec: GeneratorSpec) -> dict[str, tuple[int, ...]]:
+    """Every weight's name and shape, from a generator built on the meta device (no memory)."""
+    with torch.device("meta"):
+        model = Generator(spec)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def read_safetensors_header(weights_path: str) -> dict:
+    """The safetensors JSON header, after checking the file really is one (not a pickle)."""
+    try:
+        size = os.path.getsize(weights_path)
+        with open(weights_path, "rb") as f:
+            head = f.read(9)
+            if size > MAX_WEIGHTS_MB * 2**20:
+                raise GeneratorFileError(f"The weights file is {size / 2**20:.1f} MB; the limit is {MAX_WEIGHTS_MB} MB.")
+            if head[:1] == bytes([PICKLE_OPCODE]) or head[:2] == b"PK":
+                raise GeneratorFileError("The weights file is a pickle / torch.save file, not safetensors. Blink never "
+                                         "loads pickles (unpickling can run code): export with safetensors.")
+            if len(head) < 9 or head[8:9] != b"{":
+                raise GeneratorFileError("The weights file is not a safetensors file (no JSON header).")
+            (header_len,) = struct.unpack("<Q", head[:8])
+            if header_len > min(size - 8, 10 * 2**20):
+                raise GeneratorFileError("The weights file is not a valid safetensors file (header length "
+                                         f"{header_len} does not fit in a {size}-byte file).")
+            f.seek(8)
+            header = json.loads(f.read(header_len))
+    except OSError as exc:
+        raise GeneratorFileError(f"The weights file cannot be read: {exc}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GeneratorFileError(f"The weights file is not a valid safetensors file: bad header ({exc}).")
+    if not isinstance(header, dict):
+        raise GeneratorFileError("The weights file is not a valid safetensors file: its header is not an object.")
+    header.pop("__metadata__", None)
+    return header
+
+
+def check_weights_match(header: dict, spec: GeneratorSpec) -> None:
+    """Strict match: the same names, the same shapes, floating-point dtypes only."""
+    expected = expected_shapes(spec)
+    missing = sorted(set(expected) - set(header))
+    unexpected = sorted(set(header) - set(expected))
+    if missing or unexpected:
+        parts = ([f"missing {', '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")] if missing else []) + \
+                ([f"unexpected {', '.join(unexpected[:3])}" + (" ..." if len(unexpected) > 3 else "")] if unexpected else [])
+        raise GeneratorFileError(f"The weights do not match the described generator ({'; '.join(parts)}).")
+    for name, shape in expected.items():
+        entry = header[name]
+        if not isinstance(entry, dict) or tuple(entry.get("shape", ())) != shape:
+            got = entry.get("shape") if isinstance(entry, dict) else entry
+            raise GeneratorFileError(f"The weights do not match the described generator ({name}: shape {got}, "
+                                     f"expected {list(shape)}).")
+        if entry.get("dtype") not in WEIGHT_DTYPES and not name.endswith("num_batches_tracked"):
+            raise GeneratorFileError(f"The weights file stores {name} as {entry.get('dtype')}; "
+                                     f"expected one of {', '.join(WEIGHT_DTYPES)}.")
+
+
 def load_generator(weights_path: str, meta_path: str, device: str = "cpu") -> tuple[Generator, dict]:
     """Rebuild a generator from its JSON description and load safetensors weights into it."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    try:
-        with open(meta_path) as f:
-            meta = json.load(f)
-        spec = GeneratorSpec(**{k: int(meta["spec"][k]) for k in ("z_dim", "channels", "resolution", "width")})
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise GeneratorFileError(f"The generator description ({os.path.basename(meta_path)}) is not valid: {exc}")
-    if not (1 <= spec.z_dim <= 4096 and spec.channels in (1, 3) and spec.resolution in (28, 32, 64)
-            and 1 <= spec.width <= 512):
-        raise GeneratorFileError(f"The generator description has out-of-range values: {spec}.")
+    spec, meta = read_spec(meta_path)
+    n_params = sum(int(np.prod(s)) for s in expected_shapes(spec).values())
+    if n_params > MAX_PARAMETERS:
+        raise GeneratorFileError(f"The described generator has {n_params:,} parameters; the limit is "
+                                 f"{MAX_PARAMETERS:,} (Blink's largest has ~3.6M).")
+    check_weights_match(read_safetensors_header(weights_path), spec)
     try:
         state = load_file(weights_path)
     except (OSError, SafetensorError, ValueError) as exc:
         raise GeneratorFileError(f"The weights file is not a valid safetensors file: {exc}")
+    bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise GeneratorFileError(f"The weights contain NaN or infinite values ({bad[0]}).")
     generator = Generator(spec)
     try:
         generator.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
+    except RuntimeError as exc:   # dtype/shape problems the header check did not foresee
         first = str(exc).splitlines()[0]
         raise GeneratorFileError(f"The weights do not match the described generator ({first}).")
     return generator.to(device).eval(), meta
@@ -58,9 +164,16 @@ def load_run_generator(run_path: str, device: str = "cpu") -> tuple[Generator, d
     return load_generator(weights, meta, device)
 
 
+# ==== latents ==================================================================================
 def latents(seed: int, n: int, z_dim: int) -> torch.Tensor:
     """n latent vectors from a seed, drawn on the CPU: identical on every device."""
     return torch.randn(n, z_dim, generator=torch.Generator().manual_seed(int(seed)))
+
+
+def truncate(z: torch.Tensor, psi: float) -> torch.Tensor:
+    """The truncation trick for N(0, I) latents: the mean is 0, so pulling toward it is z * psi.
+    psi < 1 trades variety for typical-looking samples; psi = 1 leaves z unchanged."""
+    return z * float(psi)
 
 
 @torch.no_grad()
@@ -90,24 +203,152 @@ def interpolation_latents(seed_a: int, seed_b: int, steps: int, z_dim: int, mode
     return (1 - t[:, None]) * a + t[:, None] * b
 
 
+# ==== GANSpace-style directions ================================================================
+@torch.no_grad()
+def first_block_features(generator: Generator, z: torch.Tensor) -> torch.Tensor:
+    """The first block's output (ConvT -> BN -> ReLU), flattened: (N, ch * start * start)."""
+    device = next(generator.parameters()).device
+    return generator.net[:3](z.to(device)[:, :, None, None]).float().flatten(1).cpu()
+
+
+@torch.no_grad()
+def principal_directions(generator: Generator, k: int = 5, n: int = DIRECTION_SAMPLES,
+                         seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """GANSpace (Härkönen et al. 2020) for a net without a style space: PCA of the first block's
+    features over n samples, then each component is expressed in latent space by regressing the
+    latents on the PCA coordinates (their BigGAN recipe). Returns (directions (k, z_dim) of unit
+    norm, explained variance ratio (k,)). Deterministic: fixed latents, seeded sketch, fixed signs."""
+    z = latents(seed, n, generator.z_dim)
+    features = first_block_features(generator, z)
+    mean = features.mean(0)
+    # pca_lowrank's random sketch is seeded in a forked RNG: the same directions every time,
+    # and the caller's global RNG is left alone. A few extra components and power iterations
+    # make the top k match an exact SVD (checked in tests) at a fraction of its cost.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        _, s, v = torch.pca_lowrank(features, q=min(k + 10, *features.shape), center=True, niter=6)
+    coords = (features - mean) @ v[:, :k]                                          # (n, k): PCA coordinates
+    total = (features - mean).pow(2).sum()
+    ratio = s[:k].pow(2) / total
+    # z ~ coords @ W: least squares gives the latent direction that moves along each component.
+    weights = torch.linalg.lstsq(coords, z - z.mean(0)).solution                  # (k, z_dim)
+    directions = weights / weights.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    # Eigenvectors have no sign; make it reproducible (largest latent entry positive).
+    signs = torch.sign(directions.gather(1, directions.abs().argmax(1, keepdim=True)))
+    return directions * signs, ratio
+
+
+def edit_latent(z: torch.Tensor, directions: torch.Tensor, amounts, psi: float = 1.0) -> torch.Tensor:
+    """Truncate z, then move it along unit directions. z ~ N(0, I), so the spread of z along
+    any unit direction is 1: an amount of 2 is two standard deviations."""
+    amounts = torch.as_tensor(list(amounts), dtype=z.dtype)
+    return truncate(z, psi) + amounts @ directions[: len(amounts)]
+
+
+# ==== nearest real neighbours ==================================================================
+def training_images(meta: dict, resolution: int, channels: int) -> tuple[torch.Tensor, str]:
+    """The dataset a generator was trained on, uint8 (N, C, H, W) at the generator's size."""
+    from core import data
+    config = meta.get("config") or {}
+    dataset = config.get("dataset", "bundled-mnist")
+    images = data.load(dataset, config.get("data_path", "") or "").images if dataset != "bundled-mnist" \
+        else data.load_bundled_mnist().images
+    if images.shape[1] != channels:   # e.g. a greyscale folder for an RGB model: compare in grey
+        images = images.float().mean(1, keepdim=True).expand(-1, channels, -1, -1).round().to(torch.uint8)
+    return data.resize(images, resolution), dataset
+
+
+def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+    """Indices and pixel-L2 distances (in [-1, 1] units) of the k pool images closest to image.
+
+    image: (C, H, W) float in [-1, 1]; pool: uint8 (N, C, H, W). Chunked, so a large pool never
+    becomes one big float copy."""
+    query = torch.as_tensor(image, dtype=torch.float32).flatten()
+    best_d, best_i = torch.empty(0), torch.empty(0, dtype=torch.long)
+    for start in range(0, len(pool), chunk):
+        block = pool[start:start + chunk].flatten(1).float().div_(127.5).sub_(1.0)
+        d = ((block - query) ** 2).sum(1).sqrt()
+        best_d = torch.cat([best_d, d])
+        best_i = torch.cat([best_i, torch.arange(start, start + len(block))])
+        keep = best_d.topk(min(k, len(best_d)), largest=False).indices
+        best_d, best_i = best_d[keep], best_i[keep]
+    order = best_d.argsort()
+    return best_i[order].numpy(), best_d[order].numpy()
+
+
+# ==== exports ==================================================================================
+def to_uint8(images: np.ndarray) -> np.ndarray:
+    """(N, C, H, W) in [-1, 1] -> (N, H, W, C) uint8."""
+    return ((np.clip(images, -1, 1) + 1) * 127.5).round().astype(np.uint8).transpose(0, 2, 3, 1)
+
+
+def _pil(frame: np.ndarray, scale: int = 1):
+    from PIL import Image
+    img = Image.fromarray(frame[..., 0] if frame.ndim == 3 and frame.shape[-1] == 1 else frame)
+    return img.resize((img.width * scale, img.height * scale), Image.NEAREST) if scale > 1 else img
+
+
+def write_gif(frames: list[np.ndarray], path: str, duration_ms: int | list[int] = 80, scale: int = 1) -> str:
+    """An endlessly looping animated GIF from uint8 (H, W[, C]) frames, written atomically.
+    duration_ms: one value, or one per frame."""
+    if not frames:
+        raise ValueError("no frames to animate")
+    images = [_pil(f, scale).convert("RGB") for f in frames]
+    buffer = io.BytesIO()
+    # disposal=1 and optimize=False keep every frame: PIL would otherwise merge identical ones.
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=duration_ms,
+                   loop=0, disposal=1, optimize=False)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(buffer.getvalue())
+    os.replace(tmp, path)
+    return path
+
+
+def write_png(image: np.ndarray, path: str) -> str:
+    _pil(image).save(path, format="PNG")
+    return path
+
+
+def write_samples_zip(images: np.ndarray, path: str, prefix: str = "sample") -> str:
+    """(N, C, H, W) in [-1, 1] -> a zip of N PNG files prefix_000.png ..."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:   # PNGs are compressed already
+        for i, pixels in enumerate(to_uint8(images)):
+            buffer = io.BytesIO()
+            _pil(pixels).save(buffer, format="PNG")
+            archive.writestr(f"{prefix}_{i:03d}.png", buffer.getvalue())
+    return path
+
+
+# ==== CLI ======================================================================================
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m core.sample",
                                      description="Write N generated images as float32 (N, C, H, W) in [-1, 1].")
     parser.add_argument("--run", required=True, help="run directory with generator.safetensors")
     parser.add_argument("--n", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True, help="output .npy file")
+    parser.add_argument("--psi", type=float, default=1.0, help="truncation: z * psi (default 1: none)")
+    parser.add_argument("--out", required=True, help="output .npy file (or .png for a grid, .zip for PNGs)")
     args = parser.parse_args(argv)
     if not 1 <= args.n <= MAX_SAMPLES:
         print(f"error: --n must be between 1 and {MAX_SAMPLES}", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.psi <= 2.0:
+        print("error: --psi must be between 0 and 2", file=sys.stderr)
         return 2
     try:
         generator, meta = load_run_generator(args.run)
     except GeneratorFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    images = generate(generator, latents(args.seed, args.n, generator.z_dim)).astype(np.float32)
-    np.save(args.out, images)
+    images = generate(generator, truncate(latents(args.seed, args.n, generator.z_dim), args.psi)).astype(np.float32)
+    if args.out.endswith(".png"):
+        from core.rundir import grid_image
+        write_png(grid_image(images, columns=min(8, args.n)), args.out)
+    elif args.out.endswith(".zip"):
+        write_samples_zip(images, args.out, prefix=f"seed{args.seed}")
+    else:
+        np.save(args.out, images)
     print(f"wrote {args.out}: {images.shape} from step {meta.get('step')}")
     return 0
 
