@@ -5,7 +5,7 @@
 #   usage: tools/make_shipped_generator.sh [STEPS] [RUN_DIR]
 set -euo pipefail
 # One thread: on a shared 2-core machine, torch's two spinning OpenMP threads per process
-# oversubscribe the cores (measured 0.26 steps/s with the default threads vs see README).
+# oversubscribe the cores (measured here: 0.26 steps/s with the default threads, ~2 with one).
 STEPS="${1:-3000}"
 RUN_DIR="${2:-/tmp/shipgen}"
 cd "$(dirname "$0")/.."
