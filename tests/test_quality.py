@@ -1,0 +1,171 @@
+"""The quality meters measure what they claim: real digits score as digits, noise does not.
+
+Real MNIST test digits come from the IDX files in ../shared/data/mnist when present (the split
+the classifier never saw); otherwise from the bundled subset (training digits, so only a
+weaker check of the same code path).
+"""
+import gzip
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from core import quality
+from core.data import load_bundled_mnist
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+T10K = os.path.join(os.path.dirname(ROOT), "shared", "data", "mnist")
+# The weights are a build product of tools/train_classifier.py; without them only SWD is testable.
+needs_classifier = pytest.mark.skipif(not os.path.exists(quality.CLASSIFIER_WEIGHTS),
+                                      reason="assets/mnist_classifier.safetensors missing: run tools/train_classifier.py")
+
+
+def _read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+@pytest.fixture(scope="module")
+def test_digits():
+    """(images uint8 (N, 28, 28), labels, name): 2,000 held-out digits, or bundled ones."""
+    images_path = os.path.join(T10K, "t10k-images-idx3-ubyte.gz")
+    labels_path = os.path.join(T10K, "t10k-labels-idx1-ubyte.gz")
+    try:
+        images, labels = _read_idx(images_path), _read_idx(labels_path)
+        return images[:2000], labels[:2000].astype(np.int64), "t10k"
+    except (OSError, ValueError, IndexError):
+        bundled = load_bundled_mnist()
+        return bundled.images[::5, 0].numpy(), bundled.labels[::5].numpy(), "bundled"
+
+
+@pytest.fixture(scope="module")
+def meter():
+    return quality.MnistMeter(load_bundled_mnist().images)
+
+
+@needs_classifier
+def test_classifier_is_small_loads_without_pickle_and_is_accurate(test_digits):
+    assert os.path.getsize(quality.CLASSIFIER_WEIGHTS) < 1_000_000
+    with open(quality.CLASSIFIER_WEIGHTS, "rb") as f:   # a safetensors header, not a pickle
+        header_len = int.from_bytes(f.read(8), "little")
+        assert json.loads(f.read(header_len))
+    info = quality.classifier_info()
+    assert info["test_accuracy"] >= 0.99, info
+    images, labels, _ = test_digits
+    net = quality.load_classifier()
+    _, probs = quality.classify(net, images)
+    assert (probs.argmax(1) == labels).mean() >= 0.985
+
+
+@needs_classifier
+def test_frechet_distance_real_vs_real_small_and_noise_large(meter, test_digits):
+    images, _, _ = test_digits
+    real = meter.score_samples(images[:1000])
+    noise = meter.score_samples(np.random.default_rng(0).integers(0, 256, (1000, 28, 28), dtype=np.uint8))
+    blank = meter.score_samples(np.zeros((1000, 28, 28), np.uint8))
+    assert real["fd"] >= 0
+    assert noise["fd"] > 50 * max(real["fd"], 0.1), (real, noise)
+    assert blank["fd"] > 50 * max(real["fd"], 0.1), (real, blank)
+
+
+@needs_classifier
+def test_frechet_distance_matches_the_textbook_formula(meter):
+    """The eigen-based trace equals tr(sqrtm(S1 S2)) computed the slow way."""
+    rng = np.random.default_rng(1)
+    feats = rng.normal(size=(500, quality.MnistNet.FEATURES)) * 0.5 + 0.1
+    ref = meter.reference
+    sigma = np.cov(feats, rowvar=False)
+    w, v = np.linalg.eig(ref.sigma @ sigma)
+    expected = (np.sum((ref.mu - feats.mean(0)) ** 2) + np.trace(ref.sigma) + np.trace(sigma)
+                - 2 * np.sqrt(w.astype(complex)).real.sum())
+    assert quality.frechet_distance(ref, feats) == pytest.approx(expected, rel=1e-6, abs=1e-6)
+
+
+@needs_classifier
+def test_confident_share_and_classes(meter, test_digits):
+    images, _, _ = test_digits
+    real = meter.score_samples(images[:1000])
+    assert real["confident"] >= 0.95 and real["classes"] == 10
+    assert quality.recognizable(real)
+    noise = meter.score_samples(np.random.default_rng(0).integers(0, 256, (1000, 28, 28), dtype=np.uint8))
+    assert noise["confident"] < 0.5 and not quality.recognizable(noise)
+    ones = meter.score_samples(images[: 1000][_labels_of(test_digits)[:1000] == 1])
+    assert ones["classes"] == 1 and not quality.recognizable(ones)   # mode collapse is caught
+
+
+def _labels_of(test_digits):
+    return test_digits[1]
+
+
+@needs_classifier
+def test_module_score_samples_accepts_floats_and_64px(test_digits):
+    images, _, _ = test_digits
+    floats = images[:500].astype(np.float32) / 127.5 - 1
+    big = torch.nn.functional.interpolate(torch.from_numpy(floats)[:, None], size=64, mode="bilinear")
+    a, b = quality.score_samples(floats), quality.score_samples(big)
+    assert a["confident"] > 0.9 and b["confident"] > 0.9
+
+
+class _TableGenerator(nn.Module):
+    """A 'generator' that returns real images by latent index: a known-perfect G."""
+
+    def __init__(self, images: torch.Tensor):
+        super().__init__()
+        self.z_dim = 100
+        self.images = images
+        self.bn = nn.BatchNorm1d(1)
+        self.seen_training = []
+
+    def forward(self, z):
+        self.seen_training.append(self.training)
+        idx = (z.flatten(1)[:, 0].abs() * 1e4).long() % len(self.images)
+        return self.images[idx]
+
+
+@needs_classifier
+def test_measure_restores_train_mode_is_deterministic_and_cheap(meter, test_digits):
+    images, _, _ = test_digits
+    G = _TableGenerator(torch.from_numpy(images).float()[:, None] / 127.5 - 1)
+    G.train()
+    first = meter.measure(G, torch.device("cpu"))
+    assert G.training and G.seen_training and not any(G.seen_training)   # eval inside, train after
+    second = meter.measure(G, torch.device("cpu"))
+    assert first["fd"] == second["fd"]                                   # fixed latents
+    assert quality.recognizable(first)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        meter.measure(G, torch.device("cpu"))
+        times.append(time.perf_counter() - t0)
+    assert min(times) < 1.0   # target is 0.3 s on 2 idle cores; a loose bound for a shared CI box
+
+
+@needs_classifier
+def test_for_dataset_picks_the_meter():
+    bundled = load_bundled_mnist()
+    assert isinstance(quality.for_dataset("bundled-mnist", bundled, 28), quality.MnistMeter)
+    colour = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
+    assert isinstance(quality.for_dataset("cifar10", colour, 32), quality.SwdMeter)
+
+
+def test_swd_real_vs_real_small_and_noise_large():
+    gen = torch.Generator().manual_seed(0)
+    # Smooth colour images (blurred low-resolution noise) stand in for photos: structure at every scale.
+    def smooth(n):
+        low = torch.rand(n, 3, 8, 8, generator=gen)
+        return torch.nn.functional.interpolate(low, size=32, mode="bicubic", align_corners=False).clamp(0, 1)
+    real = (smooth(512) * 255).round().to(torch.uint8)
+    meter = quality.SwdMeter(real[:256], 32)
+    same = meter.score_samples(real[256:])
+    noise = meter.score_samples(torch.rand(256, 3, 32, 32, generator=gen) * 2 - 1)
+    flat = meter.score_samples(torch.zeros(256, 3, 32, 32) + torch.rand(256, 3, 1, 1, generator=gen) * 2 - 1)
+    assert set(same) == {"swd", "swd_32px", "swd_16px"}
+    assert noise["swd"] > 3 * same["swd"], (same, noise)
+    assert flat["swd"] > 3 * same["swd"], (same, flat)
