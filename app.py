@@ -30,6 +30,7 @@ def main() -> None:
         parser.error("--keep-runs must be at least 1 (the current run is always kept)")
 
     from app.job import Job
+    from core.config import TrainConfig
     from app.ui import build_app
     job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb)
     demo = build_app(job, host_key=args.host_key)
@@ -37,7 +38,7 @@ def main() -> None:
     atexit.register(job.shutdown)
     signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
     demo.queue(default_concurrency_limit=4).launch(server_name=args.host, server_port=args.port, share=args.share,
-                                                    show_error=True)
+                                                    show_error=True, max_file_size=f"{TrainConfig.max_image_mb}mb")
 
 
 if __name__ == "__main__":   # required: the spawned trainer re-imports the main module

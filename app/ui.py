@@ -21,8 +21,9 @@ import gradio as gr
 
 from app import sample_tab, views
 from app.job import Job, JobBusy, ResumeRefused
-from core import devices
-from core.rundir import FINAL_STATES
+from core import data, devices, uploads
+from core.data import DatasetError
+from core.rundir import FINAL_STATES, grid_image
 from core.config import DATASETS, DEVICES, GANS, PRECISIONS, PRESETS, ConfigError, TrainConfig, validate
 
 POLL_SECONDS = 1.0
@@ -47,25 +48,23 @@ class DeviceCache:
 
 
 def precision_choices(info: devices.DeviceInfo) -> list[tuple[str, str]]:
-    """Radio choices that say which precisions this device cannot run, and why."""
-    choices = []
-    for precision in PRECISIONS:
-        reason = info.precision_refused.get(precision)
-        label = precision if not reason else f"{precision} (not on {info.kind}: {reason.split(';')[0].split('.')[0]})"
-        choices.append((label, precision))
-    return choices
+    """Radio choices that mark the precisions this device cannot run (the reasons sit below)."""
+    return [(p if p not in info.precision_refused else f"{p} (not on this {info.kind})", p) for p in PRECISIONS]
+
+
+def precision_notes(info: devices.DeviceInfo) -> str:
+    """Why a precision is refused or comes with a caveat on this device, in full sentences."""
+    notes = [f"**{p}**: {info.precision_refused[p]}" for p in PRECISIONS if p in info.precision_refused]
+    notes += [f"**{p}**: {info.precision_warned[p]}" for p in PRECISIONS if p in info.precision_warned]
+    return "  \n".join(notes)
 
 
 def dataset_size(dataset: str, data_path: str) -> int | None:
-    """Size for validation, if it can be known cheaply (None: checked again by the trainer)."""
-    from core import data
-    info_fn = getattr(data, "dataset_info", None)
-    if info_fn is not None:
-        info = info_fn(dataset, data_path)
-        if not info.get("available", True):
-            raise ConfigError(info.get("message") or f"Dataset {dataset} is not available.")
-        return info.get("size")
-    return 10_000 if dataset == "bundled-mnist" else None
+    """Size for validation (None when unknown until decoded; the trainer checks again)."""
+    info = data.dataset_info(dataset, data_path)
+    if not info["available"]:
+        raise ConfigError(info["message"])
+    return info["size"]
 
 
 # URL query parameters that may preset the form (a teacher's "Share this setup" link).
@@ -238,6 +237,33 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
             raise gr.Error(str(exc), title="A run is going")
         return f"Resuming run `{run.name}` from its checkpoint."
 
+    def use_upload(path):
+        """Check an uploaded zip on the server (size, entries, images) and train from it."""
+        if not path:
+            return gr.skip(), gr.skip(), gr.skip()
+        try:
+            kept = uploads.keep_upload(path, TrainConfig.max_image_mb)
+        except DatasetError as exc:
+            raise gr.Error(str(exc), title="Upload refused")
+        return "folder", kept["path"], kept["message"]
+
+    def show_dataset(dataset, data_path):
+        """What the chosen dataset holds, and a grid of its real images, before training."""
+        try:
+            data_path = check_data_path(str(dataset), data_path)
+        except ConfigError as exc:
+            return f"⚠️ {exc}", None
+        if dataset == "folder" and not data_path:
+            return "Upload a zip of images, or type a folder path above.", None
+        info = data.dataset_info(dataset, data_path)
+        if not info["available"]:
+            return f"⚠️ {info['message']}", None
+        try:
+            images = data.preview(dataset, data_path, n=32)
+        except DatasetError as exc:
+            return f"⚠️ {exc}", None
+        return info["message"], grid_image(images, columns=8)
+
     def status_api() -> dict:
         """The run as plain JSON for scripts: status, event count, newest event and grid."""
         snap = job.snapshot()
@@ -295,10 +321,19 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                 with gr.Row():
                     batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size", minimum=1,
                                            maximum=4096)
-                    precision = gr.Radio(precision_choices(info), value="fp32", label="Precision")
+                    precision = gr.Radio(precision_choices(info), value="fp32", label="Precision",
+                                         info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
                     device = gr.Dropdown(list(DEVICES), value="auto", label="Device")
                     steps = gr.Number(value=TrainConfig.steps, precision=0, label="Training length (steps)",
                                       minimum=1, maximum=1_000_000)
+                gr.Markdown(precision_notes(info), elem_id="precision-notes")
+                with gr.Accordion("Dataset: upload your images, preview real ones", open=False):
+                    with gr.Row():
+                        upload = gr.File(label="Zip of PNG/JPEG images", file_types=[".zip"], type="filepath")
+                        with gr.Column():
+                            dataset_note = gr.Markdown(elem_id="dataset-note")
+                            preview = gr.Image(label="Real images from the dataset", format="png", type="numpy",
+                                               interactive=False, elem_id="dataset-preview")
                 with gr.Accordion("Advanced: how often to log, draw a grid and save", open=False):
                     with gr.Row():
                         log_every = gr.Number(value=TrainConfig.log_every, precision=0, minimum=1, label="Log every (steps)",
@@ -332,7 +367,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                 with gr.Accordion("Diagnostics", open=False):
                     diagnostics = gr.Dataframe(headers=["what", "value"], interactive=False)
             with gr.Tab("Sample", id="sample"):
-                sample_tab.build(job.generator_dir)
+                sample_tab.build(job.generator_dir, run_dir=lambda: job.run.path if job.run else None)
 
         form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
                 checkpoint_every]
@@ -344,6 +379,9 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         timer.tick(poll, seen, [status, loss_plot, extra_plot, quality_plot, grid, diagnostics, tabs, seen],
                    api_name="poll", concurrency_limit=None, show_progress="hidden")
         gr.api(status_api, api_name="status", concurrency_limit=None)
+        upload.upload(use_upload, upload, [dataset, data_path, dataset_note], api_name="upload_dataset")
+        gr.on([dataset.change, data_path.submit, demo.load], show_dataset, [dataset, data_path],
+              [dataset_note, preview], api_name="preview_dataset", show_progress="hidden")
         demo.load(load_setup, None, query_form + [setup_note], api_visibility="private").then(
             share_link, query_form, share, api_visibility="private")
         gr.on([c.change for c in query_form], share_link, query_form, share, api_visibility="private",
