@@ -5,7 +5,7 @@
 Two workloads, each trained for the same steps with the real models from core.models:
   * MNIST (the real 60k IDX files in ../shared/data/mnist), preset "fast" at 28x28, batch 64.
   * 64x64 own images: synthetic JPEGs of mixed sizes in a temp folder, preset "dcgan64", batch 64.
-For each: BEFORE = a torchvision-style Dataset + DataLoader that decodes/transforms per item
+For each (steps interleaved across pipelines, see compare()): BEFORE = a torchvision-style Dataset + DataLoader that decodes/transforms per item
 (ToTensor/Normalize for MNIST; open, Resize(64), CenterCrop(64) for the folder), AFTER = Blink's
 decoded-once cache + BatchStream, and AFTER + a one-batch background prefetch thread (to decide
 whether BatchStream should prefetch on non-CUDA devices). It prints the share of step time spent
@@ -29,35 +29,54 @@ sys.path.insert(0, ROOT)
 MNIST_DIR = os.path.join(os.path.dirname(ROOT), "shared", "data", "mnist")
 
 
-def train_share(batches, preset: str, channels: int, resolution: int, steps: int, warmup: int = 3) -> dict:
-    """Run `steps` DCGAN steps (one D + one G update, as core.train.Loop); time next(batches)."""
-    import torch
-    from core import losses, models
-    torch.manual_seed(0)
-    G, D = models.build("dcgan", preset, channels, resolution, 100)
-    opt_g = torch.optim.Adam(G.parameters(), 2e-4, betas=(0.5, 0.999))
-    opt_d = torch.optim.Adam(D.parameters(), 2e-4, betas=(0.5, 0.999))
-    loss = losses.make_loss("dcgan")
-    data_s = total_s = 0.0
-    for i in range(warmup + steps):
+class Trainer:
+    """One DCGAN step = one D + one G update, as core.train.Loop; times next(batches) apart."""
+
+    def __init__(self, batches, preset: str, channels: int, resolution: int):
+        import torch
+        from core import losses, models
+        torch.manual_seed(0)
+        self.batches, self.shape = batches, (channels, resolution, resolution)
+        self.G, self.D = models.build("dcgan", preset, channels, resolution, 100)
+        self.opt_g = torch.optim.Adam(self.G.parameters(), 2e-4, betas=(0.5, 0.999))
+        self.opt_d = torch.optim.Adam(self.D.parameters(), 2e-4, betas=(0.5, 0.999))
+        self.loss = losses.make_loss("dcgan")
+        self.data_s = self.total_s = 0.0
+        self.steps = 0
+
+    def step(self, timed: bool) -> None:
+        import torch
         t0 = time.perf_counter()
-        real = next(batches)
+        real = next(self.batches)
         t1 = time.perf_counter()
-        assert real.shape[1:] == (channels, resolution, resolution), real.shape
-        fake = G(torch.randn(real.shape[0], 100, 1, 1))
-        loss_d, _ = loss.discriminator_loss(D, real, fake)
-        opt_d.zero_grad(set_to_none=True)
+        assert real.shape[1:] == self.shape, real.shape
+        fake = self.G(torch.randn(real.shape[0], 100, 1, 1))
+        loss_d, _ = self.loss.discriminator_loss(self.D, real, fake)
+        self.opt_d.zero_grad(set_to_none=True)
         loss_d.backward()
-        opt_d.step()
-        loss_g, _ = loss.generator_loss(D, fake)
-        opt_g.zero_grad(set_to_none=True)
+        self.opt_d.step()
+        loss_g, _ = self.loss.generator_loss(self.D, fake)
+        self.opt_g.zero_grad(set_to_none=True)
         loss_g.backward()
-        opt_g.step()
-        t2 = time.perf_counter()
-        if i >= warmup:
-            data_s += t1 - t0
-            total_s += t2 - t0
-    return dict(share=data_s / total_s, data_ms=1000 * data_s / steps, step_ms=1000 * total_s / steps)
+        self.opt_g.step()
+        if timed:
+            self.data_s += t1 - t0
+            self.total_s += time.perf_counter() - t0
+            self.steps += 1
+
+    def result(self) -> dict:
+        return dict(share=self.data_s / self.total_s, data_ms=1000 * self.data_s / self.steps,
+                    step_ms=1000 * self.total_s / self.steps)
+
+
+def compare(pipelines: dict, preset: str, channels: int, resolution: int, steps: int, warmup: int = 3) -> list:
+    """Steps of the pipelines interleaved (A, B, C, A, B, C, ...): load from other processes on
+    the machine then slows all of them alike, so the ratios stay fair on a busy machine."""
+    trainers = {name: Trainer(batches, preset, channels, resolution) for name, batches in pipelines.items()}
+    for i in range(warmup + steps):
+        for trainer in trainers.values():
+            trainer.step(timed=i >= warmup)
+    return [(name, t.result()) for name, t in trainers.items()]
 
 
 def endless(loader):
@@ -146,15 +165,17 @@ def main() -> None:
         naive = datasets.MNIST(os.path.join(tmp, "naive"), train=True, download=False,
                                transform=transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))]))
         loader = DataLoader(naive, batch_size=64, shuffle=True, drop_last=True, num_workers=args.workers)
-        rows = [("before: MNIST Dataset + DataLoader", train_share((b for b, _ in endless(loader)), "fast", 1, 28, args.steps))]
         t0 = time.perf_counter()
         mnist = data.load("mnist", MNIST_DIR)
         first = time.perf_counter() - t0
         t0 = time.perf_counter()
         mnist = data.load("mnist")
         second = time.perf_counter() - t0
-        rows.append(("after: cached BatchStream", train_share(data.BatchStream(mnist.images, 64, "cpu"), "fast", 1, 28, args.steps)))
-        rows.append(("after + prefetch thread", train_share(prefetched(data.BatchStream(mnist.images, 64, "cpu")), "fast", 1, 28, args.steps)))
+        rows = compare({
+            "before: MNIST Dataset + DataLoader": (b for b, _ in endless(loader)),
+            "after: cached BatchStream": data.BatchStream(mnist.images, 64, "cpu"),
+            "after + prefetch thread": prefetched(data.BatchStream(mnist.images, 64, "cpu", seed=1)),
+        }, "fast", 1, 28, args.steps)
         report(f"MNIST, preset fast (28x28): cache built once in {first:.1f} s "
                f"({len(mnist)} images), loaded again in {second * 1000:.0f} ms", rows)
 
@@ -163,15 +184,17 @@ def main() -> None:
         os.makedirs(folder)
         synthetic_jpegs(folder, args.images)
         loader = DataLoader(ImageFiles(folder), batch_size=64, shuffle=True, drop_last=True, num_workers=args.workers)
-        rows = [("before: ImageFolder-style + DataLoader", train_share((b for b, _ in endless(loader)), "dcgan64", 3, 64, args.steps))]
         t0 = time.perf_counter()
         own = data.load("folder", folder)
         first = time.perf_counter() - t0
         t0 = time.perf_counter()
         own = data.load("folder", folder)
         second = time.perf_counter() - t0
-        rows.append(("after: cached BatchStream", train_share(data.BatchStream(own.images, 64, "cpu"), "dcgan64", 3, 64, args.steps)))
-        rows.append(("after + prefetch thread", train_share(prefetched(data.BatchStream(own.images, 64, "cpu")), "dcgan64", 3, 64, args.steps)))
+        rows = compare({
+            "before: ImageFolder-style + DataLoader": (b for b, _ in endless(loader)),
+            "after: cached BatchStream": data.BatchStream(own.images, 64, "cpu"),
+            "after + prefetch thread": prefetched(data.BatchStream(own.images, 64, "cpu", seed=1)),
+        }, "dcgan64", 3, 64, args.steps)
         report(f"{args.images} JPEGs (80-200 px) -> 64x64, preset dcgan64: cache built once in {first:.1f} s, "
                f"loaded again in {second * 1000:.0f} ms", rows)
     finally:
