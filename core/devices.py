@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -109,18 +110,37 @@ def _cpu_info(notice: str = "") -> DeviceInfo:
 
 
 def _xla_cpu_info(notice: str = "") -> DeviceInfo:
-    cores = int(os.environ.get("CPU_NUM_DEVICES", "1") or 1)
+    # Always one replica, whatever CPU_NUM_DEVICES says: collectives across several XLA:CPU
+    # devices under torch_xla.launch hang (one thread per device, mismatched op ids; upstream
+    # pytorch/xla#5342, #9089), so `launch` never replicates on XLA:CPU. Multi-device XLA:CPU
+    # is exercised by the SPMD test instead.
     return DeviceInfo(
-        "xla-cpu", f"XLA:CPU ({cores} device{'s' if cores > 1 else ''})", cores,
+        "xla-cpu", "XLA:CPU (1 device)", 1,
         {"fp16": "XLA devices compute in bfloat16, not float16; use bf16 (no loss scaling needed) or fp32."},
         {"bf16": "XLA:CPU emulates bfloat16: correct, but slow. It is here to test the TPU path."},
         notice)
 
 
+def _tpu_cores(chips: int) -> int:
+    """TPU devices (replicas) on this host, without initialising the XLA runtime.
+
+    A chip has 2 cores on v2/v3 and 1 (megacore) from v4 on. torch_xla reads the generation
+    from TPU_ACCELERATOR_TYPE or the VM's metadata; if that fails we guess from the chip
+    count (4 chips is most often a v2/v3-8 on Colab/Kaggle). The trainer reports the real
+    number (status 'cores') once the runtime is up.
+    """
+    forced = int(os.environ.get("TPU_NUM_DEVICES", "0") or 0)
+    if forced:
+        return forced
+    try:
+        from torch_xla._internal import tpu
+        return int(tpu.num_available_devices()) or max(chips, 1)
+    except Exception:
+        return max(chips, 1) * (2 if chips == 4 else 1)
+
+
 def _tpu_info(chips: int, notice: str = "") -> DeviceInfo:
-    # A TPU chip has 1 (v4+) or 2 (v2/v3) cores; the runtime knows the exact count, but asking
-    # it would initialise the runtime here. The trainer reports the real number once running.
-    cores = int(os.environ.get("TPU_NUM_DEVICES", "0") or 0) or max(chips, 1) * (2 if chips == 4 else 1)
+    cores = _tpu_cores(chips)
     return DeviceInfo(
         "tpu", f"TPU ({cores} cores)", cores,
         {"fp16": "TPUs have no float16 matrix units; use bf16 (same range as fp32, no loss scaling)."},
@@ -218,7 +238,16 @@ class Runtime:
         else:
             self.device = torch.device("cuda" if info.kind == "cuda" else "cpu")
             self.world_size, self.rank = 1, 0
+            if info.kind == "cuda":
+                # Batch shapes never change (drop_last), so cuDNN's one-off algorithm search
+                # pays for itself after the first step.
+                torch.backends.cudnn.benchmark = True
         self.is_master = self.rank == 0
+        # XLA_ALWAYS_ALLREDUCE=1 keeps collectives in the graph even with one replica; we honour
+        # it too (loss means, stop/pause agreement), so a 1-device run exercises the exact
+        # multi-core code path (the only way to run it on XLA:CPU, see _xla_cpu_info).
+        self.replicated = self.is_xla and (
+            self.world_size > 1 or os.environ.get("XLA_ALWAYS_ALLREDUCE", "0").lower() in ("1", "true"))
 
     # ---- seeding --------------------------------------------------------------------
     def seed(self, seed: int) -> None:
@@ -268,17 +297,21 @@ class Runtime:
         the values are ready; reading them costs one device sync, which the caller only asks
         for every log_every steps.
         """
-        def call(values):
-            fn({k: float(v) for k, v in values.items()})
         if self.is_xla:
             import torch_xla.core.xla_model as xm
-            xm.add_step_closure(call, args=(tensors,))
+            # Inside the closure the tensors are already computed device data: float() is a
+            # plain transfer. (Stacking them first would add a graph to compile and run.)
+            xm.add_step_closure(lambda values: fn({k: float(v) for k, v in values.items()}), args=(tensors,))
         else:
-            call(tensors)
+            import torch
+            names = list(tensors)
+            # One device-to-host copy for all values: one CUDA sync, not one per value.
+            floats = torch.stack([tensors[k].detach().float().reshape(()) for k in names]).cpu().tolist()
+            fn(dict(zip(names, floats)))
 
     def mean_across_replicas(self, tensors: dict) -> dict:
         """Global means of scalar tensors: one core's loss is not the model's loss."""
-        if not self.is_xla or self.world_size == 1:
+        if not self.replicated:
             return tensors
         import torch
         import torch_xla.core.xla_model as xm
@@ -286,6 +319,21 @@ class Runtime:
         stacked = torch.stack([tensors[k].float() for k in names])
         reduced = xm.all_reduce(xm.REDUCE_SUM, stacked, scale=1.0 / self.world_size)
         return {k: reduced[i] for i, k in enumerate(names)}
+
+    def any_replica(self, flag: bool) -> bool:
+        """True on every replica if flag is true on any: stop / pause decisions must agree.
+
+        Replicas read the control file at slightly different moments; if one stopped while the
+        others stepped on, their next all-reduce would wait forever. Out-of-graph rendezvous
+        (xm.mesh_reduce, which syncs first), so call it between steps, never inside one; and
+        every replica must make the same sequence of calls (decide only on agreed values).
+        """
+        if not self.replicated:
+            return bool(flag)
+        import torch_xla.core.xla_model as xm
+        with warnings.catch_warnings():   # mesh_reduce calls the deprecated xm.xla_device()
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return bool(xm.mesh_reduce("blink_any_replica", int(bool(flag)), max))
 
     def broadcast_parameters(self, module) -> None:
         """Start every replica from replica 0's weights."""
@@ -329,11 +377,17 @@ class Runtime:
         return {k: v.detach().to("cpu").clone() for k, v in module.state_dict().items()}
 
 
-def launch(fn: Callable, args: tuple, info: DeviceInfo) -> None:
-    """Run fn(rank, *args) once per replica: torch_xla.launch on a multi-core TPU, else inline."""
+def launch(fn: Callable, args: tuple, info: DeviceInfo, num_cores: int = 0) -> None:
+    """Run fn(rank, *args) once per replica: torch_xla.launch on a multi-core TPU, else inline.
+
+    num_cores: 0 = every core; 1 = a single replica (torch_xla's single-process mode, so the
+    process owns one core, not all of them). torch_xla.launch cannot start any other count
+    (its nprocs is None or 1), so other values run on every core.
+    XLA:CPU is never replicated: its cross-device collectives hang (see _xla_cpu_info).
+    """
     if info.kind == "tpu" and info.cores > 1:
         import torch_xla
-        torch_xla.launch(fn, args=args)
+        torch_xla.launch(fn, args=args, debug_single_process=num_cores == 1)
     else:
         fn(0, *args)
 

@@ -1,0 +1,53 @@
+"""The real trainer on one XLA:CPU device with XLA_ALWAYS_ALLREDUCE=1, driven by pause / stop.
+
+With that variable the multi-core code paths run for real on one device: xm.optimizer_step
+all-reduces the gradients in the graph, loss means go through xm.all_reduce, and every
+stop / pause decision goes through Runtime.any_replica (xm.mesh_reduce). A controller
+thread asks for a pause once a few steps are logged, waits for status 'paused', then asks
+for a stop. (Several CPU devices under launch would hang in these collectives.)
+
+    XLA_ALWAYS_ALLREDUCE=1 python allreduce_control.py OUT.json RUN_DIR
+"""
+import os
+import sys
+import threading
+import time
+
+from _common import tiny_config, write_result
+
+
+def main(out, run_path):
+    from core.rundir import RunDir
+    from core.train import train
+
+    config = tiny_config(steps=400, log_every=2, grid_every=1000)
+    os.makedirs(os.path.join(run_path, "grids"), exist_ok=True)
+    run = RunDir(run_path)
+    run.write_config(config)
+    seen = {"paused_at": None, "paused_status_step": None}
+
+    def control():
+        deadline = time.time() + 240
+        while time.time() < deadline and run.read_status().get("step", 0) < 4:
+            time.sleep(0.05)
+        run.request("pause")
+        while time.time() < deadline and run.read_status().get("state") != "paused":
+            time.sleep(0.05)
+        seen["paused_status_step"] = run.read_status().get("step")
+        time.sleep(1.0)                      # paused: the step count must not move
+        seen["paused_at"] = run.read_status().get("step")
+        run.request("stop")
+
+    thread = threading.Thread(target=control, daemon=True)
+    thread.start()
+    state = train(config, run_path)
+    thread.join(timeout=5)
+    import torch_xla.debug.metrics as met
+    events, _ = run.read_events()
+    write_result(out, {"state": state, "status": run.read_status(), "seen": seen,
+                       "events": events, "counters": sorted(met.counter_names()),
+                       "always_allreduce": os.environ.get("XLA_ALWAYS_ALLREDUCE")})
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
