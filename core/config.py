@@ -115,6 +115,8 @@ def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dic
         raise ConfigError(f"batch_size {cfg.batch_size} is too large; use at most 4096 (64-256 is typical).")
     if cfg.steps > 1_000_000:
         raise ConfigError(f"steps {cfg.steps} is too many for a demo; use at most 1,000,000.")
+    if not 1 <= cfg.max_image_mb <= 2000:
+        raise ConfigError(f"max_image_mb {cfg.max_image_mb} must be between 1 and 2000.")
     if cfg.quality_every < 0 or cfg.num_cores < 0:
         raise ConfigError("quality_every and num_cores must be 0 or more.")
     if cfg.dataset == "folder" and not cfg.data_path:

@@ -108,7 +108,7 @@ class Loop:
 
         # ---- data: decoded, resized and cached once; this replica's shard only ----------
         t0 = time.perf_counter()
-        dataset = data.load(config.dataset, config.data_path)
+        dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb)
         self.preset, self.preset_reason = models.resolve_preset(config.preset, info.kind)
         resolution = models.model_resolution(self.preset, dataset.resolution)
         images = data.resize(dataset.images, resolution)
@@ -116,6 +116,7 @@ class Loop:
         self.stream = data.BatchStream(images, config.batch_size, self.rt.device, self.rt.rank,
                                        self.rt.world_size, config.seed, keep_on_device=info.kind == "cuda")
         self.data_load_seconds = time.perf_counter() - t0
+        self.images_skipped = dataset.skipped
 
         # ---- models and optimizers -------------------------------------------------------
         self.G, self.D = models.build(config.gan, self.preset, dataset.channels, resolution, config.z_dim)
@@ -338,6 +339,7 @@ class Loop:
             "compiles": rt.compile_count(), "fallback_ops": rt.fallback_ops(),
             "data_wait_share": round(self.data_seconds / elapsed, 4) if elapsed > 0 else None,
             "data_load_seconds": round(self.data_load_seconds, 2),
+            "unreadable_images_skipped": self.images_skipped,
             "first_step_seconds": round(self.first_step_seconds, 2) if self.first_step_seconds else None,
         }
         warning = self.warning
