@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from core.config import ConfigError, TrainConfig
-from core.rundir import FINAL_STATES, RunDir, default_root, list_runs
+from core.rundir import FINAL_STATES, RunDir, default_root, list_runs, pid_alive
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 SHIPPED_GENERATOR = os.path.join(ASSETS, "generator")
@@ -44,23 +44,6 @@ def _train_child(config_dict: dict, run_path: str, resume: bool, parent_pid: int
     RunDir(run_path).write_status("starting", "Starting the trainer...", pid=os.getpid())
     from core.train import train
     train(TrainConfig.from_dict(config_dict), run_path, resume=resume, watch_parent=parent_pid)
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) still answers kill(0); /proc says what it is.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def _failure_hint(message: str) -> str:

@@ -61,6 +61,23 @@ def png_bytes(image: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
+def pid_alive(pid: int | None) -> bool:
+    """True if a process with this pid runs (a zombie, exited but not yet reaped, does not)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
 class RunDir:
     def __init__(self, path: str):
         self.path = os.path.abspath(path)

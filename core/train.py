@@ -19,7 +19,7 @@ import traceback
 from dataclasses import fields
 
 from core.config import ConfigError, TrainConfig, validate
-from core.rundir import RunDir
+from core.rundir import RunDir, pid_alive
 
 GRID_SIZE = 64        # the seed's 64 fixed noise vectors
 DIVERGED_LOGS = 40    # consecutive log points with D winning outright before we warn
@@ -150,6 +150,7 @@ class Loop:
         self.d_wins_streak = 0
         self.warning = ""
         self.data_seconds = 0.0
+        _install_nan_fault(self)
         self.quality = None
         if self.master and config.quality_every:
             from core import quality
@@ -265,7 +266,6 @@ class Loop:
 
     def _after_log(self) -> None:
         cfg, rt = self.config, self.rt
-        _install_nan_fault(self)
         if not self.values_finite:
             bad = ", ".join(k for k, v in self.last_values.items() if not math.isfinite(v))
             kept = (f"The last good checkpoint (step {self.saved_step}) is kept."
@@ -410,10 +410,7 @@ class _NanAtStep:
 
 
 def _install_nan_fault(loop) -> None:
-    """Installed at the first log tick (step 1), so the hook can poison any step from 2 on."""
-    if getattr(loop, "_nan_fault_checked", False):
-        return
-    loop._nan_fault_checked = True
+    """Wrap the loop's batch stream if the test hook asks for a NaN at a step still to come."""
     value = os.environ.get(FAULT_NAN_ENV, "").strip()
     if value.isdigit() and int(value) > loop.step_count:
         loop.stream = _NanAtStep(loop.stream, loop, int(value))
@@ -474,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {resume} has no checkpoint yet, so it cannot be resumed.", file=sys.stderr)
             return 2
         status = run.read_status()
-        if status.get("state") not in ("done", "stopped", "failed") and _pid_alive(status.get("pid")):
+        if status.get("state") not in ("done", "stopped", "failed") and pid_alive(status.get("pid")):
             print(f"error: {resume} is still training (pid {status['pid']}); stop it first.", file=sys.stderr)
             return 2
         # Flags given explicitly must match the run's config: its checkpoint (weights and
@@ -527,22 +524,6 @@ def trim_events(run: RunDir, step: int) -> None:
     if len(kept) != len(events):
         write_atomic(run.file("events.jsonl"),
                      "".join(json.dumps(e, allow_nan=True) + "\n" for e in kept).encode())
-
-
-def _pid_alive(pid) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:   # a zombie still answers kill(0)
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 if __name__ == "__main__":
