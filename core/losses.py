@@ -89,7 +89,9 @@ class Hinge:
 
     def discriminator_loss(self, D, real, fake):
         real_logits, fake_logits = D(real).float(), D(fake.detach()).float()
-        loss = F.relu(1 - real_logits).mean() + F.relu(1 + fake_logits).mean()
+        # clamp_min, not F.relu: XLA's autocast runs relu in bf16 even on fp32 inputs, and the
+        # loss must stay fp32.
+        loss = (1 - real_logits).clamp_min(0).mean() + (1 + fake_logits).clamp_min(0).mean()
         return loss, {"d_real": real_logits.mean().detach(), "d_fake": fake_logits.mean().detach()}
 
     def generator_loss(self, D, fake):

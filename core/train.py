@@ -67,7 +67,7 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     except (ConfigError, ValueError) as exc:
         run.write_status("failed", str(exc))
         return "failed"
-    devices.launch(_replica, (config, run_path, resume, watch_parent, info), info)
+    devices.launch(_replica, (config, run_path, resume, watch_parent, info), info, num_cores=config.num_cores)
     return run.read_status().get("state", "failed")
 
 
@@ -80,7 +80,7 @@ def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, watch_
     except Stop as stop:
         if loop is not None:
             loop.finish(stop.state, stop.message)
-        else:
+        elif rank == 0:
             run.write_status(stop.state, stop.message)
     except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
         message = f"{type(exc).__name__}: {exc}".strip()
@@ -88,8 +88,9 @@ def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, watch_
         with open(run.file("error.log"), "a") as f:
             f.write(traceback.format_exc())
         kept = f" The last checkpoint (step {loop.saved_step}) is kept." if loop and loop.saved_step else ""
-        run.write_status("failed", f"Training failed: {message[:300]}.{kept}" + (f" Hint: {hint}" if hint else ""),
-                         hint=hint)
+        if rank == 0:   # one replica speaks for the run (each one logs its traceback above)
+            run.write_status("failed", f"Training failed: {message[:300]}.{kept}" + (f" Hint: {hint}" if hint else ""),
+                             hint=hint)
         if isinstance(exc, KeyboardInterrupt):
             raise
 
@@ -179,19 +180,18 @@ class Loop:
         """Save only weights that produced finite losses: a diverged run keeps its last good one."""
         if not self.values_finite or self.step_count == self.saved_step:
             return
-        rt = self.rt
-        g_state = rt.cpu_state_dict(self.G)
-        state = {
-            "version": 1, "config": self.config.to_dict(), "step": self.step_count,
-            "elapsed": self.elapsed_before + (time.perf_counter() - self.t_start),
-            "G": g_state, "D": rt.cpu_state_dict(self.D),
-            "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
-            "scaler_g": self.scaler_g.state_dict() if self.scaler_g else None,
-            "scaler_d": self.scaler_d.state_dict() if self.scaler_d else None,
-            "fixed_noise": self.fixed_noise,
-        }
-        if self.master:
-            self.run_dir.save_checkpoint(state)
+        if self.master:   # replicas hold identical weights: one copy to the host is enough
+            rt = self.rt
+            g_state = rt.cpu_state_dict(self.G)
+            self.run_dir.save_checkpoint({
+                "version": 1, "config": self.config.to_dict(), "step": self.step_count,
+                "elapsed": self.elapsed_before + (time.perf_counter() - self.t_start),
+                "G": g_state, "D": rt.cpu_state_dict(self.D),
+                "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
+                "scaler_g": self.scaler_g.state_dict() if self.scaler_g else None,
+                "scaler_d": self.scaler_d.state_dict() if self.scaler_d else None,
+                "fixed_noise": self.fixed_noise,
+            })
             meta = {"spec": self.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
                     "preset": self.preset, "format": "blink-generator-v1"}
             self.run_dir.save_generator(g_state, meta)

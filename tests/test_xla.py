@@ -165,13 +165,8 @@ def autocast_dtypes(tmp_path_factory) -> dict:
         return json.load(f)
 
 
-HINGE_BF16 = pytest.mark.xfail(
-    strict=True, reason="core/losses.py Hinge uses F.relu, which XLA autocast runs in bf16, so its loss_d "
-                        "is bf16; fix: compute (1 - x).clamp_min(0) (fp32) instead")
-
-
 @pytest.mark.xla
-@pytest.mark.parametrize("gan", ["dcgan", "wgan-gp", pytest.param("hinge", marks=HINGE_BF16)])
+@pytest.mark.parametrize("gan", ["dcgan", "wgan-gp", "hinge"])
 def test_autocast_bf16_policy_on_xla(autocast_dtypes, gan):
     """Convolutions in bf16; normalisation, generator output and every loss in fp32."""
     assert autocast_dtypes["kind"] == "xla-cpu"
