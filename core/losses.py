@@ -12,6 +12,8 @@ updates per generator update) is a fixed Python loop in core/train.py Loop.step.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -43,11 +45,21 @@ def gradient_penalty(D: nn.Module, real: torch.Tensor, fake: torch.Tensor,
     if alpha is None:
         alpha = torch.rand(real.size(0), 1, 1, 1, device=real.device, dtype=real.dtype)
     x_hat = (alpha * real.detach() + (1 - alpha) * fake.detach()).requires_grad_(True)
-    scores = D(x_hat).float()
-    (grad,) = torch.autograd.grad(scores.sum(), x_hat, create_graph=True)
+    with _no_fp16(real.device.type):
+        scores = D(x_hat).float()
+        (grad,) = torch.autograd.grad(scores.sum(), x_hat, create_graph=True)
     # epsilon inside the root: the norm's gradient is NaN at exactly zero.
     norms = (grad.float().flatten(1).pow(2).sum(1) + 1e-12).sqrt()
     return (norms - 1).pow(2).mean()
+
+
+def _no_fp16(device_type: str):
+    """Autocast off for the penalty under fp16: its input gradients are not loss-scaled (the
+    scaler only sees the final loss), so in fp16 they can underflow to zero. bf16 has fp32's
+    range and keeps its autocast."""
+    if torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) == torch.float16:
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
 
 
 class NonSaturating:
