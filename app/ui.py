@@ -271,20 +271,24 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                            "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path,
                            "host_key_required": bool(host_key)})
 
-    def poll(seen: dict):
-        """One timer tick: skip everything when nothing changed since this viewer's last tick."""
+    def poll(seen: dict, seed=0, count=64):
+        """One timer tick: skip everything when nothing changed since this viewer's last tick.
+
+        When this viewer watched the run end, the page switches to the Sample tab with fresh
+        samples from the run's final generator."""
         snap = job.snapshot()
         if snap.version and snap.version == seen.get("version"):
-            return (gr.skip(),) * 7 + (seen,)
+            return (gr.skip(),) * 9 + (seen,)
         state = snap.status.get("state", "")
         gan = snap.status.get("gan", "dcgan")
         switch = (state in ("done", "stopped") and seen.get("run") == snap.run_name
                   and seen.get("state") not in ("done", "stopped", None, ""))
         tabs = gr.Tabs(selected="sample") if switch else gr.skip()
+        samples = sampler["sample"](seed, count) if switch else (gr.skip(), gr.skip())
         new_seen = {"version": snap.version, "run": snap.run_name, "state": state}
         return (views.status_line(snap.status, snap.run_name), views.loss_table(snap.events),
                 views.extra_table(snap.events, gan), views.quality_table(snap.events), snap.grid_path,
-                views.diagnostics_table(snap.status), tabs, new_seen)
+                views.diagnostics_table(snap.status), tabs, *samples, new_seen)
 
     def load_setup(request: gr.Request):
         """Preset the form from the URL (?dataset=...&steps=...); invalid values are ignored, visibly."""
@@ -367,7 +371,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                 with gr.Accordion("Diagnostics", open=False):
                     diagnostics = gr.Dataframe(headers=["what", "value"], interactive=False)
             with gr.Tab("Sample", id="sample"):
-                sample_tab.build(job.generator_dir, run_dir=lambda: job.run.path if job.run else None)
+                sampler = sample_tab.build(job.generator_dir, run_dir=lambda: job.run.path if job.run else None)
 
         form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
                 checkpoint_every]
@@ -376,9 +380,14 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         stop_button.click(stop, key, message, api_name="stop", concurrency_limit=None)
         pause_button.click(pause, key, message, api_name="pause", concurrency_limit=None)
         resume_button.click(resume, [resume_steps, key], message, api_name="resume")
-        timer.tick(poll, seen, [status, loss_plot, extra_plot, quality_plot, grid, diagnostics, tabs, seen],
+        timer.tick(poll, [seen, sampler["seed"], sampler["count"]],
+                   [status, loss_plot, extra_plot, quality_plot, grid, diagnostics, tabs, sampler["grid"],
+                    sampler["caption"], seen],
                    api_name="poll", concurrency_limit=None, show_progress="hidden")
         gr.api(status_api, api_name="status", concurrency_limit=None)
+        # The Sample tab is alive the moment the page opens (the shipped generator, or the run's).
+        demo.load(sampler["sample"], [sampler["seed"], sampler["count"]], [sampler["grid"], sampler["caption"]],
+                  api_visibility="private", show_progress="hidden")
         upload.upload(use_upload, upload, [dataset, data_path, dataset_note], api_name="upload_dataset")
         gr.on([dataset.change, data_path.submit, demo.load], show_dataset, [dataset, data_path],
               [dataset_note, preview], api_name="preview_dataset", show_progress="hidden")

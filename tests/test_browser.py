@@ -35,6 +35,8 @@ def test_start_watch_then_sample_tab(tmp_path):
             # The plot and the grid change as training goes, and the page lands on Sample at the end.
             expect(page.get_by_role("tab", name="Sample")).to_have_attribute("aria-selected", "true",
                                                                              timeout=400_000)
+            # ...with fresh samples from the run's final generator, not the shipped one.
+            expect(page.get_by_text("generator from step 150")).to_be_visible(timeout=30_000)
             page.get_by_role("tab", name="Train").click()
             assert grid.get_attribute("src") != first_grid
             expect(page.locator("#status")).to_contain_text("done")
