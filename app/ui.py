@@ -286,7 +286,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         tabs = gr.Tabs(selected="sample") if switch else gr.skip()
         samples = sampler["sample"](seed, count) if switch else (gr.skip(), gr.skip())
         new_seen = {"version": snap.version, "run": snap.run_name, "state": state}
-        return (views.status_line(snap.status, snap.run_name), views.loss_table(snap.events),
+        return (views.status_line(snap.status, snap.run_name, snap.events), views.loss_table(snap.events),
                 views.extra_table(snap.events, gan), views.quality_table(snap.events), snap.grid_path,
                 views.diagnostics_table(snap.status), tabs, *samples, new_seen)
 
@@ -364,7 +364,8 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                         loss_plot = gr.LinePlot(x="step", y="value", color="series", label="Losses",
                                                 elem_id="loss-plot")
                         extra_plot = gr.LinePlot(x="step", y="value", color="series", label="Discriminator view")
-                        quality_plot = gr.LinePlot(x="step", y="value", color="series", label="Quality")
+                        quality_plot = gr.LinePlot(x="step", y="value", color="series",
+                                                   label="Quality (distance to real images: lower is better)")
                     with gr.Column(scale=2):
                         grid = gr.Image(label="Samples from fixed noise", format="png", type="filepath",
                                         interactive=False, elem_id="sample-grid")

@@ -28,9 +28,29 @@ def extra_table(events: list[dict], gan: str) -> pd.DataFrame:
     return long_table(events, EXTRA_SERIES.get(gan, {}))
 
 
+# The distance each meter reports (lower is better): one curve on one scale.
+QUALITY_DISTANCES = {"quality_fd": "Frechet distance (MNIST classifier features)",
+                     "quality_swd": "sliced Wasserstein distance x1e3"}
+
+
 def quality_table(events: list[dict]) -> pd.DataFrame:
-    keys = sorted({k for e in events for k in e if k.startswith(QUALITY_PREFIX)})
-    return long_table(events, {k: k[len(QUALITY_PREFIX):].replace("_", " ") for k in keys})
+    return long_table(events, QUALITY_DISTANCES)
+
+
+def quality_summary(events: list[dict]) -> str:
+    """The newest quality point in words, e.g. 'quality: 52% of samples confidently digits, 10/10 digits'."""
+    last = next((e for e in reversed(events) if any(k.startswith(QUALITY_PREFIX) for k in e)), None)
+    if last is None:
+        return ""
+    parts = []
+    if "quality_confident" in last:
+        parts.append(f"{last['quality_confident']:.0%} of samples confidently digits")
+    if "quality_classes" in last:
+        parts.append(f"{int(last['quality_classes'])}/10 digit classes")
+    for key, label in (("quality_fd", "FD"), ("quality_swd", "SWD")):
+        if isinstance(last.get(key), (int, float)) and math.isfinite(last[key]):
+            parts.append(f"{label} {last[key]:.1f}")
+    return f"quality at step {last['step']}: " + ", ".join(parts)
 
 
 def _duration(seconds) -> str:
@@ -41,7 +61,7 @@ def _duration(seconds) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def status_line(status: dict, run_name: str = "") -> str:
+def status_line(status: dict, run_name: str = "", events: list[dict] | None = None) -> str:
     """One Markdown line a room can read from the back: device, state, progress, speed, time left."""
     if not status:
         return "No run yet. Pick a dataset and press **Start**."
@@ -59,6 +79,9 @@ def status_line(status: dict, run_name: str = "") -> str:
     line = " · ".join(parts)
     message = status.get("message", "")
     extras = [message] if message and message not in ("Training...",) else []
+    quality = quality_summary(events or [])
+    if quality:
+        extras.append(quality)
     for key in ("notice", "warning"):
         if status.get(key):
             extras.append(f"⚠️ {status[key]}")
