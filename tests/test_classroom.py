@@ -247,7 +247,7 @@ def test_forced_nan_fails_with_explanation_and_cli_resumes(runs_root):
     assert all(torch.isfinite(t).all() for t in checkpoint["G"].values() if t.is_floating_point())
 
     # A changed config is refused with the reason; nothing is trained.
-    refused = subprocess.run([sys.executable, "-m", "core.train", "--resume", run_path, "--lr-g", "0.001"],
+    refused = subprocess.run([sys.executable, "-m", "core.train", "--resume", run_path, "--lr-g", "0.0005"],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "config changed in lr_g" in refused.stderr
 

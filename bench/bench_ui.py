@@ -1,0 +1,79 @@
+"""The app as a user meets it: seconds from pressing Start to the first loss point, and memory.
+
+    python bench/bench_ui.py            # 3 runs, medians
+    python bench/bench_ui.py --runs 1
+
+Starts the real app (`python app.py`) as its own process, presses Start through the named API
+(default settings, bundled MNIST, a short run), and polls /status every 50 ms until the first
+event exists. Then reports the peak resident memory (VmHWM) of the UI process and of the
+trainer process, and whether the UI process ever imported torch_xla.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def vm_hwm_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def one_run(client, steps: int) -> tuple[float, float | None]:
+    """(seconds to the first loss point, trainer peak RSS MB sampled while it runs)."""
+    t0 = time.perf_counter()
+    client.predict("bundled-mnist", "", "dcgan", "auto", 64, "fp32", "auto", steps, api_name="/start")
+    first = None
+    trainer_peak = None
+    while True:
+        status = client.predict(api_name="/status")
+        if first is None and status.get("events"):
+            first = time.perf_counter() - t0
+        if status.get("pid"):
+            trainer_peak = max(trainer_peak or 0, vm_hwm_mb(status["pid"]) or 0) or trainer_peak
+        if status.get("state") in ("done", "failed", "stopped"):
+            return first, trainer_peak
+        time.sleep(0.05)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=300)
+    args = parser.parse_args()
+    from tests.apphelpers import RunningApp
+    app = RunningApp(tempfile.mkdtemp(prefix="blink-bench-ui-")).wait_ready()
+    try:
+        client = app.client()
+        firsts, trainer_peaks = [], []
+        for i in range(args.runs):
+            first, peak = one_run(client, args.steps)
+            firsts.append(first)
+            trainer_peaks.append(peak)
+            print(f"run {i + 1}: first loss point {first:.2f} s after Start; trainer peak RSS {peak:.0f} MB")
+        ui_peak = vm_hwm_mb(app.process.pid)
+        with open(f"/proc/{app.process.pid}/maps") as f:
+            xla_loaded = "torch_xla" in f.read()
+        print(f"first loss point after Start: median {statistics.median(firsts):.2f} s over {args.runs} runs "
+              f"(target <= 3 s)")
+        print(f"trainer peak RSS: median {statistics.median(trainer_peaks):.0f} MB (target <= 1500 MB)")
+        print(f"UI process peak RSS: {ui_peak:.0f} MB (target <= 1024 MB); torch_xla loaded in the UI: {xla_loaded}")
+    finally:
+        app.stop()
+
+
+if __name__ == "__main__":
+    main()
