@@ -32,7 +32,7 @@ def main() -> None:
     from app.job import Job
     from core.config import TrainConfig
     from app.ui import build_app
-    job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb)
+    job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, standby=True)
     demo = build_app(job, host_key=args.host_key)
     # Closing the app ends its trainer (with a checkpoint) rather than leaving an orphan.
     atexit.register(job.shutdown)

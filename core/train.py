@@ -48,6 +48,15 @@ def hint_for(message: str) -> str:
     return ""
 
 
+def warm_up() -> None:
+    """Import what a run needs before one is asked for (a standby trainer calls this).
+
+    torch.optim.Adam's first construction imports torch._dynamo, ~1.5 s on 2 cores: paid here,
+    it no longer delays the first loss point after Start."""
+    import torch._dynamo  # noqa: F401
+    from core import data, devices, losses, models, quality  # noqa: F401
+
+
 class Stop(Exception):
     """Raised inside the loop to end a run cleanly (checkpoint kept)."""
     def __init__(self, state: str, message: str):
@@ -152,10 +161,12 @@ class Loop:
         self.warning = ""
         self.data_seconds = 0.0
         _install_nan_fault(self)
-        self.quality = None
+        self.quality, self._make_quality = None, None
         if self.master and config.quality_every:
             from core import quality
-            self.quality = quality.for_dataset(config.dataset, dataset, resolution)
+            # Built at the first measurement, not here: its real-image features take ~0.4 s,
+            # which would delay the first loss point on the page.
+            self._make_quality = lambda: quality.for_dataset(config.dataset, dataset, resolution)
 
     # ---- checkpoints ---------------------------------------------------------------------
     def _load_checkpoint(self) -> None:
@@ -249,7 +260,7 @@ class Loop:
                 self._after_log()
             if step % cfg.checkpoint_every == 0:
                 self.save_checkpoint()
-            if self.quality and (step % cfg.quality_every == 0 or step == cfg.steps):
+            if self._make_quality and (step % cfg.quality_every == 0 or step == cfg.steps):
                 self._measure_quality()
         self.finish("done", f"Finished {self.step_count} steps.")
 
@@ -368,6 +379,8 @@ class Loop:
             self.run_dir.save_grid(images.float().cpu().numpy(), self.step_count)
 
     def _measure_quality(self) -> None:
+        if self.quality is None:
+            self.quality = self._make_quality()
         values = self.quality.measure(self.G, self.rt.device)
         self.run_dir.append_event({"step": self.step_count, "time": round(self._elapsed(), 3),
                                    **{f"quality_{k}": v for k, v in _rounded(values).items()}})
