@@ -4,13 +4,13 @@
 # pickle-free pair (generator.safetensors + generator.json) into assets/generator/.
 #   usage: tools/make_shipped_generator.sh [STEPS] [RUN_DIR]
 set -euo pipefail
-# One thread: on a shared 2-core machine, torch's two spinning OpenMP threads per process
-# oversubscribe the cores (measured here: 0.26 steps/s with the default threads, ~2 with one).
+# Torch's default threads: on a quiet 2-core machine two threads are 1.75x faster than one
+# (bench/bench_threads.py); on a busy one, set OMP_NUM_THREADS=1 (two threads then collapse).
 STEPS="${1:-3000}"
 RUN_DIR="${2:-/tmp/shipgen}"
 cd "$(dirname "$0")/.."
 rm -rf "$RUN_DIR"
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m core.train --dataset bundled-mnist --gan dcgan --preset fast --device cpu --precision fp32 \
+python -m core.train --dataset bundled-mnist --gan dcgan --preset fast --device cpu --precision fp32 \
     --seed 0 --steps "$STEPS" --checkpoint-every "$STEPS" --grid-every 250 --run-dir "$RUN_DIR"
 mkdir -p assets/generator
 cp "$RUN_DIR/generator.safetensors" "$RUN_DIR/generator.json" assets/generator/
