@@ -286,9 +286,21 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         tabs = gr.Tabs(selected="sample") if switch else gr.skip()
         samples = sampler["sample"](seed, count) if switch else (gr.skip(), gr.skip())
         new_seen = {"version": snap.version, "run": snap.run_name, "state": state}
-        return (views.status_line(snap.status, snap.run_name, snap.events), views.loss_table(snap.events),
-                views.extra_table(snap.events, gan), views.quality_table(snap.events), snap.grid_path,
-                views.diagnostics_table(snap.status), tabs, *samples, new_seen)
+        return (*rendered(snap, gan), tabs, *samples, new_seen)
+
+    render_cache = {"version": None, "views": None}
+    render_lock = threading.Lock()
+
+    def rendered(snap, gan):
+        """The views of one snapshot, built once and shared by every viewer's tick."""
+        with render_lock:
+            if render_cache["version"] != snap.version or not snap.version:
+                render_cache["views"] = (
+                    views.status_line(snap.status, snap.run_name, snap.events), views.loss_table(snap.events),
+                    views.extra_table(snap.events, gan), views.quality_table(snap.events), snap.grid_path,
+                    views.diagnostics_table(snap.status))
+                render_cache["version"] = snap.version
+            return render_cache["views"]
 
     def load_setup(request: gr.Request):
         """Preset the form from the URL (?dataset=...&steps=...); invalid values are ignored, visibly."""
