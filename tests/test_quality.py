@@ -7,7 +7,6 @@ weaker check of the same code path).
 import gzip
 import json
 import os
-import time
 
 import numpy as np
 import pytest
@@ -132,7 +131,7 @@ class _TableGenerator(nn.Module):
 
 
 @needs_classifier
-def test_measure_restores_train_mode_is_deterministic_and_cheap(meter, test_digits):
+def test_measure_restores_train_mode_and_is_deterministic(meter, test_digits):
     images, _, _ = test_digits
     G = _TableGenerator(torch.tensor(images).float()[:, None] / 127.5 - 1)
     G.train()
@@ -141,12 +140,7 @@ def test_measure_restores_train_mode_is_deterministic_and_cheap(meter, test_digi
     second = meter.measure(G, torch.device("cpu"))
     assert first["fd"] == second["fd"]                                   # fixed latents
     assert quality.recognizable(first)
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        meter.measure(G, torch.device("cpu"))
-        times.append(time.perf_counter() - t0)
-    assert min(times) < 1.0   # target is 0.3 s on 2 idle cores; a loose bound for a shared CI box
+    # Its cost is a benchmark figure (bench/bench_speed.py), not a test: CI machines are shared.
 
 
 @needs_classifier
