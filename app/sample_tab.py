@@ -23,6 +23,8 @@ import tempfile
 import threading
 
 import gradio as gr
+
+from core.config import ConfigError, whole_number
 import numpy as np
 
 from core import sample as sampling
@@ -69,15 +71,9 @@ class GeneratorCache:
 def _int(value, name: str, low: int, high: int) -> int:
     """Server-side check of a number from the page (widgets' limits are not enforced by clients)."""
     try:
-        number = int(value)
-        whole = float(value) == number          # 2.5 is refused, not silently truncated
-    except (TypeError, ValueError, OverflowError):
-        raise gr.Error(f"{name} must be a whole number.")
-    if not whole:
-        raise gr.Error(f"{name} must be a whole number (got {value}).")
-    if not low <= number <= high:
-        raise gr.Error(f"{name} must be between {low} and {high} (got {number}).")
-    return number
+        return whole_number(value, name, low, high)
+    except ConfigError as exc:
+        raise gr.Error(str(exc))
 
 
 def _float(value, name: str, low: float, high: float) -> float:

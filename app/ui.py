@@ -24,7 +24,8 @@ from app.job import Job, JobBusy, ResumeRefused
 from core import data, devices, uploads
 from core.data import DatasetError
 from core.rundir import FINAL_STATES, grid_image
-from core.config import DATASETS, DEVICES, GANS, PRECISIONS, PRESETS, ConfigError, TrainConfig, validate
+from core.config import (DATASETS, DEVICES, GANS, PRECISIONS, PRESETS, ConfigError, TrainConfig, validate,
+                         whole_number)
 
 POLL_SECONDS = 1.0
 GAN_LABELS = {"dcgan": "DCGAN (non-saturating)", "wgan-gp": "WGAN-GP", "hinge": "Hinge + spectral norm (SNGAN)"}
@@ -71,20 +72,6 @@ def dataset_size(dataset: str, data_path: str) -> int | None:
 QUERY_FIELDS = ("dataset", "gan", "preset", "batch_size", "precision", "steps", "device")
 CHOICE_FIELDS = {"dataset": DATASETS, "gan": GANS, "preset": PRESETS, "precision": PRECISIONS, "device": DEVICES}
 INT_RANGES = {"batch_size": (1, 4096), "steps": (1, 1_000_000), "resume_steps": (0, 1_000_000)}
-
-
-def whole_number(value, name: str, low: int, high: int) -> int:
-    """A number from the page or a query string, checked here (clients can send anything)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a whole number (got {value!r}).")
-    if not math.isfinite(number) or number != int(number):
-        raise ConfigError(f"{name} must be a whole number (got {value!r}).")
-    number = int(number)
-    if not low <= number <= high:
-        raise ConfigError(f"{name} must be between {low:,} and {high:,} (got {number:,}).")
-    return number
 
 
 def setup_from_query(params: dict) -> tuple[dict, list[str]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -89,6 +90,20 @@ class TrainConfig:
     def differences(self, other: "TrainConfig", ignore: tuple[str, ...] = ("steps",)) -> list[str]:
         """Names of fields that differ, e.g. to refuse resuming a run under a changed config."""
         return [f.name for f in fields(self) if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)]
+
+
+def whole_number(value, name: str, low: int, high: int) -> int:
+    """A number from the page or a query string, checked here (clients can send anything)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a whole number (got {value!r}).")
+    if not math.isfinite(number) or number != int(number):
+        raise ConfigError(f"{name} must be a whole number (got {value!r}).")
+    number = int(number)
+    if not low <= number <= high:
+        raise ConfigError(f"{name} must be between {low:,} and {high:,} (got {number:,}).")
+    return number
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -168,7 +168,7 @@ def probe(requested: str = "auto") -> DeviceInfo:
             return _tpu_info(chips)
         if requested == "tpu":
             why = xla_import_error() or "torch_xla found no TPU on this machine"
-            return _fallback_after("tpu", f"TPU requested but {why}; ")
+            return _fallback_after(f"TPU requested but {why}; ")
     if requested == "xla-cpu":
         xla_error = xla_import_error()
         if not xla_error:
@@ -183,7 +183,7 @@ def probe(requested: str = "auto") -> DeviceInfo:
     return _cpu_info()
 
 
-def _fallback_after(what: str, prefix: str) -> DeviceInfo:
+def _fallback_after(prefix: str) -> DeviceInfo:
     import torch
     if torch.cuda.is_available():
         return _cuda_info(prefix + "training on the CUDA GPU.")
