@@ -228,10 +228,14 @@ class Loop:
             self.opt_d.zero_grad(set_to_none=True)
             rt.backward_and_step(loss_d, self.opt_d, self.scaler_d)
         # The generator learns from the last critic step's fake batch, as in the seed's DCGAN.
+        # D's weight gradients are not needed for G's update (D's next step starts from zero):
+        # freezing D here skips computing them.
+        self.D.requires_grad_(False)
         with rt.autocast(cfg.precision):
             loss_g, g_stats = self.loss.generator_loss(self.D, fake)
         self.opt_g.zero_grad(set_to_none=True)
         rt.backward_and_step(loss_g, self.opt_g, self.scaler_g)
+        self.D.requires_grad_(True)
         return {"loss_d": loss_d.detach(), "loss_g": loss_g.detach(), **stats, **g_stats}
 
     # ---- the loop --------------------------------------------------------------------------
