@@ -373,8 +373,11 @@ class Runtime:
         return sorted(set(met.executed_fallback_ops()) - ALLOWED_FALLBACK_OPS)
 
     def cpu_state_dict(self, module) -> dict:
-        """A state dict of CPU tensors: a checkpoint from a TPU must load on a laptop."""
-        return {k: v.detach().to("cpu").clone() for k, v in module.state_dict().items()}
+        """A state dict of CPU tensors in the standard (NCHW) layout: a checkpoint from a TPU must
+        load on a laptop, and safetensors refuses the strided weights of a channels_last model."""
+        import torch
+        return {k: v.detach().to("cpu").contiguous(memory_format=torch.contiguous_format).clone()
+                for k, v in module.state_dict().items()}
 
 
 def launch(fn: Callable, args: tuple, info: DeviceInfo, num_cores: int = 0) -> None:
