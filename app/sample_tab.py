@@ -23,10 +23,10 @@ import tempfile
 import threading
 
 import gradio as gr
+import numpy as np
+import torch
 
 from core.config import ConfigError, whole_number
-import numpy as np
-
 from core import sample as sampling
 from core.rundir import RunDir, grid_image
 
@@ -157,14 +157,19 @@ def build(generator_dir, columns_default: int = 8, run_dir=None):
     def sample(seed, count):
         seed, count = _int(seed, "Seed", 0, SEED_MAX), _int(count, "Count", 1, MAX_GRID)
         generator, meta = cache.get(current_dir())
-        images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim))
+        images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim),
+                                   sampling.seed_labels(generator, seed, count))
         caption = f"{count} samples, seed {seed}, generator from step {meta.get('step', '?')}"
-        return grid_image(images, columns=min(columns_default, count)), caption
+        if generator.classes:
+            caption += (f". Class-conditional: each column is one class, starting from class {seed % generator.classes} "
+                        f"(seed mod {generator.classes})")
+        return grid_image(images, columns=min(sampling.grid_columns(generator, columns_default), count)), caption
 
     def download_samples(seed, count):
         seed, count = _int(seed, "Seed", 0, SEED_MAX), _int(count, "Count", 1, MAX_ZIP)
         generator, _ = cache.get(current_dir())
-        images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim))
+        images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim),
+                                   sampling.seed_labels(generator, seed, count))
         return sampling.write_samples_zip(images, out_path(f"blink-seed{seed}-{count}.zip"), prefix=f"seed{seed}")
 
     # ---- interpolation ------------------------------------------------------------------
@@ -175,7 +180,8 @@ def build(generator_dir, columns_default: int = 8, run_dir=None):
             raise gr.Error("Interpolation must be 'linear' or 'spherical'.")
         generator, _ = cache.get(current_dir())
         z = sampling.interpolation_latents(seed_a, seed_b, steps, generator.z_dim, mode)
-        return sampling.generate(generator, z), (seed_a, seed_b, steps, mode)
+        labels = sampling.blended_labels(generator, seed_a, seed_b, torch.linspace(0, 1, steps))
+        return sampling.generate(generator, z, labels), (seed_a, seed_b, steps, mode)
 
     def interpolate(seed_a, seed_b, steps, mode):
         images, (_, _, steps, _) = _interpolation(seed_a, seed_b, steps, mode)
@@ -197,7 +203,8 @@ def build(generator_dir, columns_default: int = 8, run_dir=None):
         (generator, meta), key = load()
         dirs, ratio = get_directions(generator, key)
         z = sampling.edit_latent(sampling.latents(seed, 1, generator.z_dim), dirs, amounts, psi)
-        return sampling.generate(generator, z)[0], meta, ratio, (seed, psi, amounts)
+        return sampling.generate(generator, z, sampling.seed_labels(generator, seed, 1))[0], meta, ratio, \
+            (seed, psi, amounts)
 
     def explore(seed, psi, *amounts):
         image, meta, ratio, (seed, psi, amounts) = _explored(seed, psi, amounts)

@@ -162,10 +162,11 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
 
     def config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
                          log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
-                         checkpoint_every=TrainConfig.checkpoint_every) -> TrainConfig:
+                         checkpoint_every=TrainConfig.checkpoint_every,
+                         conditional=TrainConfig.conditional) -> TrainConfig:
         try:
             config = TrainConfig(dataset=str(dataset), data_path=check_data_path(str(dataset), data_path), gan=str(gan),
-                                 preset=str(preset), batch_size=whole_number(batch_size, "Batch size", 1, 4096),
+                                 preset=str(preset), conditional=str(conditional), batch_size=whole_number(batch_size, "Batch size", 1, 4096),
                                  precision=str(precision), device=str(device),
                                  steps=whole_number(steps, "Training length (steps)", 1, 1_000_000),
                                  log_every=whole_number(log_every, "Log every", 1, 100_000),
@@ -184,12 +185,12 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
 
     def start(dataset, data_path, gan, preset, batch_size, precision, device, steps,
               log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
-              checkpoint_every=TrainConfig.checkpoint_every, key=""):
+              checkpoint_every=TrainConfig.checkpoint_every, conditional=TrainConfig.conditional, key=""):
         require_host(key)
         if job.is_active():   # answer at once, before the settings are checked (a device probe can take seconds)
             raise gr.Error(job.busy_message(), title="A run is going")
         config = config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
-                                  log_every, grid_every, checkpoint_every)
+                                  log_every, grid_every, checkpoint_every, conditional)
         try:
             run = job.start(config)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
@@ -337,7 +338,12 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                             dataset_note = gr.Markdown(elem_id="dataset-note")
                             preview = gr.Image(label="Real images from the dataset", format="png", type="numpy",
                                                interactive=False, elem_id="dataset-preview")
-                with gr.Accordion("Advanced: how often to log, draw a grid and save", open=False):
+                with gr.Accordion("Advanced: labels; how often to log, draw a grid and save", open=False):
+                    conditional = gr.Radio(
+                        [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
+                         ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
+                        label="Labels", info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
+                                             "class-conditional GAN by default: digits appear in about half the steps")
                     with gr.Row():
                         log_every = gr.Number(value=TrainConfig.log_every, precision=0, minimum=1, label="Log every (steps)",
                                               info="also how often Stop/Pause are noticed")
@@ -374,7 +380,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                 sampler = sample_tab.build(job.generator_dir, run_dir=lambda: job.run.path if job.run else None)
 
         form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
-                checkpoint_every]
+                checkpoint_every, conditional]
         query_form = [dataset, gan, preset, batch_size, precision, steps, device]   # QUERY_FIELDS order
         start_button.click(start, form + [key], [message, timer], api_name="start")
         stop_button.click(stop, key, message, api_name="stop", concurrency_limit=None)

@@ -47,6 +47,8 @@ def quality_summary(events: list[dict]) -> str:
         parts.append(f"{last['quality_confident']:.0%} of samples confidently digits")
     if "quality_classes" in last:
         parts.append(f"{int(last['quality_classes'])}/10 digit classes")
+    if "quality_label_match" in last:
+        parts.append(f"{last['quality_label_match']:.0%} drawn as the digit asked for")
     for key, label in (("quality_fd", "FD"), ("quality_swd", "SWD")):
         if isinstance(last.get(key), (int, float)) and math.isfinite(last[key]):
             parts.append(f"{label} {last[key]:.1f}")
@@ -70,6 +72,8 @@ def status_line(status: dict, run_name: str = "", events: list[dict] | None = No
     if status.get("device"):
         cores = status.get("cores") or 1
         parts.append(f"{status['device']}" + (f", {cores} cores" if cores > 1 else ""))
+    if status.get("preset"):
+        parts.append(f"{status['preset']} model" + (f", {status['classes']} classes" if status.get("classes") else ""))
     if status.get("steps"):
         parts.append(f"step {status.get('step', 0)} / {status['steps']}")
     if status.get("images_per_second"):
@@ -96,6 +100,8 @@ def diagnostics_table(status: dict) -> pd.DataFrame:
     rows = [("device", status.get("device")), ("replicas (cores)", status.get("cores")),
             ("precision", status.get("precision")),
             ("model preset", f"{status.get('preset')} ({status.get('preset_reason', '')})"),
+            ("labels", f"class-conditional on the dataset's {status['classes']} classes" if status.get("classes")
+             else "unconditional"),
             ("steps/s", status.get("steps_per_second")), ("elapsed s", status.get("elapsed"))]
     if diag.get("memory_total"):
         rows.append(("device memory", f"{diag.pop('memory_used') / 2**30:.2f} / {diag.pop('memory_total') / 2**30:.2f} GiB"))

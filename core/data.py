@@ -759,7 +759,7 @@ class BatchStream:
     """
 
     def __init__(self, images: torch.Tensor, batch_size: int, device, rank: int = 0, world_size: int = 1,
-                 seed: int = 0, keep_on_device: bool = False):
+                 seed: int = 0, keep_on_device: bool = False, labels: torch.Tensor | None = None):
         shard = images[rank::world_size]
         if len(shard) < batch_size:
             raise DatasetError(f"Each replica needs at least one full batch: {len(shard)} images per replica "
@@ -767,6 +767,8 @@ class BatchStream:
         self.device = torch.device(device) if isinstance(device, str) else device
         self.keep_on_device = keep_on_device
         self.shard = shard.to(self.device) if keep_on_device else shard.contiguous()
+        # Class labels travel with their images (a class-conditional GAN needs them).
+        self.labels = None if labels is None else labels[rank::world_size].to(self.shard.device)
         self.batch_size = batch_size
         self.batches_per_epoch = len(shard) // batch_size
         self.generator = torch.Generator().manual_seed(seed * 1000 + rank)
@@ -778,6 +780,10 @@ class BatchStream:
         return self
 
     def __next__(self) -> torch.Tensor:
+        return self.next_with_labels()[0]
+
+    def next_with_labels(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(images in [-1, 1], their labels or None) of the next batch."""
         if self._position >= self.batches_per_epoch:
             self._order = torch.randperm(len(self.shard), generator=self.generator)
             self._position = 0
@@ -785,6 +791,9 @@ class BatchStream:
         idx = self._order[self._position * self.batch_size:(self._position + 1) * self.batch_size]
         self._position += 1
         if self.keep_on_device:
-            return to_model_range(self.shard[idx.to(self.device)])
+            idx = idx.to(self.device)
+            labels = None if self.labels is None else self.labels[idx]
+            return to_model_range(self.shard[idx]), labels
+        labels = None if self.labels is None else self.labels[idx].to(self.device, non_blocking=True)
         # uint8 crosses to the device (4x fewer bytes than float); conversion runs there.
-        return to_model_range(self.shard[idx].to(self.device, non_blocking=True))
+        return to_model_range(self.shard[idx].to(self.device, non_blocking=True)), labels

@@ -1,8 +1,10 @@
 """The GAN loss family: non-saturating (DCGAN), WGAN-GP and hinge (SNGAN).
 
 Every loss has the same two entry points, so the training loop does not know which it runs:
-    discriminator_loss(D, real, fake) -> (loss, stats)
-    generator_loss(D, fake)           -> (loss, stats)
+    discriminator_loss(D, real, fake, labels=None) -> (loss, stats)
+    generator_loss(D, fake, labels=None)           -> (loss, stats)
+`labels` are the batch's class labels for a class-conditional D (fake images are drawn with
+the real batch's labels, so one tensor serves both; None when unconditional).
 `stats` are detached scalar tensors (never floats: reading a value would force a device sync
 inside the step). Discriminator outputs are logits and are taken to fp32 before any loss.
 
@@ -29,7 +31,7 @@ EXTRA_SERIES = {
 
 
 def gradient_penalty(D: nn.Module, real: torch.Tensor, fake: torch.Tensor,
-                     alpha: torch.Tensor | None = None) -> torch.Tensor:
+                     alpha: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> torch.Tensor:
     """WGAN-GP's penalty E[(||grad_x D(x_hat)||_2 - 1)^2], x_hat between real and fake.
 
     One interpolation weight per sample, shaped (B,1,1,1), and one gradient norm per sample:
@@ -46,11 +48,16 @@ def gradient_penalty(D: nn.Module, real: torch.Tensor, fake: torch.Tensor,
         alpha = torch.rand(real.size(0), 1, 1, 1, device=real.device, dtype=real.dtype)
     x_hat = (alpha * real.detach() + (1 - alpha) * fake.detach()).requires_grad_(True)
     with _no_fp16(real.device.type):
-        scores = D(x_hat).float()
+        scores = _judge(D, x_hat, labels).float()
         (grad,) = torch.autograd.grad(scores.sum(), x_hat, create_graph=True)
     # epsilon inside the root: the norm's gradient is NaN at exactly zero.
     norms = (grad.float().flatten(1).pow(2).sum(1) + 1e-12).sqrt()
     return (norms - 1).pow(2).mean()
+
+
+def _judge(D, images: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    """D's logits; labels only reach a class-conditional D (any plain critic D(x) works too)."""
+    return D(images) if labels is None else D(images, labels)
 
 
 def _no_fp16(device_type: str):
@@ -66,15 +73,15 @@ class NonSaturating:
     """The seed's DCGAN loss: BCE on logits (safe under autocast), G trained to make D say 1."""
     name = "dcgan"
 
-    def discriminator_loss(self, D, real, fake):
-        real_logits, fake_logits = D(real).float(), D(fake.detach()).float()
+    def discriminator_loss(self, D, real, fake, labels=None):
+        real_logits, fake_logits = _judge(D, real, labels).float(), _judge(D, fake.detach(), labels).float()
         loss = (F.binary_cross_entropy_with_logits(real_logits, torch.ones_like(real_logits))
                 + F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits)))
         return loss, {"d_real": torch.sigmoid(real_logits).mean().detach(),
                       "d_fake": torch.sigmoid(fake_logits).mean().detach()}
 
-    def generator_loss(self, D, fake):
-        logits = D(fake).float()
+    def generator_loss(self, D, fake, labels=None):
+        logits = _judge(D, fake, labels).float()
         return F.binary_cross_entropy_with_logits(logits, torch.ones_like(logits)), {}
 
 
@@ -85,29 +92,29 @@ class WGANGP:
     def __init__(self, gp_weight: float = 10.0):
         self.gp_weight = gp_weight
 
-    def discriminator_loss(self, D, real, fake):
-        real_score, fake_score = D(real).float().mean(), D(fake.detach()).float().mean()
-        penalty = gradient_penalty(D, real, fake)
+    def discriminator_loss(self, D, real, fake, labels=None):
+        real_score, fake_score = _judge(D, real, labels).float().mean(), _judge(D, fake.detach(), labels).float().mean()
+        penalty = gradient_penalty(D, real, fake, labels=labels)
         loss = fake_score - real_score + self.gp_weight * penalty
         return loss, {"wasserstein": (real_score - fake_score).detach(), "gp": penalty.detach()}
 
-    def generator_loss(self, D, fake):
-        return -D(fake).float().mean(), {}
+    def generator_loss(self, D, fake, labels=None):
+        return -_judge(D, fake, labels).float().mean(), {}
 
 
 class Hinge:
     """Hinge loss (SNGAN, Miyato et al. 2018); the discriminator carries spectral norm."""
     name = "hinge"
 
-    def discriminator_loss(self, D, real, fake):
-        real_logits, fake_logits = D(real).float(), D(fake.detach()).float()
+    def discriminator_loss(self, D, real, fake, labels=None):
+        real_logits, fake_logits = _judge(D, real, labels).float(), _judge(D, fake.detach(), labels).float()
         # clamp_min, not F.relu: XLA's autocast runs relu in bf16 even on fp32 inputs, and the
         # loss must stay fp32.
         loss = (1 - real_logits).clamp_min(0).mean() + (1 + fake_logits).clamp_min(0).mean()
         return loss, {"d_real": real_logits.mean().detach(), "d_fake": fake_logits.mean().detach()}
 
-    def generator_loss(self, D, fake):
-        return -D(fake).float().mean(), {}
+    def generator_loss(self, D, fake, labels=None):
+        return -_judge(D, fake, labels).float().mean(), {}
 
 
 def make_loss(gan: str, gp_weight: float = 10.0):

@@ -188,13 +188,24 @@ def generate(G: nn.Module, latents: torch.Tensor, device, batch: int | None = No
     compilation there, and this one is compiled for the grid already (fp32)."""
     if batch is None:
         batch = 64 if torch.device(device).type == "xla" else 512
+    labels = sample_labels(G, len(latents))
     was_training = G.training
     G.eval()
     try:
-        out = [G(z.to(device)).float().cpu() for z in latents.split(batch)]
+        if labels is None:
+            out = [G(z.to(device)).float().cpu() for z in latents.split(batch)]
+        else:
+            out = [G(z.to(device), y.to(device)).float().cpu()
+                   for z, y in zip(latents.split(batch), labels.split(batch))]
     finally:
         G.train(was_training)
     return torch.cat(out)
+
+
+def sample_labels(G: nn.Module, n: int) -> torch.Tensor | None:
+    """The classes the meter asks a class-conditional G for (0, 1, ..., 9, 0, ...); None otherwise."""
+    classes = getattr(G, "classes", 0)
+    return torch.arange(n) % classes if classes else None
 
 
 class MnistMeter:
@@ -217,14 +228,20 @@ class MnistMeter:
             self._latents[z_dim] = _fixed_latents(self.n_fake, z_dim)
         return self._latents[z_dim]
 
-    def score_samples(self, images) -> dict[str, float]:
+    def score_samples(self, images, asked: torch.Tensor | None = None) -> dict[str, float]:
+        """fd / confident / classes; with `asked` (the classes a conditional G was given) also
+        label_match: the share of samples the classifier calls as the class that was asked for."""
         features, probs = classify(self.net, images)
-        return {"fd": frechet_distance(self.reference, features), **_digit_scores(probs)}
+        values = {"fd": frechet_distance(self.reference, features), **_digit_scores(probs)}
+        if asked is not None:
+            values["label_match"] = float((probs.argmax(1) == asked.numpy()).mean())
+        return values
 
     def measure(self, G: nn.Module, device) -> dict[str, float]:
         t0 = time.perf_counter()
-        images = generate(G, self.latents(G.z_dim), device)
-        values = self.score_samples(images)
+        latents = self.latents(G.z_dim)
+        images = generate(G, latents, device)
+        values = self.score_samples(images, sample_labels(G, len(latents)))
         values["seconds"] = time.perf_counter() - t0   # the meter's own cost, shown beside its values
         return values
 

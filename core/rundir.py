@@ -146,9 +146,9 @@ class RunDir:
         return events, offset + end
 
     # ---- grids ----------------------------------------------------------------------
-    def save_grid(self, images, step: int) -> str:
+    def save_grid(self, images, step: int, columns: int = 8) -> str:
         path = os.path.join(self.path, "grids", f"step_{step:06d}.png")
-        write_atomic(path, png_bytes(grid_image(images)))
+        write_atomic(path, png_bytes(grid_image(images, columns)))
         return path
 
     def grids(self) -> list[tuple[int, str]]:

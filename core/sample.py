@@ -29,7 +29,7 @@ MAX_SAMPLES = 1024
 MAX_WEIGHTS_MB = 64
 MAX_META_BYTES = 256 * 1024
 MAX_PARAMETERS = 16_000_000
-SPEC_LIMITS = {"z_dim": (1, 1024), "width": (1, 256)}
+SPEC_LIMITS = {"z_dim": (1, 1024), "width": (1, 256), "classes": (0, 1000)}
 SPEC_CHOICES = {"channels": (1, 3), "resolution": (28, 32, 64)}
 WEIGHT_DTYPES = ("F32", "F16", "BF16")
 DIRECTION_SAMPLES = 2000   # GANSpace uses ~1e4-1e6; 2,000 pin down the top 5 of a small DCGAN
@@ -55,8 +55,8 @@ def read_spec(meta_path: str) -> tuple[GeneratorSpec, dict]:
             meta = json.load(f)
         raw = meta["spec"]
         values = {}
-        for key in ("z_dim", "channels", "resolution", "width"):
-            v = raw[key]
+        for key in ("z_dim", "channels", "resolution", "width", "classes"):
+            v = raw.get(key, 0) if key == "classes" else raw[key]   # files before conditional G have none
             # bool is an int subclass and 28.7 would silently truncate: both are refused.
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"spec.{key} must be a whole number, got {v!r}")
@@ -176,11 +176,34 @@ def truncate(z: torch.Tensor, psi: float) -> torch.Tensor:
     return z * float(psi)
 
 
+def seed_labels(generator: Generator, seed: int, n: int) -> torch.Tensor | None:
+    """The classes a conditional generator draws for n samples of a seed: seed, seed+1, ...
+    (mod the class count), so seed 7 starts with a 7 and a grid as wide as the class count has
+    one class per column. None for an unconditional generator."""
+    return (torch.arange(n) + int(seed)) % generator.classes if generator.classes else None
+
+
+def grid_columns(generator: Generator, default: int = 8) -> int:
+    """One column per class for a conditional generator (with seed_labels, each column is one class)."""
+    return generator.classes if 0 < generator.classes <= 16 else default
+
+
+def blended_labels(generator: Generator, seed_a: int, seed_b: int, t: torch.Tensor) -> torch.Tensor | None:
+    """Class weights moving from seed_a's class to seed_b's along t (a 3 morphing into an 8)."""
+    if not generator.classes:
+        return None
+    eye = torch.eye(generator.classes)
+    a, b = eye[int(seed_a) % generator.classes], eye[int(seed_b) % generator.classes]
+    return (1 - t[:, None]) * a + t[:, None] * b
+
+
 @torch.no_grad()
-def generate(generator: Generator, z: torch.Tensor) -> np.ndarray:
-    """Images (N, C, H, W) float32 in [-1, 1]."""
+def generate(generator: Generator, z: torch.Tensor, labels: torch.Tensor | None = None) -> np.ndarray:
+    """Images (N, C, H, W) float32 in [-1, 1]. labels: classes (or class weights) for a
+    conditional generator; None draws classes 0, 1, 2, ... in turn."""
     device = next(generator.parameters()).device
-    return generator(z.to(device)).float().cpu().numpy()
+    labels = None if labels is None else labels.to(device)
+    return generator(z.to(device), labels).float().cpu().numpy()
 
 
 def slerp(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -208,7 +231,7 @@ def interpolation_latents(seed_a: int, seed_b: int, steps: int, z_dim: int, mode
 def first_block_features(generator: Generator, z: torch.Tensor) -> torch.Tensor:
     """The first block's output (ConvT -> BN -> ReLU), flattened: (N, ch * start * start)."""
     device = next(generator.parameters()).device
-    return generator.net[:3](z.to(device)[:, :, None, None]).float().flatten(1).cpu()
+    return generator.net[:3](generator.join_labels(z.to(device))).float().flatten(1).cpu()
 
 
 @torch.no_grad()
@@ -327,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", required=True, help="run directory with generator.safetensors")
     parser.add_argument("--n", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--label", type=int, default=None,
+                        help="class-conditional generators: draw only this class (default: seed, seed+1, ...)")
     parser.add_argument("--psi", type=float, default=1.0, help="truncation: z * psi (default 1: none)")
     parser.add_argument("--out", required=True, help="output .npy file (or .png for a grid, .zip for PNGs)")
     args = parser.parse_args(argv)
@@ -341,10 +366,19 @@ def main(argv: list[str] | None = None) -> int:
     except GeneratorFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    images = generate(generator, truncate(latents(args.seed, args.n, generator.z_dim), args.psi)).astype(np.float32)
+    labels = seed_labels(generator, args.seed, args.n)
+    if args.label is not None:
+        if not 0 <= args.label < generator.classes:
+            print(f"error: --label needs a class-conditional generator and a class in 0..{generator.classes - 1}"
+                  if generator.classes else "error: --label needs a class-conditional generator; this one is "
+                  "unconditional", file=sys.stderr)
+            return 2
+        labels = torch.full((args.n,), args.label)
+    z = truncate(latents(args.seed, args.n, generator.z_dim), args.psi)
+    images = generate(generator, z, labels).astype(np.float32)
     if args.out.endswith(".png"):
         from core.rundir import grid_image
-        write_png(grid_image(images, columns=min(8, args.n)), args.out)
+        write_png(grid_image(images, columns=min(grid_columns(generator), args.n)), args.out)
     elif args.out.endswith(".zip"):
         write_samples_zip(images, args.out, prefix=f"seed{args.seed}")
     else:

@@ -101,6 +101,17 @@ def test_confident_share_and_classes(meter, test_digits):
     assert ones["classes"] == 1 and not quality.recognizable(ones)   # mode collapse is caught
 
 
+@needs_classifier
+def test_label_match_is_the_share_drawn_as_the_asked_class(meter, test_digits):
+    """A conditional G is also judged on following its labels: real digits asked for their own
+    class match ~always, asked for a shifted class almost never."""
+    images, labels, _ = test_digits
+    asked = torch.from_numpy(labels[:1000])
+    assert meter.score_samples(images[:1000], asked)["label_match"] >= 0.97
+    assert meter.score_samples(images[:1000], (asked + 1) % 10)["label_match"] <= 0.03
+    assert "label_match" not in meter.score_samples(images[:1000])
+
+
 def _labels_of(test_digits):
     return test_digits[1]
 

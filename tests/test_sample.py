@@ -247,6 +247,28 @@ def test_cli_writes_a_truncated_grid_png(tmp_path):
     assert S.main(["--run", SHIPPED, "--psi", "9", "--out", out]) == 2
 
 
+def test_conditional_generator_seeds_pick_classes_and_interpolation_blends_them(tmp_path):
+    torch.manual_seed(0)
+    generator = Generator(GeneratorSpec(16, 1, 28, 8, classes=10))
+    generator.apply(init_weights)
+    generator.eval()
+    assert S.seed_labels(generator, 7, 4).tolist() == [7, 8, 9, 0]
+    assert S.seed_labels(_tiny(), 7, 4) is None and S.grid_columns(generator) == 10
+    blend = S.blended_labels(generator, 3, 8, torch.linspace(0, 1, 5))
+    assert blend[0].argmax() == 3 and blend[-1].argmax() == 8 and torch.allclose(blend.sum(1), torch.ones(5))
+    assert blend[2, 3] == blend[2, 8] == 0.5
+    # Saved and loaded, the class count survives; --label draws one class only.
+    _save_pair(str(tmp_path), generator)
+    loaded, _ = S.load_run_generator(str(tmp_path))
+    assert loaded.classes == 10
+    out = str(tmp_path / "sevens.npy")
+    assert S.main(["--run", str(tmp_path), "--n", "3", "--seed", "1", "--label", "7", "--out", out]) == 0
+    z = S.latents(1, 3, 16)
+    np.testing.assert_allclose(np.load(out), S.generate(loaded, z, torch.full((3,), 7)), atol=1e-6)
+    assert S.main(["--run", str(tmp_path), "--label", "10", "--out", out]) == 2
+    assert S.main(["--run", SHIPPED, "--label", "1", "--out", out]) == 2    # an unconditional generator
+
+
 # ==== the launched app ========================================================================
 @pytest.fixture(scope="module")
 def app_client(tmp_path_factory):
