@@ -4,12 +4,11 @@
     python bench/bench_speed.py --quick    # 1 seed, shorter runs (~3 min)
 
 Prints, for the default config on bundled MNIST and the default device:
- (a) time from Start to recognisable digits: from launching the trainer process (the UI's
-     Start does the same) to the first quality measurement where the shipped classifier calls
-     >= 80% of 1,000 samples with p > 0.9 and all ten digits appear (core.quality.recognizable).
-     The run measures quality every 25 steps for resolution; the meter's own seconds before
-     that point are subtracted, so the figure is what a default run (quality_every default)
-     would reach, up to the default interval.
+ (a) time from Start to recognisable digits: from launching the trainer process (a cold start:
+     the app's warm standby trainer skips most of the start-up) to the first quality measurement
+     where the shipped classifier calls >= 80% of 1,024 samples with p > 0.9 and all ten digits
+     appear (core.quality.recognizable). The run measures quality every 25 steps for resolution;
+     its meter time is replaced by what a default run (quality_every default) spends up to there.
  (b) steps/s of core.train.train (events, grids, checkpoints, quality at defaults) vs the same
      model, loss, optimizers and batch stream in a bare loop; run alternately, ratio per pair,
      median of pairs (the machine is shared: only ratios from one run mean anything).
@@ -76,25 +75,31 @@ sys.path.insert(0, os.getcwd())
 import torch
 from core import data, losses, models
 from core.config import TrainConfig, validate
-cfg = validate(TrainConfig(**json.loads(sys.argv[1])))
 steps, warmup = int(sys.argv[2]), int(sys.argv[3])
+preset, _ = models.resolve_preset(json.loads(sys.argv[1]).get("preset", "auto"), "cpu")
+cfg = validate(TrainConfig(**json.loads(sys.argv[1])), preset=preset)
 torch.manual_seed(cfg.seed)
 ds = data.load(cfg.dataset)
-preset, _ = models.resolve_preset(cfg.preset, "cpu")
 res = models.model_resolution(preset, ds.resolution)
-stream = data.BatchStream(data.resize(ds.images, res), cfg.batch_size, torch.device("cpu"), seed=cfg.seed)
-G, D = models.build(cfg.gan, preset, ds.channels, res, cfg.z_dim)
-opt_g = torch.optim.Adam(G.parameters(), lr=cfg.lr_g, betas=(cfg.beta1, cfg.beta2))
-opt_d = torch.optim.Adam(D.parameters(), lr=cfg.lr_d, betas=(cfg.beta1, cfg.beta2))
+classes = int(ds.labels.max()) + 1 if cfg.conditional == "auto" and ds.labels is not None else 0
+stream = data.BatchStream(data.resize(ds.images, res), cfg.batch_size, torch.device("cpu"), seed=cfg.seed,
+                          labels=ds.labels if classes else None)
+G, D = models.build(cfg.gan, preset, ds.channels, res, cfg.z_dim, classes)
+G.to(memory_format=torch.channels_last)   # as core/train.py Loop does on CPU
+D.to(memory_format=torch.channels_last)
+opt_g = torch.optim.Adam(G.parameters(), lr=cfg.lr_g, betas=(cfg.beta1, cfg.beta2), fused=True)
+opt_d = torch.optim.Adam(D.parameters(), lr=cfg.lr_d, betas=(cfg.beta1, cfg.beta2), fused=True)
 loss = losses.make_loss(cfg.gan, cfg.gp_weight)
-def step():
+def step():   # core/train.py Loop.step without its bookkeeping
     for _ in range(cfg.n_critic):
-        real = next(stream)
-        fake = G(torch.randn(cfg.batch_size, cfg.z_dim, 1, 1))
-        ld, _ = loss.discriminator_loss(D, real, fake)
+        real, labels = stream.next_with_labels()
+        fake = G(torch.randn(cfg.batch_size, cfg.z_dim, 1, 1), labels)
+        ld, _ = loss.discriminator_loss(D, real, fake, labels)
         opt_d.zero_grad(set_to_none=True); ld.backward(); opt_d.step()
-    lg, _ = loss.generator_loss(D, fake)
+    D.requires_grad_(False)
+    lg, _ = loss.generator_loss(D, fake, labels)
     opt_g.zero_grad(set_to_none=True); lg.backward(); opt_g.step()
+    D.requires_grad_(True)
 for _ in range(warmup):
     step()
 t0 = time.perf_counter()
@@ -165,6 +170,8 @@ def time_to_digits(settings: dict, seed: int, width: int | None = None, max_step
 
     out = run_trainer(config_args({**settings, "seed": seed, "steps": max_steps, "quality_every": quality_every}),
                       width=width, stop_when=hit)
+    from core.config import TrainConfig
+    default_every = TrainConfig().quality_every
     meter_seconds = 0.0
     curve = []
     for event in out["events"]:
@@ -174,9 +181,12 @@ def time_to_digits(settings: dict, seed: int, width: int | None = None, max_step
         curve.append((event["step"], event["time"], v))
         if recognizable(v):
             train_seconds = event["time"] - meter_seconds
-            return {"seconds": out["startup_seconds"] + train_seconds, "step": event["step"],
+            # A default run measures every `default_every` steps: its meter time up to here counts.
+            default_meter = (event["step"] // default_every) * statistics.median(c["seconds"] for _, _, c in curve)
+            return {"seconds": out["startup_seconds"] + train_seconds + default_meter, "step": event["step"],
                     "startup_seconds": out["startup_seconds"], "train_seconds": train_seconds,
-                    "meter_seconds": meter_seconds, "values": v, "curve": curve}
+                    "meter_seconds": meter_seconds, "default_meter_seconds": default_meter, "values": v,
+                    "curve": curve}
         meter_seconds += v.get("seconds", 0.0)
     return {"seconds": None, "step": None, "startup_seconds": out["startup_seconds"], "curve": curve,
             "status": out["status"].get("message")}
@@ -220,19 +230,22 @@ def step_flops() -> tuple[int, dict]:
     from torch.utils.flop_counter import FlopCounterMode
     from core import data, losses, models
     from core.config import TrainConfig, validate
-    cfg = validate(TrainConfig())
-    preset, _ = models.resolve_preset(cfg.preset, "cpu")
-    G, D = models.build(cfg.gan, preset, 1, 28, cfg.z_dim)
+    preset, _ = models.resolve_preset(TrainConfig().preset, "cpu")
+    cfg = validate(TrainConfig(), preset=preset)
+    classes = 10 if cfg.conditional == "auto" else 0     # bundled MNIST's labels
+    G, D = models.build(cfg.gan, preset, 1, 28, cfg.z_dim, classes)
     loss = losses.make_loss(cfg.gan, cfg.gp_weight)
     real = torch.rand(cfg.batch_size, 1, 28, 28) * 2 - 1
+    labels = torch.arange(cfg.batch_size) % 10 if classes else None
     with FlopCounterMode(display=False) as counter:
         for _ in range(cfg.n_critic):
-            fake = G(torch.randn(cfg.batch_size, cfg.z_dim, 1, 1))
-            ld, _ = loss.discriminator_loss(D, real, fake)
+            fake = G(torch.randn(cfg.batch_size, cfg.z_dim, 1, 1), labels)
+            ld, _ = loss.discriminator_loss(D, real, fake, labels)
             ld.backward()
-        lg, _ = loss.generator_loss(D, fake)
+        D.requires_grad_(False)   # as the trainer: no weight gradients for D in G's update
+        lg, _ = loss.generator_loss(D, fake, labels)
         lg.backward()
-    info = {"preset": preset, "width": models.PRESET_WIDTH[preset], "batch": cfg.batch_size,
+    info = {"preset": preset, "classes": classes, "width": models.PRESET_WIDTH[preset], "batch": cfg.batch_size,
             "G_params": models.count_parameters(G), "D_params": models.count_parameters(D)}
     return counter.get_total_flops(), info
 
@@ -262,10 +275,11 @@ def main() -> None:
     from core.config import TrainConfig
     if args.threads:
         torch.set_num_threads(args.threads)
-    d = TrainConfig().resolved()
     from core import models
+    d = TrainConfig().resolved(models.resolve_preset(TrainConfig().preset, "cpu")[0])
     print(f"# Blink speed bench: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"defaults: preset {d.preset} (fast width {models.PRESET_WIDTH['fast']}), gan {d.gan}, batch {d.batch_size}, "
+          f"defaults: preset {d.preset} (fast width {models.PRESET_WIDTH['fast']}), gan {d.gan}, conditional "
+          f"{d.conditional}, batch {d.batch_size}, "
           f"lr {d.lr_g}/{d.lr_d}, betas ({d.beta1}, {d.beta2}), n_critic {d.n_critic}, "
           f"quality_every {d.quality_every}; seeds {seeds}", flush=True)
     if settings or args.width:
@@ -282,9 +296,10 @@ def main() -> None:
             else:
                 v = r["values"]
                 print(f"(a) seed {seed}: digits at {r['seconds']:.1f} s from launch (start-up {r['startup_seconds']:.1f} s "
-                      f"+ training {r['train_seconds']:.1f} s, step {r['step']}; meter time excluded "
-                      f"{r['meter_seconds']:.1f} s): confident {v['confident']:.3f}, classes {v['classes']:.0f}, "
-                      f"fd {v['fd']:.2f}", flush=True)
+                      f"+ training {r['train_seconds']:.1f} s + a default run's meter {r['default_meter_seconds']:.1f} s, "
+                      f"step {r['step']}; this run's extra meter time excluded {r['meter_seconds']:.1f} s): "
+                      f"confident {v['confident']:.3f}, classes {v['classes']:.0f}, fd {v['fd']:.2f}"
+                      + (f", label_match {v['label_match']:.3f}" if "label_match" in v else ""), flush=True)
             curve = ", ".join(f"{s}:{c['confident']:.2f}/{c['classes']:.0f}/{c['fd']:.1f}" for s, _, c in r["curve"][::4])
             print(f"    curve step:confident/classes/fd (every 4th) {curve}", flush=True)
         secs = [r["seconds"] for r in results]

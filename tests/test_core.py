@@ -127,6 +127,16 @@ def test_cli_help_lists_every_config_field():
         assert f"--{name.replace('_', '-')}" in out
 
 
+def test_cli_flags_take_their_fields_types_even_when_the_default_is_none():
+    from core.train import _parser
+    args = _parser().parse_args(["--n-critic", "2", "--z-dim", "16", "--lr-g", "1e-3"])
+    assert (args.n_critic, args.z_dim, args.lr_g) == (2, 16, 1e-3)
+    assert type(args.n_critic) is int and type(args.z_dim) is int     # range(n_critic) needs an int
+    config = validate(TrainConfig(n_critic=args.n_critic, z_dim=args.z_dim), preset="fast")
+    assert (config.n_critic, config.z_dim) == (2, 16)
+    assert validate(TrainConfig(), preset="fast").z_dim == 16 and validate(TrainConfig()).z_dim == 100
+
+
 def test_cli_refuses_a_bad_config_before_training(tmp_path):
     result = subprocess.run([sys.executable, "-m", "core.train", "--batch-size", "0", "--run-dir", str(tmp_path / "r")],
                             cwd=ROOT, capture_output=True, text=True)

@@ -18,7 +18,8 @@ def main(out):
 
     info = devices.probe("xla-cpu")
     rt = devices.Runtime(info)
-    cfg = tiny_config()
+    from core.config import validate
+    cfg = validate(tiny_config(), preset="fast")
     result = {"kind": rt.kind, "layers": {}, "losses": {}}
     for gan in ("dcgan", "wgan-gp", "hinge"):
         G, D = models.build(gan, "fast", 1, 28, cfg.z_dim)
