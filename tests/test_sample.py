@@ -266,7 +266,8 @@ def test_conditional_generator_seeds_pick_classes_and_interpolation_blends_them(
     z = S.latents(1, 3, 16)
     np.testing.assert_allclose(np.load(out), S.generate(loaded, z, torch.full((3,), 7)), atol=1e-6)
     assert S.main(["--run", str(tmp_path), "--label", "10", "--out", out]) == 2
-    assert S.main(["--run", SHIPPED, "--label", "1", "--out", out]) == 2    # an unconditional generator
+    _save_pair(str(tmp_path / "plain"), _tiny())
+    assert S.main(["--run", str(tmp_path / "plain"), "--label", "1", "--out", out]) == 2   # unconditional
 
 
 # ==== the launched app ========================================================================
