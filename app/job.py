@@ -110,6 +110,7 @@ class Job:
         self._process = None
         self._standby = None            # (process, connection) of a pre-started trainer, if enabled
         self._use_standby = standby
+        self._shutting_down = False
         self._run: RunDir | None = None
         self._snapshot = Snapshot()
         self._events_offset = 0
@@ -175,7 +176,7 @@ class Job:
 
     def _ensure_standby(self) -> None:
         """Start the next warm trainer while no run needs the CPU (at UI start, after a run)."""
-        if self._use_standby and self._standby is None and not self.is_active():
+        if self._use_standby and self._standby is None and not self.is_active() and not self._shutting_down:
             parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
             self._standby = (_spawn(_standby_main, child_end, os.getpid()), parent_end)
             child_end.close()
@@ -255,6 +256,9 @@ class Job:
     def shutdown(self, grace: float | None = None) -> None:
         """Stop the trainer cleanly (checkpoint kept), escalating only if it does not answer."""
         grace = STOP_GRACE_SECONDS if grace is None else grace
+        # No new standby from here on: reaping the stopped trainer below would otherwise spawn
+        # one, and the exiting app would wait for that child (multiprocessing joins it at exit).
+        self._shutting_down = True
         self._close_standby()
         process = self._process
         if process is None:
