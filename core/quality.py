@@ -83,7 +83,8 @@ def load_classifier(path: str = CLASSIFIER_WEIGHTS) -> MnistNet:
     from safetensors.torch import load_file
     net = MnistNet()
     net.load_state_dict(load_file(path))
-    return net.eval()
+    # NHWC: oneDNN classifies 1,024 digits ~30% faster so (the meter runs inside training time).
+    return net.to(memory_format=torch.channels_last).eval()
 
 
 def classifier_info(path: str = CLASSIFIER_META) -> dict:

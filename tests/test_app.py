@@ -62,12 +62,13 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     grid_files = sorted(os.listdir(os.path.join(os.path.dirname(status["grid"]))))
     assert grid_files == ["step_000001.png", "step_000100.png", "step_000120.png"]
     assert len(seen_grids) >= 2
-    with Image.open(status["grid"]) as grid:
-        assert grid.size == (8 * 30 + 2, 8 * 30 + 2)             # 64 samples, 28 px + 2 px padding
+    with Image.open(status["grid"]) as grid:   # class-conditional on MNIST's labels: a column per digit
+        assert grid.size == (10 * 30 + 2, 6 * 30 + 2)            # 60 samples, 28 px + 2 px padding
 
     image_path, caption = client.predict(3, 16, api_name="/sample")
     with Image.open(image_path) as image:
-        assert image.size == (8 * 30 + 2, 2 * 30 + 2)            # 16 samples in 2 rows of 8
+        assert image.size == (10 * 30 + 2, 2 * 30 + 2)           # 16 samples in rows of 10 classes
+    assert "Class-conditional" in caption
     assert "step 120" in caption
     strip_path = client.predict(1, 2, 5, "spherical", api_name="/interpolate")
     with Image.open(strip_path) as strip:

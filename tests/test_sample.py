@@ -153,8 +153,9 @@ def test_truncation_scales_the_latent(shipped):
     z = S.latents(4, 3, generator.z_dim)
     dirs = torch.zeros(5, generator.z_dim)
     assert torch.equal(S.edit_latent(z, dirs, [0.0] * 5, psi=1.0), z)
-    at_mean = S.generate(generator, S.truncate(z, 0.0))
-    assert np.abs(at_mean - at_mean[:1]).max() < 1e-6      # psi 0: every seed is the mean image
+    one_class = torch.full((3,), 4) if generator.classes else None
+    at_mean = S.generate(generator, S.truncate(z, 0.0), one_class)
+    assert np.abs(at_mean - at_mean[:1]).max() < 1e-6      # psi 0: every seed is the (class's) mean image
     assert torch.allclose(S.truncate(z, 0.5), z / 2)
 
 
