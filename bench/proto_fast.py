@@ -1,0 +1,233 @@
+"""Second round of fast-preset prototypes: what gets the CPU model past ~0.6 `confident`.
+
+    OMP_NUM_THREADS=1 python bench/proto_fast.py NAME [options] [--steps 1200] [--at 400,800,1200]
+
+A bare loop with its own small G and D so that structure can vary freely; the step is
+core/train.py Loop.step's (D on a fresh fake, then G on the same fake with D frozen), the data
+is core.data's BatchStream over the bundled MNIST, and scoring is the shipped classifier
+(core.quality, eval-mode BatchNorm, the meter's fixed latents). Options:
+  --gw/--dw        G and D widths (G: 2gw ch at 7x7 -> gw at 14x14 -> 1 at 28x28; D mirrors)
+  --dnorm          D's normalisation after its second conv: batch | none | layer
+  --d-extra        a third D conv (3x3 stride 2 to 4*dw channels at 4x4, BN) before the logit
+  --extra-conv     G ends with ConvT to gw/2 channels at 28x28, BN, ReLU, then a 3x3 conv to 1
+  --sn             spectral norm on every D layer
+  --dropout p      dropout after each D activation
+  --r1 g[,k]       R1 penalty gamma g on real images every k steps (lazy, scaled by k)
+  --loss           ns | hinge
+  --decay f        linear lr decay from lr to f*lr over --steps
+  --aug translate  DiffAugment-style random 1/8 translation of real and fake before D
+  --lr/--lr-d/--betas/--batch/--ema
+Prints one JSON line per scored step, prefixed RESULT (G and its EMA).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core import data, models, quality
+
+
+class G(nn.Module):
+    def __init__(self, z_dim, width, extra_conv=False, classes=0):
+        super().__init__()
+        self.z_dim, c0, c1 = z_dim, 2 * width, width
+        self.c0, self.classes = c0, classes
+        self.fc = nn.Linear(z_dim + classes, c0 * 49, bias=False)
+        self.bn0 = models.FP32BatchNorm2d(c0)
+        layers = [nn.ConvTranspose2d(c0, c1, 4, 2, 1, bias=False), models.FP32BatchNorm2d(c1), nn.ReLU(True)]
+        if extra_conv:
+            layers += [nn.ConvTranspose2d(c1, c1 // 2, 4, 2, 1, bias=False), models.FP32BatchNorm2d(c1 // 2),
+                       nn.ReLU(True), nn.Conv2d(c1 // 2, 1, 3, 1, 1)]
+        else:
+            layers += [nn.ConvTranspose2d(c1, 1, 4, 2, 1, bias=False)]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, z, y=None):
+        z = z.flatten(1)
+        if self.classes:
+            z = torch.cat([z, F.one_hot(y, self.classes).float()], 1)
+        x = F.relu(self.bn0(self.fc(z).view(-1, self.c0, 7, 7)))
+        return torch.tanh(self.net(x))
+
+
+class MinibatchStd(nn.Module):
+    def forward(self, x):
+        s = x.std(0).mean().expand(x.size(0), 1, x.size(2), x.size(3))
+        return torch.cat([x, s], 1)
+
+
+class D(nn.Module):
+    def __init__(self, width, norm, sn, dropout, mbstd, extra=False, classes=0):
+        super().__init__()
+        self.embed = nn.Embedding(classes, 2 * width) if classes else None
+        if classes:
+            nn.init.normal_(self.embed.weight, 0.0, 0.02)
+        w = nn.utils.parametrizations.spectral_norm if sn else (lambda m: m)
+        drop = [nn.Dropout(dropout)] if dropout else []
+        norm_layer = {"batch": models.FP32BatchNorm2d(2 * width), "none": nn.Identity(),
+                      "layer": nn.GroupNorm(1, 2 * width)}[norm]
+        self.net = nn.Sequential(
+            w(nn.Conv2d(1, width, 4, 2, 1)), nn.LeakyReLU(0.2, True), *drop,
+            w(nn.Conv2d(width, 2 * width, 4, 2, 1)), norm_layer, nn.LeakyReLU(0.2, True), *drop,
+            *([w(nn.Conv2d(2 * width, 4 * width, 3, 2, 1)), models.FP32BatchNorm2d(4 * width),
+               nn.LeakyReLU(0.2, True)] if extra else []),
+            *([MinibatchStd()] if mbstd else []),
+            w(nn.Conv2d((4 if extra else 2) * width + mbstd, 1, 4 if extra else 7, 1, 0)))
+
+    def forward(self, x, y=None):
+        if self.embed is None:
+            return self.net(x).flatten()
+        h = self.net[:-1](x)   # projection discriminator (Miyato & Koyama 2018) on the last features
+        return self.net[-1](h).flatten() + (h.sum((2, 3)) * self.embed(y)).sum(1)
+
+
+def translate(x, ratio=0.125):
+    """DiffAugment's translation: shift each image by up to ratio*size pixels, zero padded."""
+    b, _, h, w = x.shape
+    sh, sw = int(h * ratio + 0.5), int(w * ratio + 0.5)
+    pad = F.pad(x, (sw, sw, sh, sh))
+    dy = torch.randint(0, 2 * sh + 1, (b,))
+    dx = torch.randint(0, 2 * sw + 1, (b,))
+    rows = (dy[:, None] + torch.arange(h)[None])[:, None, :, None].expand(b, x.size(1), h, w + 2 * sw)
+    out = pad.gather(2, rows)
+    cols = (dx[:, None] + torch.arange(w)[None])[:, None, None, :].expand(b, x.size(1), h, w)
+    return out.gather(3, cols)
+
+
+def init(m):
+    if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d, nn.Linear)):
+        p = getattr(m, "parametrizations", None)
+        nn.init.normal_(p.weight.original if p is not None else m.weight, 0.0, 0.02)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+    elif isinstance(m, nn.BatchNorm2d):
+        nn.init.normal_(m.weight, 1.0, 0.02)
+        nn.init.zeros_(m.bias)
+
+
+@torch.no_grad()
+def ema_update(ema, model, decay):
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.lerp_(p, 1 - decay)
+    for e, b in zip(ema.buffers(), model.buffers()):
+        e.copy_(b)   # running BatchNorm statistics: the live ones
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("name")
+    p.add_argument("--gw", type=int, default=32)
+    p.add_argument("--dw", type=int, default=32)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--loss", default="ns")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr-d", type=float, default=None)
+    p.add_argument("--betas", default="0.5,0.999")
+    p.add_argument("--dnorm", default="batch")
+    p.add_argument("--sn", action="store_true")
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--mbstd", action="store_true")
+    p.add_argument("--r1", default=None)
+    p.add_argument("--decay", type=float, default=None)
+    p.add_argument("--aug", default=None)
+    p.add_argument("--extra-conv", action="store_true")
+    p.add_argument("--d-extra", action="store_true")
+    p.add_argument("--cond", action="store_true")
+    p.add_argument("--zdim", type=int, default=100)
+    p.add_argument("--ema", type=float, default=0.99)
+    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--at", default="400,800,1200")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    at = {int(s) for s in a.at.split(",")}
+    betas = tuple(float(b) for b in a.betas.split(","))
+    torch.manual_seed(a.seed)
+    ds = data.load("bundled-mnist")
+    stream = data.BatchStream(ds.images, a.batch, torch.device("cpu"), seed=a.seed)
+    nc = 10 if a.cond else 0
+    g, d = G(a.zdim, a.gw, a.extra_conv, nc), D(a.dw, a.dnorm, a.sn, a.dropout, a.mbstd, a.d_extra, nc)
+    labels_all = ds.labels
+    gen = torch.Generator().manual_seed(a.seed)
+
+    def labelled_batch():
+        idx = torch.randint(0, len(ds.images), (a.batch,), generator=gen)
+        return data.to_model_range(ds.images[idx]), labels_all[idx]
+    g.apply(init)
+    d.apply(init)
+    opt_g = torch.optim.Adam(g.parameters(), lr=a.lr, betas=betas)
+    opt_d = torch.optim.Adam(d.parameters(), lr=a.lr_d or a.lr, betas=betas)
+    scheds = []
+    if a.decay is not None:
+        f = lambda s: 1 - (1 - a.decay) * min(s, a.steps) / a.steps
+        scheds = [torch.optim.lr_scheduler.LambdaLR(o, f) for o in (opt_g, opt_d)]
+    r1_gamma, r1_every = (float(a.r1.split(",")[0]), int((a.r1.split(",") + ["1"])[1])) if a.r1 else (0.0, 1)
+    aug = translate if a.aug == "translate" else (lambda x: x)
+    ema = copy.deepcopy(g)
+    meter = quality.default_mnist_meter()
+    latents = meter.latents(a.zdim)
+    t0 = time.perf_counter()
+    train_s = 0.0
+    for step in range(1, a.steps + 1):
+        ts = time.perf_counter()
+        if nc:
+            real, yr = labelled_batch()
+            yf = torch.randint(0, nc, (a.batch,))
+        else:
+            real, yr, yf = next(stream), None, None
+        fake = g(torch.randn(a.batch, a.zdim), yf)
+        rl, fl = d(aug(real), yr).float(), d(aug(fake.detach()), yf).float()
+        if a.loss == "hinge":
+            ld = (1 - rl).clamp_min(0).mean() + (1 + fl).clamp_min(0).mean()
+        else:
+            ld = F.softplus(-rl).mean() + F.softplus(fl).mean()
+        if r1_gamma and step % r1_every == 0:
+            x = real.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(d(aug(x), yr).sum(), x, create_graph=True)
+            ld = ld + 0.5 * r1_gamma * r1_every * grad.pow(2).flatten(1).sum(1).mean()
+        opt_d.zero_grad(set_to_none=True)
+        ld.backward()
+        opt_d.step()
+        d.requires_grad_(False)
+        gl = d(aug(fake), yf).float()
+        lg = -gl.mean() if a.loss == "hinge" else F.softplus(-gl).mean()
+        opt_g.zero_grad(set_to_none=True)
+        lg.backward()
+        opt_g.step()
+        d.requires_grad_(True)
+        for s in scheds:
+            s.step()
+        ema_update(ema, g, a.ema)
+        train_s += time.perf_counter() - ts
+        if step in at:
+            row = {"name": a.name, "step": step, "train_s": round(train_s, 1),
+                   "loss_d": round(float(ld), 3), "loss_g": round(float(lg), 3)}
+            for label, net in (("G", g), ("ema", ema)):
+                if nc:
+                    ys = torch.arange(len(latents)) % nc
+                    net.eval()
+                    with torch.no_grad():
+                        images = torch.cat([net(z, y) for z, y in zip(latents.split(512), ys.split(512))])
+                    net.train()
+                    v = meter.score_samples(images)
+                    _, probs = quality.classify(meter.net, images)
+                    v["label_acc"] = float((probs.argmax(1) == ys).float().mean())
+                else:
+                    v = meter.score_samples(quality.generate(net, latents, "cpu"))
+                row[label] = {k: round(v[k], 3) for k in ("confident", "classes", "fd", "label_acc") if k in v}
+            print("RESULT " + json.dumps(row), flush=True)
+    print(f"done {a.name} in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
