@@ -107,6 +107,19 @@ def test_conditional_generator_draws_the_asked_classes_and_discriminator_needs_t
         D(images)
 
 
+def test_conditional_off_trains_the_unconditional_gan_on_labelled_data(tmp_path):
+    from PIL import Image
+
+    from core import train
+    run_path = tmp_path / "plain"
+    assert train.main(["--conditional", "off", "--steps", "2", "--batch-size", "16", "--device", "cpu",
+                       "--quality-every", "0", "--run-dir", str(run_path)]) == 0
+    assert json.loads((run_path / "generator.json").read_text())["spec"]["classes"] == 0
+    assert json.loads((run_path / "status.json").read_text())["classes"] == 0
+    with Image.open(run_path / "grids" / "step_000002.png") as grid:
+        assert grid.size == (8 * 30 + 2, 8 * 30 + 2)            # the seed's 64 samples, 8 x 8
+
+
 def test_event_reader_tolerates_a_half_written_line(tmp_path):
     run = RunDir.create(TrainConfig(), root=str(tmp_path))
     run.append_event({"step": 1, "loss_d": 0.5})
