@@ -5,13 +5,6 @@ import os
 import signal
 
 
-def _sigterm_as_ctrl_c(signum, frame):
-    # Gradio's launch loop closes the server on KeyboardInterrupt and returns, so atexit then
-    # stops the trainer with a checkpoint. A plain SIGTERM (docker stop, systemd, a Space
-    # restart) would otherwise kill this process without running atexit: an orphaned trainer.
-    raise KeyboardInterrupt
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="Blink: watch a GAN learn.")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
@@ -36,7 +29,17 @@ def main() -> None:
     demo = build_app(job, host_key=args.host_key)
     # Closing the app ends its trainer (with a checkpoint) rather than leaving an orphan.
     atexit.register(job.shutdown)
-    signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
+
+    def stop_trainer_then_exit(signum, frame):
+        # Ctrl-C or SIGTERM (docker stop, systemd, a Space restart): stop the trainer first,
+        # then let Gradio's launch loop close the server on KeyboardInterrupt. Waiting for atexit
+        # instead left the trainer running for as long as Gradio took to close (a minute, seen
+        # under load), and a supervisor's SIGKILL in that window lost the final checkpoint.
+        job.shutdown()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_trainer_then_exit)
+    signal.signal(signal.SIGINT, stop_trainer_then_exit)
     demo.queue(default_concurrency_limit=4).launch(server_name=args.host, server_port=args.port, share=args.share,
                                                     show_error=True, max_file_size=f"{TrainConfig.max_image_mb}mb")
 
