@@ -205,8 +205,9 @@ def generate(G: nn.Module, latents: torch.Tensor, device, batch: int | None = No
 
 def sample_labels(G: nn.Module, n: int) -> torch.Tensor | None:
     """The classes the meter asks a class-conditional G for (0, 1, ..., 9, 0, ...); None otherwise."""
+    from core.models import default_labels
     classes = getattr(G, "classes", 0)
-    return torch.arange(n) % classes if classes else None
+    return default_labels(n, classes) if classes else None
 
 
 class MnistMeter:
