@@ -188,6 +188,12 @@ class Loop:
     # ---- checkpoints ---------------------------------------------------------------------
     def _load_checkpoint(self) -> None:
         state = self.run_dir.load_checkpoint()
+        if "conditional" not in state["config"]:
+            # Saved before class-conditional training existed: unconditional, with the old
+            # defaults (batch 64, lr 1e-3, z 100), which no longer resolve from this config.
+            raise Stop("failed", "Cannot resume: this run was saved by an older Blink (before class-conditional "
+                                 "training and the new defaults). Start a new run; its last generator is kept "
+                                 "for sampling.")
         saved = TrainConfig.from_dict(state["config"])
         changed = self.config.differences(saved)
         if changed:

@@ -120,6 +120,20 @@ def test_conditional_off_trains_the_unconditional_gan_on_labelled_data(tmp_path)
         assert grid.size == (8 * 30 + 2, 8 * 30 + 2)            # the seed's 64 samples, 8 x 8
 
 
+def test_a_run_saved_before_conditional_training_is_refused_with_the_reason(tmp_path):
+    from core import train
+    run_path = tmp_path / "old"
+    assert train.main(["--steps", "2", "--batch-size", "16", "--device", "cpu", "--quality-every", "0",
+                       "--run-dir", str(run_path)]) == 0
+    checkpoint = torch.load(run_path / "checkpoint.pt", weights_only=False)
+    del checkpoint["config"]["conditional"]          # what an older Blink wrote
+    torch.save(checkpoint, run_path / "checkpoint.pt")
+    assert train.main(["--resume", str(run_path), "--steps", "4"]) == 1
+    status = json.loads((run_path / "status.json").read_text())
+    assert status["state"] == "failed" and "older Blink" in status["message"]
+    assert torch.load(run_path / "checkpoint.pt", weights_only=False)["step"] == 2   # nothing lost
+
+
 def test_event_reader_tolerates_a_half_written_line(tmp_path):
     run = RunDir.create(TrainConfig(), root=str(tmp_path))
     run.append_event({"step": 1, "loss_d": 0.5})
