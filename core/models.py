@@ -89,6 +89,11 @@ def default_labels(n: int, classes: int, device=None) -> torch.Tensor:
     return torch.arange(n, device=device) % classes
 
 
+def grid_columns(classes: int, default: int = 8) -> int:
+    """Columns of a sample grid: one per class for a conditional generator (up to 16), else `default`."""
+    return classes if 0 < classes <= 16 else default
+
+
 class LogitHead(nn.Conv2d):
     """D's last layer, a conv whose kernel covers the whole (ch, k, k) feature map: a matrix
     product, computed as one (on CPU ~7x faster than oneDNN's convolution for this shape).

@@ -21,6 +21,7 @@ import zipfile
 import numpy as np
 import torch
 
+from core import models
 from core.models import Generator, GeneratorSpec
 
 MAX_SAMPLES = 1024
@@ -188,7 +189,7 @@ def seed_labels(generator: Generator, seed: int, n: int) -> torch.Tensor | None:
 
 def grid_columns(generator: Generator, default: int = 8) -> int:
     """One column per class for a conditional generator (with seed_labels, each column is one class)."""
-    return generator.classes if 0 < generator.classes <= 16 else default
+    return models.grid_columns(generator.classes, default)
 
 
 def blended_labels(generator: Generator, seed_a: int, seed_b: int, t: torch.Tensor) -> torch.Tensor | None:
