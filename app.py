@@ -5,6 +5,43 @@ import os
 import signal
 
 
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def notebook_name() -> str:
+    """'Colab' or 'Kaggle' when the app runs in one. Under `!python app.py` Gradio cannot tell
+    (it looks for an IPython kernel), so without a share link nobody could open the page."""
+    if os.environ.get("KAGGLE_KERNEL_RUN_TYPE"):
+        return "Kaggle"
+    if os.environ.get("COLAB_RELEASE_TAG") or os.environ.get("COLAB_BACKEND_VERSION"):
+        return "Colab"
+    return ""
+
+
+def page_needs_share_link(share: bool, no_share: bool) -> bool:
+    notebook = notebook_name()
+    if share or not notebook:
+        return share
+    if no_share:
+        print(f"In a {notebook} notebook without --share, only this notebook can open the page.", flush=True)
+        return False
+    print(f"In a {notebook} notebook: making a public share link so others can open the page "
+          "(it needs the notebook's internet; --no-share turns it off).", flush=True)
+    return True
+
+
+def room_host_key(host: str, share: bool) -> str:
+    """A page others can reach gets a host key unless one was given, as Jupyter prints its token:
+    otherwise any viewer's tap could stop the lesson. On localhost alone it stays open."""
+    if not share and host in LOCAL_HOSTS:
+        return ""
+    import secrets
+    key = secrets.token_urlsafe(6)
+    print(f"Host key: {key}  (this page is reachable by others: type the key on the page to start, stop, "
+          "pause or resume; everyone else watches. Set your own with --host-key or BLINK_HOST_KEY.)", flush=True)
+    return key
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Blink: watch a GAN learn.")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
@@ -18,15 +55,19 @@ def main() -> None:
                         help="keep at most this many runs; older ones are deleted when a new run starts")
     parser.add_argument("--max-runs-mb", type=float, default=float(os.environ.get("BLINK_MAX_RUNS_MB", "2000")),
                         help="delete the oldest runs while the runs folder is over this size (0: no limit)")
+    parser.add_argument("--no-share", action="store_true",
+                        help="in a Colab or Kaggle notebook, do not make the public share link it otherwise makes")
     args = parser.parse_args()
     if args.keep_runs < 1:
         parser.error("--keep-runs must be at least 1 (the current run is always kept)")
+    share = page_needs_share_link(args.share, args.no_share)
+    host_key = args.host_key or room_host_key(args.host, share)
 
     from app.job import Job
     from core.config import TrainConfig
     from app.ui import build_app
     job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, standby=True)
-    demo = build_app(job, host_key=args.host_key)
+    demo = build_app(job, host_key=host_key)
     # Closing the app ends its trainer (with a checkpoint) rather than leaving an orphan.
     atexit.register(job.shutdown)
 
@@ -40,7 +81,7 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, stop_trainer_then_exit)
     signal.signal(signal.SIGINT, stop_trainer_then_exit)
-    demo.queue(default_concurrency_limit=4).launch(server_name=args.host, server_port=args.port, share=args.share,
+    demo.queue(default_concurrency_limit=4).launch(server_name=args.host, server_port=args.port, share=share,
                                                     show_error=True, max_file_size=f"{TrainConfig.max_image_mb}mb")
 
 

@@ -34,8 +34,26 @@ class ResumeRefused(ValueError):
     """The current run cannot be resumed as asked; the message says why."""
 
 
+def _own_process_group() -> None:
+    """Make the trainer the leader of its own process group: its launch workers join it, so the
+    app can end the trainer and every worker together (os.killpg), leaving no orphan on a chip."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:   # already a group leader
+        pass
+
+
+def _end_process_group(pgid: int) -> None:
+    """SIGKILL whatever is left of a trainer's process group (workers of a trainer that died)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:   # no such group: the trainer never made one, or nothing is left of it
+        pass
+
+
 def _train_child(config_dict: dict, run_path: str, resume: bool, parent_pid: int) -> None:
     """Entry point of the spawned trainer process (top level, so spawn can import it)."""
+    _own_process_group()
     # Ctrl-C in a terminal reaches the whole process group: the app then asks this trainer to
     # stop (checkpoint kept), so the trainer must not die of the same SIGINT first.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -50,6 +68,7 @@ def _standby_main(connection, parent_pid: int) -> None:
     """A trainer process started ahead of time: it pays the imports (torch: ~1.5 s on 2 cores)
     while nobody waits, then trains the first job sent to it. Start then shows its first loss
     point in well under a second instead of after a cold process start."""
+    _own_process_group()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from core.train import warm_up
     warm_up()
@@ -59,12 +78,6 @@ def _standby_main(connection, parent_pid: int) -> None:
         return
     if job is not None:
         _train_child(*job, parent_pid)
-
-
-def _failure_hint(message: str) -> str:
-    from core.train import hint_for   # core.train imports torch lazily: cheap for the UI process
-    hint = hint_for(message)
-    return f" Hint: {hint}" if hint else ""
 
 
 def _dir_mb(path: str) -> float:
@@ -79,9 +92,10 @@ def _dir_mb(path: str) -> float:
 
 
 def _spawn(target, *args):
-    """A trainer process: `spawn`, because fork with torch's threads can deadlock."""
-    process = multiprocessing.get_context("spawn").Process(target=target, args=args, name="blink-trainer",
-                                                           daemon=True)
+    """A trainer process: `spawn`, because fork with torch's threads can deadlock. Not a daemon:
+    on XLA the trainer starts torch_xla.launch's workers, and a daemonic process may have no
+    children. Job.shutdown ends it instead."""
+    process = multiprocessing.get_context("spawn").Process(target=target, args=args, name="blink-trainer")
     process.start()
     return process
 
@@ -207,6 +221,7 @@ class Job:
             if process.is_alive():
                 process.kill()
                 process.join()
+            _end_process_group(process.pid)
 
     def resume(self, steps: int | None = None, config: TrainConfig | None = None) -> RunDir:
         """Continue the current (stopped, finished or failed) run from its checkpoint.
@@ -266,12 +281,15 @@ class Job:
         if process.is_alive() and self._run is not None:
             self._run.request("stop")
             process.join(grace)
-        if process.is_alive():
-            process.terminate()
-            process.join(5)
-        if process.is_alive():
-            process.kill()
-            process.join()
+        # Escalate to the trainer's whole process group: its launch workers hold the devices.
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, None)):
+            if not process.is_alive():
+                break
+            try:
+                os.killpg(process.pid, sig)
+            except OSError:   # not a group leader yet (killed while starting up): the process alone
+                os.kill(process.pid, sig)
+            process.join(wait)
         self._reap()
 
     def _reap(self) -> None:
@@ -280,6 +298,7 @@ class Job:
         if process is None or process.is_alive():
             return
         process.join()
+        _end_process_group(process.pid)   # workers a dead trainer left behind
         self._process = None
         self._ensure_standby()
         run = self._run
@@ -294,12 +313,9 @@ class Job:
 
     @staticmethod
     def _mark_failed(run: RunDir, message: str) -> None:
-        status = run.read_status()
-        saved = status.get("saved_step") or 0
-        kept = (f" The last checkpoint (step {saved}) is kept: press Resume to continue from it."
-                if saved and os.path.exists(run.file("checkpoint.pt")) else "")
-        hint = _failure_hint(message)
-        run.write_status("failed", f"{message}{kept}{hint}", hint=hint.replace(" Hint: ", "", 1))
+        from core.train import failure_message   # core.train imports torch lazily: cheap for the UI
+        text, hint = failure_message(run, message)
+        run.write_status("failed", text, hint=hint)
 
     # ---- retention -------------------------------------------------------------------------
     def prune(self, reserve: int = 0) -> list[str]:

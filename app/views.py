@@ -70,8 +70,9 @@ def status_line(status: dict, run_name: str = "", events: list[dict] | None = No
     state = status.get("state", "?")
     parts = [f"**{state}**"]
     if status.get("device"):
-        cores = status.get("cores") or 1
-        parts.append(f"{status['device']}" + (f", {cores} cores" if cores > 1 else ""))
+        replicas, processes = status.get("cores") or 1, status.get("processes") or 1
+        layout = f" in {processes} processes" if 1 < processes < replicas else ""   # v2/v3: threads in each
+        parts.append(f"{status['device']}" + (f", {replicas} replicas{layout}" if replicas > 1 else ""))
     if status.get("preset"):
         parts.append(f"{status['preset']} model" + (f", {status['classes']} classes" if status.get("classes") else ""))
     if status.get("steps"):
@@ -98,6 +99,7 @@ def diagnostics_table(status: dict) -> pd.DataFrame:
     """The run's diagnostics as rows (what, value), for the Diagnostics accordion."""
     diag = dict(status.get("diagnostics") or {})
     rows = [("device", status.get("device")), ("replicas (cores)", status.get("cores")),
+            ("worker processes", status.get("processes")),
             ("precision", status.get("precision")),
             ("model preset", f"{status.get('preset')} ({status.get('preset_reason', '')})"),
             ("labels", f"class-conditional on the dataset's {status['classes']} classes" if status.get("classes")
@@ -107,7 +109,9 @@ def diagnostics_table(status: dict) -> pd.DataFrame:
         rows.append(("device memory", f"{diag.pop('memory_used') / 2**30:.2f} / {diag.pop('memory_total') / 2**30:.2f} GiB"))
     labels = {"compiles": "XLA graph compilations", "fallback_ops": "ops run on the host (CPU fallback)",
               "data_wait_share": "share of time waiting for data", "data_load_seconds": "dataset load s",
-              "first_step_seconds": "first step s"}
+              "first_step_seconds": "first step s", "graph_executions": "XLA graph executions",
+              "all_reduces": "XLA all-reduces lowered", "compile_seconds": "XLA compile s (left out of speed and ETA)",
+              "matmul_precision": "XLA fp32 mat-mul precision"}
     for key, value in diag.items():
         if isinstance(value, list):
             value = ", ".join(value) or "none"

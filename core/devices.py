@@ -45,6 +45,7 @@ class DeviceInfo:
     precision_refused: dict[str, str] = field(default_factory=dict)   # precision -> reason
     precision_warned: dict[str, str] = field(default_factory=dict)    # precision -> caveat
     notice: str = ""                            # e.g. why a requested device fell back
+    processes: int = 1                          # worker processes torch_xla.launch starts (TPU: one per chip)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,30 +66,84 @@ def xla_import_error() -> str:
     return ""
 
 
-def _google_accelerators_on_pci() -> bool:
-    """True if a Google (TPU) PCI device is present: vendor 0x1ae0, what torch_xla itself checks.
+# Google's TPU chips on PCI, by device id: the list torch_xla itself counts launch processes
+# from (torch_xla/_internal/tpu.py, _TPU_PCI_DEVICE_IDS), with each id's generation.
+GOOGLE_PCI_VENDOR = "0x1ae0"
+TPU_PCI_GENERATIONS = {"0x0027": "v2/v3", "0x005e": "v4", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "7x"}
+METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/accelerator-type"
 
-    Looking here first keeps a CPU or GPU machine from paying the ~5 s torch_xla import.
-    """
+
+def tpu_pci_ids() -> list[str]:
+    """PCI device ids of the TPU chips on this host (one entry per chip); [] on other machines.
+
+    Read from sysfs, as torch_xla does: a CPU or GPU machine never pays the torch_xla import."""
     import glob
-    for vendor_file in glob.glob("/sys/bus/pci/devices/*/vendor"):
+    ids = []
+    for vendor_file in sorted(glob.glob("/sys/bus/pci/devices/*/vendor")):
         try:
-            if open(vendor_file).read().strip() == "0x1ae0":
-                return True
+            if open(vendor_file).read().strip() != GOOGLE_PCI_VENDOR:
+                continue
+            device_id = open(os.path.join(os.path.dirname(vendor_file), "device")).read().strip()
         except OSError:
             continue
-    return bool(glob.glob("/dev/accel*")) or bool(os.environ.get("TPU_NAME") or os.environ.get("COLAB_TPU_ADDR"))
+        if device_id in TPU_PCI_GENERATIONS:
+            ids.append(device_id)
+    return ids
 
 
-def _tpu_chips() -> int:
-    """Number of TPU chips on this host, without initialising the XLA runtime."""
-    if not _google_accelerators_on_pci() or xla_import_error():
-        return 0
+def libtpu_found() -> bool:
+    """Whether torch_xla will find libtpu, by its own rules (torch_xla/__init__.py,
+    _setup_tpu_vm_library_path), without importing torch_xla: TPU_LIBRARY_PATH, a libtpu.so
+    bundled in torch_xla/lib, or the libtpu package that the `torch_xla[tpu]` extra installs."""
+    import importlib.util
+    if os.environ.get("TPU_LIBRARY_PATH"):
+        return True
+    spec = importlib.util.find_spec("torch_xla")
+    if spec and spec.origin and os.path.isfile(os.path.join(os.path.dirname(spec.origin), "lib", "libtpu.so")):
+        return True
+    return importlib.util.find_spec("libtpu") is not None
+
+
+def _tpu_refusal() -> str:
+    """Why torch_xla would not run on the TPU chips that are present ('' if it will)."""
+    pjrt = os.environ.get("PJRT_DEVICE", "")
+    if pjrt and pjrt.upper() != "TPU":
+        return (f"PJRT_DEVICE={pjrt} is set, so torch_xla would run on {pjrt}, not the TPU "
+                "(unset it, or set PJRT_DEVICE=TPU)")
+    if not libtpu_found():
+        return ("libtpu is not installed, so torch_xla cannot drive the TPU "
+                "(install it with: pip install 'torch_xla[tpu]==2.9.0')")
+    return xla_import_error()
+
+
+def _accelerator_type(pci_ids: list[str]) -> str:
+    """The TPU type, e.g. 'v3-8' or 'v5litepod-8', or '' if unknown.
+
+    TPU_ACCELERATOR_TYPE first (set on TPU VMs and in notebooks). Only v2 and v3 share a PCI
+    id, so only then is the VM's metadata server asked, with a timeout: torch_xla's own query
+    has none, and a probe must never hang on a host whose metadata server does not answer.
+    """
+    kind = os.environ.get("TPU_ACCELERATOR_TYPE", "")
+    if kind or TPU_PCI_GENERATIONS.get(pci_ids[0]) != "v2/v3" or os.environ.get("TPU_SKIP_MDS_QUERY"):
+        return kind
+    import urllib.request
     try:
-        from torch_xla._internal import tpu
-        return int(tpu.num_available_chips())
+        request = urllib.request.Request(METADATA_URL, headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(request, timeout=2) as answer:
+            return answer.read(64).decode().strip()
     except Exception:
-        return 0
+        return ""
+
+
+def tpu_generation(pci_ids: list[str], accelerator_type: str = "") -> str:
+    """'v5e', 'v3', ...: from the accelerator type when known ('v5litepod-8' is a v5e), else PCI."""
+    import re
+    match = re.match(r"^(?:v|tpu)(\d+)([a-z]*)", accelerator_type)
+    if match:
+        number, suffix = match.groups()
+        suffix = {"litepod": "e", "lite": "e"}.get(suffix, suffix)
+        return f"v{number}{suffix}"
+    return TPU_PCI_GENERATIONS.get(pci_ids[0], "?") if pci_ids else "?"
 
 
 def _cpu_has_native_bf16() -> bool:
@@ -121,30 +176,20 @@ def _xla_cpu_info(notice: str = "") -> DeviceInfo:
         notice)
 
 
-def _tpu_cores(chips: int) -> int:
-    """TPU devices (replicas) on this host, without initialising the XLA runtime.
-
-    A chip has 2 cores on v2/v3 and 1 (megacore) from v4 on. torch_xla reads the generation
-    from TPU_ACCELERATOR_TYPE or the VM's metadata; if that fails we guess from the chip
-    count (4 chips is most often a v2/v3-8 on Colab/Kaggle). The trainer reports the real
-    number (status 'cores') once the runtime is up.
-    """
-    forced = int(os.environ.get("TPU_NUM_DEVICES", "0") or 0)
-    if forced:
-        return forced
-    try:
-        from torch_xla._internal import tpu
-        return int(tpu.num_available_devices()) or max(chips, 1)
-    except Exception:
-        return max(chips, 1) * (2 if chips == 4 else 1)
-
-
-def _tpu_info(chips: int, notice: str = "") -> DeviceInfo:
-    cores = _tpu_cores(chips)
+def _tpu_info(pci_ids: list[str], notice: str = "") -> DeviceInfo:
+    """A TPU host as torch_xla.launch will run it: one process per chip, and on v2/v3, whose chips
+    have two cores each, two threads per process (v3-8: 4 processes x 2 = 8 replicas)."""
+    chips = len(pci_ids)
+    generation = tpu_generation(pci_ids, _accelerator_type(pci_ids))
+    cores_per_chip = 2 if generation in ("v2", "v3", "v2/v3") else 1
+    cores = chips * cores_per_chip
+    layout = f"{chips} chips" + (f", {cores_per_chip} cores each" if cores_per_chip > 1 else "")
     return DeviceInfo(
-        "tpu", f"TPU ({cores} cores)", cores,
+        "tpu", f"TPU {generation} ({layout})" if chips > 1 else f"TPU {generation} (1 chip)", cores,
         {"fp16": "TPUs have no float16 matrix units; use bf16 (same range as fp32, no loss scaling)."},
-        {}, notice)
+        {"fp32": "fp32 runs its matrix products at full fp32 precision (mat-mul precision 'highest'), several "
+                 "times slower than bf16 on a TPU; bf16 is the usual choice there."},
+        notice, processes=chips)
 
 
 def _cuda_info(notice: str = "") -> DeviceInfo:
@@ -159,15 +204,22 @@ def _cuda_info(notice: str = "") -> DeviceInfo:
 
 
 def probe(requested: str = "auto") -> DeviceInfo:
-    """Pick the device: TPU, else CUDA, else CPU; or the one requested, with a notice if absent."""
+    """Pick the device: TPU, else CUDA, else CPU; or the one requested, with a notice if absent.
+
+    A TPU is claimed only when torch_xla would really run on it: chips on PCI, libtpu found, and
+    PJRT_DEVICE unset or TPU. Otherwise the notice says why not, so no page says "TPU" while
+    the run trains on XLA:CPU."""
     if requested not in ("auto",) + KINDS:
         raise ValueError(f"unknown device '{requested}'; choose auto, {', '.join(KINDS)}")
     if requested in ("auto", "tpu"):
-        chips = _tpu_chips()
-        if chips:
-            return _tpu_info(chips)
+        pci_ids = tpu_pci_ids()
+        refusal = _tpu_refusal() if pci_ids else ""
+        if pci_ids and not refusal:
+            return _tpu_info(pci_ids)
+        if pci_ids:
+            return _fallback_after(f"Found {len(pci_ids)} TPU chip(s), but {refusal}; ")
         if requested == "tpu":
-            why = xla_import_error() or "torch_xla found no TPU on this machine"
+            why = xla_import_error() or "there is no TPU on this machine"
             return _fallback_after(f"TPU requested but {why}; ")
     if requested == "xla-cpu":
         xla_error = xla_import_error()
@@ -188,6 +240,16 @@ def _fallback_after(prefix: str) -> DeviceInfo:
     if torch.cuda.is_available():
         return _cuda_info(prefix + "training on the CUDA GPU.")
     return _cpu_info(prefix + "training on the CPU.")
+
+
+def prepare_environment(requested: str) -> None:
+    """Set what torch_xla reads at import, before anything imports it (the trainer calls this first).
+
+    xla-cpu means the CPU even on a TPU host: PJRT_DEVICE=CPU, and one CPU device, since
+    collectives across several XLA:CPU devices under torch_xla.launch hang (see _xla_cpu_info)."""
+    if requested == "xla-cpu":
+        os.environ["PJRT_DEVICE"] = "CPU"
+        os.environ["CPU_NUM_DEVICES"] = "1"
 
 
 def probe_in_subprocess(requested: str = "auto", timeout: float = 120.0) -> DeviceInfo:
@@ -320,20 +382,19 @@ class Runtime:
         reduced = xm.all_reduce(xm.REDUCE_SUM, stacked, scale=1.0 / self.world_size)
         return {k: reduced[i] for i, k in enumerate(names)}
 
-    def any_replica(self, flag: bool) -> bool:
-        """True on every replica if flag is true on any: stop / pause decisions must agree.
+    def agree(self, flags: dict[str, bool]) -> dict[str, bool]:
+        """Each flag true on every replica if it is true on any, now (one small graph and a sync).
 
-        Replicas read the control file at slightly different moments; if one stopped while the
-        others stepped on, their next all-reduce would wait forever. Out-of-graph rendezvous
-        (xm.mesh_reduce, which syncs first), so call it between steps, never inside one; and
-        every replica must make the same sequence of calls (decide only on agreed values).
-        """
+        Training steps do not use this: their flags ride in the log step's own reduction (see
+        core/train.py, control flags). This is for the pause loop, where no step runs."""
         if not self.replicated:
-            return bool(flag)
+            return {k: bool(v) for k, v in flags.items()}
+        import torch
         import torch_xla.core.xla_model as xm
-        with warnings.catch_warnings():   # mesh_reduce calls the deprecated xm.xla_device()
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return bool(xm.mesh_reduce("blink_any_replica", int(bool(flag)), max))
+        names = sorted(flags)
+        local = torch.tensor([float(bool(flags[k])) for k in names], device=self.device)
+        agreed = xm.all_reduce(xm.REDUCE_SUM, local).cpu().tolist()
+        return {k: agreed[i] > 0 for i, k in enumerate(names)}
 
     def broadcast_parameters(self, module) -> None:
         """Start every replica from replica 0's weights."""
@@ -356,6 +417,47 @@ class Runtime:
         except Exception:   # XLA:CPU raises UNIMPLEMENTED: GetAllocatorStats
             return None
         return None
+
+    def set_matmul_precision(self, precision: str) -> str | None:
+        """fp32 means fp32 on XLA: its default mat-mul precision multiplies fp32 operands in bf16 on
+        a TPU (torch_xla/backends/__init__.py), so an fp32 run asks for 'highest'. Returns the
+        precision in force (None off XLA, where fp32 products are fp32 already)."""
+        if not self.is_xla:
+            return None
+        import logging
+        import torch_xla.backends
+        if precision == "fp32" and torch_xla.backends.get_mat_mul_precision() != "highest":
+            log = logging.getLogger("torch_xla.backends")
+            level = log.level
+            log.setLevel(logging.ERROR)   # it warns on every call, though we set it once, before any graph
+            try:
+                torch_xla.backends.set_mat_mul_precision("highest")
+            finally:
+                log.setLevel(level)
+        return torch_xla.backends.get_mat_mul_precision()
+
+    def execution_count(self) -> int | None:
+        """Graph executions so far (XLA only): one per training step, plus grids and quality."""
+        if not self.is_xla:
+            return None
+        import torch_xla.debug.metrics as met
+        data = met.metric_data("ExecuteTime")
+        return int(data[0]) if data else 0
+
+    def all_reduce_count(self) -> int | None:
+        """All-reduces lowered into graphs so far (XLA only): above 0 once replicas agree in-graph."""
+        if not self.is_xla:
+            return None
+        import torch_xla.debug.metrics as met
+        return int(met.counter_value("xla::all_reduce") or 0)
+
+    def compile_seconds(self) -> float:
+        """Seconds spent compiling so far (0 off XLA): speed and ETA leave them out."""
+        if not self.is_xla:
+            return 0.0
+        import torch_xla.debug.metrics as met
+        data = met.metric_data("CompileTime")
+        return data[1] / 1e9 if data else 0.0
 
     def compile_count(self) -> int | None:
         """Graph compilations so far (XLA only): it must stop growing once steps repeat."""
@@ -381,22 +483,54 @@ class Runtime:
 
 
 def launch(fn: Callable, args: tuple, info: DeviceInfo, num_cores: int = 0) -> None:
-    """Run fn(rank, *args) once per replica: torch_xla.launch on a multi-core TPU, else inline.
+    """Run fn(rank, *args) once per replica, in the processes a TPU run really has.
 
-    num_cores: 0 = every core; 1 = a single replica (torch_xla's single-process mode, so the
-    process owns one core, not all of them). torch_xla.launch cannot start any other count
-    (its nprocs is None or 1), so other values run on every core.
-    XLA:CPU is never replicated: its cross-device collectives hang (see _xla_cpu_info).
+    XLA (TPU and XLA:CPU) goes through torch_xla.launch, which starts worker processes (one per
+    TPU chip; on v2/v3 two threads in each): the caller must be allowed children (no daemon).
+    XLA:CPU runs one worker with one device, so every XLA:CPU run takes a TPU run's road. A
+    single-chip TPU (Colab's v5e-1) and num_cores=1 run inline: one replica needs no workers.
+    torch_xla.launch starts no other count (its nprocs is None or 1): other values run on every core.
+    CUDA and CPU run inline.
     """
-    if info.kind == "tpu" and info.cores > 1:
+    if launches_workers(info, num_cores):
         import torch_xla
-        torch_xla.launch(fn, args=args, debug_single_process=num_cores == 1)
+        torch_xla.launch(fn, args=args)
     else:
         fn(0, *args)
+
+
+def launches_workers(info: DeviceInfo, num_cores: int = 0) -> bool:
+    """Whether launch() runs the replicas in torch_xla.launch's worker processes."""
+    return info.kind == "xla-cpu" or (info.kind == "tpu" and info.cores > 1 and num_cores != 1)
+
+
+def end_child_processes() -> list[int]:
+    """SIGKILL this process's remaining worker children (launch workers a crash left behind).
+
+    A worker stuck in a collective whose peer died would otherwise hold its TPU chip forever.
+    Only multiprocessing's spawned workers: not its resource tracker. Returns their pids."""
+    import glob
+    import signal
+    killed = []
+    for children_file in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+        try:
+            children = [int(c) for c in open(children_file).read().split()]
+        except OSError:
+            continue
+        for child in children:
+            try:
+                if b"spawn_main" in open(f"/proc/{child}/cmdline", "rb").read():
+                    os.kill(child, signal.SIGKILL)
+                    killed.append(child)
+            except OSError:
+                pass
+    return killed
 
 
 if __name__ == "__main__":
     import argparse
     parser = argparse.ArgumentParser(description="Print what the chosen device can do, as JSON.")
     parser.add_argument("--device", default="auto", choices=("auto",) + KINDS)
-    print(json.dumps(probe(parser.parse_args().device).to_dict()))
+    requested = parser.parse_args().device
+    prepare_environment(requested)
+    print(json.dumps(probe(requested).to_dict()))

@@ -148,6 +148,30 @@ class Generator(nn.Module):
         return torch.tanh(self.net(z).float()).clamp(-1.0, 1.0)
 
 
+class _SpectralNormWithoutVdot(nn.utils.parametrizations._SpectralNorm):
+    """PyTorch's spectral norm, with sigma computed as (u * Wv).sum() instead of torch.vdot.
+
+    XLA does not lower aten::vdot, so the stock version sends every SN layer to the host on
+    every forward (~18 round trips per hinge step). Same buffers, same state-dict keys, same values."""
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        if weight.ndim == 1:
+            return super().forward(weight)
+        weight_mat = self._reshape_weight_to_matrix(weight)
+        if self.training:
+            self._power_method(weight_mat, self.n_power_iterations)
+        u = self._u.clone(memory_format=torch.contiguous_format)   # cloned as upstream: the buffers update in place
+        v = self._v.clone(memory_format=torch.contiguous_format)
+        return weight / (u * torch.mv(weight_mat, v)).sum()
+
+
+def spectral_norm(module: nn.Module) -> nn.Module:
+    """nn.utils.parametrizations.spectral_norm(module), lowered on XLA (see _SpectralNormWithoutVdot)."""
+    dim = 1 if isinstance(module, nn.ConvTranspose2d) else 0
+    nn.utils.parametrize.register_parametrization(module, "weight", _SpectralNormWithoutVdot(module.weight, dim=dim))
+    return module
+
+
 class Discriminator(nn.Module):
     """DCGAN discriminator returning logits (N,). norm: batch | layer | none; spectral: SNGAN.
 
@@ -159,7 +183,7 @@ class Discriminator(nn.Module):
                  classes: int = 0):
         super().__init__()
         blocks, end = _upsampling_blocks(resolution)
-        wrap = nn.utils.parametrizations.spectral_norm if spectral else (lambda m: m)
+        wrap = spectral_norm if spectral else (lambda m: m)
 
         def normalise(c: int) -> nn.Module:
             if norm == "batch":

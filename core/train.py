@@ -19,7 +19,7 @@ import traceback
 from dataclasses import fields
 
 from core.config import ConfigError, TrainConfig, validate
-from core.rundir import RunDir, pid_alive
+from core.rundir import FINAL_STATES, RunDir, pid_alive
 
 GRID_SIZE = 64        # the seed's 64 fixed noise vectors
 DIVERGED_LOGS = 40    # consecutive log points with D winning outright before we warn
@@ -64,12 +64,29 @@ class Stop(Exception):
         self.state, self.message = state, message
 
 
+# Control flags: each replica's own view of the requests and of its processes, put into the log
+# step's reduction beside the losses. Once the step's values are read, a flag any replica set is
+# set on all of them, so every replica stops, pauses or fails at the same step: one replica
+# leaving alone would leave the others waiting in their next all-reduce forever. It costs no
+# rendezvous of its own (xm.mesh_reduce would add syncs and all-gathers every log step).
+CONTROL_FLAGS = ("control_failed", "control_gone", "control_pause", "control_stop")
+# A launch worker whose trainer vanished (kill -9) stops cleanly at its next log step; if it is
+# stuck in a collective instead (a peer died too), it exits after this long rather than keep a chip.
+ORPHAN_GRACE_SECONDS = 60
+
+
 # ------------------------------------------------------------------------------------------
 def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent: int | None = None,
           device_info=None) -> str:
-    """Train per config into run_path; return the final state. Never raises for training faults."""
+    """Train per config into run_path; return the final state. Never raises for training faults.
+
+    watch_parent: the pid of the app that started this trainer; the run stops (checkpoint kept)
+    when that process is gone. On XLA the replicas run in torch_xla.launch's worker processes,
+    children of this one: they watch this process and the app.
+    """
     from core import devices
     from core.models import resolve_preset
+    devices.prepare_environment(config.device)   # before anything imports torch_xla
     run = RunDir(run_path)
     try:
         info = device_info or devices.probe(config.device)
@@ -78,30 +95,89 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     except (ConfigError, ValueError) as exc:
         run.write_status("failed", str(exc))
         return "failed"
-    devices.launch(_replica, (config, run_path, resume, watch_parent, info), info, num_cores=config.num_cores)
+    try:
+        devices.launch(_replica, (config, run_path, resume, watch_parent, os.getpid(), info), info,
+                       num_cores=config.num_cores)
+    except Exception as exc:   # a worker died (BrokenProcessPool), or the workers could not start
+        _report_worker_failure(run, exc)
+    finally:
+        devices.end_child_processes()   # a worker the pool did not end must not keep a TPU chip
     return run.read_status().get("state", "failed")
 
 
-def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, watch_parent, info) -> None:
+def failure_message(run: RunDir, message: str) -> tuple[str, str]:
+    """(the status message, the hint) for a run that failed: what happened, what is kept, what to do."""
+    saved = run.read_status().get("saved_step") or 0
+    kept = (f" The last checkpoint (step {saved}) is kept: press Resume to continue from it."
+            if saved and os.path.exists(run.file("checkpoint.pt")) else "")
+    hint = hint_for(message)
+    return f"{message}{kept}" + (f" Hint: {hint}" if hint else ""), hint
+
+
+def _report_worker_failure(run: RunDir, exc: Exception) -> None:
+    """A launch worker ended without a final status (killed, crashed): say so in the run."""
+    if run.read_status().get("state") in FINAL_STATES:
+        return   # replica 0 already said what happened
+    if type(exc).__name__ == "BrokenProcessPool":
+        what = "A training worker process ended abruptly: it was killed (most often for memory) or crashed"
+    else:
+        what = f"The training workers could not run: {type(exc).__name__}: {str(exc)[:300]}"
+    last_error = _last_error_line(run)
+    message, hint = failure_message(run, what + (f" (its last error: {last_error})." if last_error else "."))
+    run.write_status("failed", message, hint=hint)
+
+
+def _last_error_line(run: RunDir) -> str:
+    try:
+        lines = [line.strip() for line in open(run.file("error.log")) if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def _exit_when_orphaned(trainer_pid: int) -> None:
+    """In a launch worker: once the trainer is gone, give the loop's own check time to stop
+    cleanly, then exit even if a collective holds the loop."""
+    import threading
+
+    def watch():
+        while pid_alive(trainer_pid):
+            time.sleep(1.0)
+        time.sleep(ORPHAN_GRACE_SECONDS)
+        os._exit(1)
+    threading.Thread(target=watch, name="blink-orphan-watch", daemon=True).start()
+
+
+def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, app_pid, trainer_pid: int, info) -> None:
     run = RunDir(run_path)
+    in_worker = os.getpid() != trainer_pid
+    if in_worker:
+        _exit_when_orphaned(trainer_pid)
     loop = None
     try:
-        loop = Loop(config, run, info, resume, watch_parent)
-        loop.run()
-    except Stop as stop:
-        if loop is not None:
+        loop = Loop(config, run, info, resume, (app_pid, trainer_pid), trainer_pid=trainer_pid)
+        try:
+            loop.run()
+        except Stop as stop:
             loop.finish(stop.state, stop.message)
-        elif rank == 0:
+    except Stop as stop:   # raised while building the loop (a refused resume)
+        if rank == 0:
             run.write_status(stop.state, stop.message)
     except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
         message = f"{type(exc).__name__}: {exc}".strip()
-        hint = hint_for(message)
-        with open(run.file("error.log"), "a") as f:
-            f.write(traceback.format_exc())
-        kept = f" The last checkpoint (step {loop.saved_step}) is kept." if loop and loop.saved_step else ""
-        if rank == 0:   # one replica speaks for the run (each one logs its traceback above)
-            run.write_status("failed", f"Training failed: {message[:300]}.{kept}" + (f" Hint: {hint}" if hint else ""),
-                             hint=hint)
+        try:
+            with open(run.file("error.log"), "a") as f:
+                f.write(f"[replica {rank}, pid {os.getpid()}]\n{traceback.format_exc()}")
+            if rank == 0:   # one replica speaks for the run (each one logs its traceback above)
+                text, hint = failure_message(run, f"Training failed: {message[:300]}.")
+                run.write_status("failed", text, hint=hint)
+        except OSError:
+            pass
+        replicated = loop.rt.world_size > 1 if loop is not None else info.cores > 1
+        if in_worker and replicated:
+            # The other replicas wait for this one in their next collective. Ending this process
+            # breaks launch's pool, which terminates them all and tells the trainer.
+            os._exit(1)
         if isinstance(exc, KeyboardInterrupt):
             raise
 
@@ -109,14 +185,22 @@ def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, watch_
 class Loop:
     """One replica's training state; `run()` is the loop, `step()` one generator update."""
 
-    def __init__(self, config: TrainConfig, run: RunDir, info, resume: bool, watch_parent):
+    def __init__(self, config: TrainConfig, run: RunDir, info, resume: bool, watch_pids=(),
+                 trainer_pid: int | None = None):
+        """watch_pids: processes whose end stops the run (the app, the trainer of a launch worker).
+        trainer_pid: the trainer process (this one when None); the status names it."""
         import torch
         from core import data, devices, losses, models
 
-        self.config, self.run_dir, self.watch_parent = config, run, watch_parent
+        self.config, self.run_dir = config, run
+        self.trainer_pid = trainer_pid or os.getpid()
+        self.watch_pids = [p for p in (watch_pids or ()) if p and p != os.getpid()]
+        self.local_failure = ""      # replica-0-only work that raised, reported through the agreement
+        self.agreed = dict.fromkeys(CONTROL_FLAGS, False)
         self.rt = devices.Runtime(info)
         self.master = self.rt.is_master
         self.rt.seed(config.seed)
+        self.matmul_precision = self.rt.set_matmul_precision(config.precision)
 
         # ---- data: decoded, resized and cached once; this replica's shard only ----------
         t0 = time.perf_counter()
@@ -214,22 +298,25 @@ class Loop:
         """Save only weights that produced finite losses: a diverged run keeps its last good one."""
         if not self.values_finite or self.step_count == self.saved_step:
             return
-        if self.master:   # replicas hold identical weights: one copy to the host is enough
-            rt = self.rt
-            g_state = rt.cpu_state_dict(self.G)
-            self.run_dir.save_checkpoint({
-                "version": 1, "config": self.config.to_dict(), "step": self.step_count,
-                "elapsed": self.elapsed_before + (time.perf_counter() - self.t_start),
-                "G": g_state, "D": rt.cpu_state_dict(self.D),
-                "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
-                "scaler_g": self.scaler_g.state_dict() if self.scaler_g else None,
-                "scaler_d": self.scaler_d.state_dict() if self.scaler_d else None,
-                "fixed_noise": self.fixed_noise,
-            })
-            meta = {"spec": self.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
-                    "preset": self.preset, "format": "blink-generator-v1"}
-            self.run_dir.save_generator(g_state, meta)
-        self.saved_step = self.step_count
+        if not self.master or self._replica0_work("saving the checkpoint", self._write_checkpoint):
+            self.saved_step = self.step_count
+
+    def _write_checkpoint(self) -> None:
+        """Replica 0's copy: the replicas hold identical weights, one copy to the host is enough."""
+        rt = self.rt
+        g_state = rt.cpu_state_dict(self.G)
+        self.run_dir.save_checkpoint({
+            "version": 1, "config": self.config.to_dict(), "step": self.step_count,
+            "elapsed": self.elapsed_before + (time.perf_counter() - self.t_start),
+            "G": g_state, "D": rt.cpu_state_dict(self.D),
+            "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
+            "scaler_g": self.scaler_g.state_dict() if self.scaler_g else None,
+            "scaler_d": self.scaler_d.state_dict() if self.scaler_d else None,
+            "fixed_noise": self.fixed_noise,
+        })
+        meta = {"spec": self.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
+                "preset": self.preset, "format": "blink-generator-v1"}
+        self.run_dir.save_generator(g_state, meta)
 
     # ---- one generator update ------------------------------------------------------------
     def step(self) -> dict:
@@ -268,19 +355,22 @@ class Loop:
         self.first_step_seconds = None
         self._status("compiling" if rt.is_xla else "running",
                      "XLA is compiling the graph..." if rt.is_xla else "Training...")
-        self.steady_since = None   # (time, step) once compilation is over: the base for speed and ETA
+        # (time, step, compile seconds) once compilation is over: the base for speed and ETA.
+        self.steady_since = None
         while self.step_count < cfg.steps:
             tensors = self.step()
             self.step_count += 1
             step = self.step_count
             log_now = step == 1 or step % cfg.log_every == 0 or step == cfg.steps
             if log_now:
-                rt.read_later(self._on_values, {"step": _as_tensor(step, tensors), **rt.mean_across_replicas(tensors)})
+                # The control flags ride in the same reduction as the losses (CONTROL_FLAGS).
+                values = {**tensors, **self._flag_tensors(self._control_flags())}
+                rt.read_later(self._on_values, {"step": _as_tensor(step, tensors), **rt.mean_across_replicas(values)})
             rt.mark_step()
             if step == 1:
                 self.first_step_seconds = time.perf_counter() - self.t_start
             if self.steady_since is None and step >= 2 and (not rt.is_xla or step >= 3):
-                self.steady_since = (time.perf_counter(), step)
+                self.steady_since = (time.perf_counter(), step, rt.compile_seconds())
             if step % cfg.grid_every == 0 or step == 1 or step == cfg.steps:
                 self.save_grid()
             if log_now:
@@ -288,22 +378,27 @@ class Loop:
             if step % cfg.checkpoint_every == 0:
                 self.save_checkpoint()
             if self._make_quality and (step % cfg.quality_every == 0 or step == cfg.steps):
-                self._measure_quality()
+                self._replica0_work("measuring quality", self._measure_quality)
         self.finish("done", f"Finished {self.step_count} steps.")
 
     def _on_values(self, values: dict) -> None:
         """Runs once the logged step's values exist (a step closure on XLA)."""
         step = int(values.pop("step"))
+        # Reduced over the replicas: a flag any replica set is set here on every one of them.
+        self.agreed = {k: values.pop(k) > 0 for k in CONTROL_FLAGS}
         self.values_finite = all(math.isfinite(v) for v in values.values())
         self.last_values = values
         if "d_real" in values and self.config.gan == "dcgan":
             won = values["d_real"] > 0.99 and values["d_fake"] < 0.01
             self.d_wins_streak = self.d_wins_streak + 1 if won else 0
         if self.master:
-            self.run_dir.append_event({"step": step, "time": round(self._elapsed(), 3), **_rounded(values)})
+            event = {"step": step, "time": round(self._elapsed(), 3), **_rounded(values)}
+            if self.rt.is_xla:   # the graph counters, read after this step's graph ran
+                event.update(xla_compiles=self.rt.compile_count(), xla_executions=self.rt.execution_count())
+            self._replica0_work("writing the loss log", lambda: self.run_dir.append_event(event))
 
     def _after_log(self) -> None:
-        cfg, rt = self.config, self.rt
+        cfg = self.config
         if not self.values_finite:
             bad = ", ".join(k for k, v in self.last_values.items() if not math.isfinite(v))
             kept = (f"The last good checkpoint (step {self.saved_step}) is kept."
@@ -314,52 +409,85 @@ class Loop:
         if self.d_wins_streak == DIVERGED_LOGS:
             self.warning = ("The discriminator has won outright for a long stretch (D(x)~1, D(G(z))~0): the "
                             "generator gets no useful gradient. Consider restarting with WGAN-GP or hinge loss.")
-        self._check_requests()
+        self._act_on(self.agreed)
+        if self.agreed["control_pause"]:
+            self._pause()
         self._status("running", "Training...")
 
-    def _check_requests(self) -> None:
-        """Stop / pause requests and parent death, agreed by all replicas.
+    # ---- control: requests, the processes we depend on, replica-0 failures ---------------
+    def _gone(self) -> bool:
+        """The app that started the run, or (in a launch worker) the trainer, has ended."""
+        return any(not pid_alive(pid) for pid in self.watch_pids)
 
-        Each replica reads the control file at its own moment; a replica that stopped alone
-        would leave the others waiting in their next all-reduce. So every decision goes through
-        rt.any_replica (a no-op with one replica), and only agreed values steer the calls, so
-        every replica makes the same sequence of them.
-        """
-        rt = self.rt
+    def _control_flags(self) -> dict[str, bool]:
+        """This replica's own view; only the agreed values (see CONTROL_FLAGS) steer the loop."""
+        request = self.run_dir.read_request()
+        return {"control_failed": bool(self.local_failure), "control_gone": self._gone(),
+                "control_pause": request == "pause", "control_stop": request == "stop"}
 
-        def parent_gone() -> bool:
-            return bool(self.watch_parent) and os.getppid() != self.watch_parent
+    def _flag_tensors(self, flags: dict[str, bool]) -> dict:
+        import torch
+        # One transfer of device data (not constants baked into the graph: no recompile).
+        values = torch.tensor([float(flags[k]) for k in CONTROL_FLAGS], device=self.rt.device)
+        return {k: values[i] for i, k in enumerate(CONTROL_FLAGS)}
 
-        def stop_if(gone: bool, request: str) -> None:
-            if rt.any_replica(gone):
-                raise Stop("stopped", "Stopped: the app that started this run has closed. "
-                                      "Resume it from the UI or CLI.")
-            if rt.any_replica(request == "stop"):
-                raise Stop("stopped", f"Stopped by request at step {self.step_count}.")
+    def _act_on(self, agreed: dict[str, bool]) -> None:
+        """Stop on agreed flags: every replica raises the same Stop at the same step."""
+        if agreed["control_failed"]:
+            kept = (f" The last checkpoint (step {self.saved_step}) is kept: press Resume to continue from it."
+                    if self.saved_step else "")
+            raise Stop("failed", (self.local_failure or "Training failed on another replica (see error.log)") +
+                       "." + kept)
+        if agreed["control_gone"]:
+            raise Stop("stopped", "Stopped: the app that started this run has closed. Resume it from the UI or CLI.")
+        if agreed["control_stop"]:
+            raise Stop("stopped", f"Stopped by request at step {self.step_count}.")
 
-        gone, request = parent_gone(), self.run_dir.read_request()
-        if not rt.any_replica(gone or request in ("stop", "pause")):   # the usual case: one agreement
-            return
-        stop_if(gone, request)
-        if not rt.any_replica(request == "pause"):
-            return
+    def _pause(self) -> None:
+        """Wait, agreeing every 0.2 s, until no replica sees a pause request."""
         self._status("paused", f"Paused at step {self.step_count}.")
         paused_at = time.perf_counter()
         while True:
-            gone, request = parent_gone(), self.run_dir.read_request()
-            if rt.any_replica(gone or request != "pause"):
+            agreed = self.rt.agree(self._control_flags())
+            if not agreed["control_pause"] or agreed["control_stop"] or agreed["control_gone"] \
+                    or agreed["control_failed"]:
                 break
             time.sleep(0.2)
-        self.t_start += time.perf_counter() - paused_at   # paused time is not training time
-        stop_if(gone, request)
+        paused = time.perf_counter() - paused_at   # paused time is not training time
+        self.t_start += paused
+        if self.steady_since is not None:
+            self.steady_since = (self.steady_since[0] + paused, *self.steady_since[1:])
+        self._act_on(agreed)
         self.run_dir.clear_request()
+
+    def _replica0_work(self, what: str, work) -> bool:
+        """Run work that only replica 0 does (files, grids, quality); True if it succeeded.
+
+        A failure here must not end replica 0 alone: the others would wait in their next
+        all-reduce forever. It is kept and reported through the next log step's agreement, so
+        every replica ends the run together, with this message."""
+        try:
+            work()
+            return True
+        except Exception as exc:
+            if not self.local_failure:
+                self.local_failure = (f"Training failed while {what} at step {self.step_count}: "
+                                      f"{type(exc).__name__}: {str(exc)[:300]}")
+                try:
+                    with open(self.run_dir.file("error.log"), "a") as f:
+                        f.write(f"[replica {self.rt.rank}, pid {os.getpid()}, {what}]\n{traceback.format_exc()}")
+                except OSError:
+                    pass
+            return False
 
     def _elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
     def _status(self, state: str, message: str) -> None:
-        if not self.master:
-            return
+        if self.master:
+            self._replica0_work("writing the status", lambda: self._write_status(state, message))
+
+    def _write_status(self, state: str, message: str) -> None:
         cfg, rt = self.config, self.rt
         if state == "running" and rt.is_xla and getattr(self, "steady_since", None) is None:
             # Step 1 and step 2 are different graphs (the optimizers create their state in
@@ -369,12 +497,18 @@ class Loop:
         elapsed = now - self.t_start
         speed, steady_since = None, getattr(self, "steady_since", None)
         if steady_since and self.step_count > steady_since[1]:
-            speed = (self.step_count - steady_since[1]) / max(now - steady_since[0], 1e-9)
+            # Compilations after the first steps (the grid's and the quality meter's graphs) are
+            # one-off costs: left out, they would make the speed low and the ETA long.
+            busy = now - steady_since[0] - (rt.compile_seconds() - steady_since[2])
+            speed = (self.step_count - steady_since[1]) / max(busy, 1e-9)
         remaining = (cfg.steps - self.step_count) / speed if speed else None
         images_per_step = cfg.batch_size * cfg.n_critic * rt.world_size
         memory = rt.memory() if self.step_count % 100 < cfg.log_every or self.step_count <= 1 else None
         diagnostics = {
             "compiles": rt.compile_count(), "fallback_ops": rt.fallback_ops(),
+            "graph_executions": rt.execution_count(), "all_reduces": rt.all_reduce_count(),
+            "compile_seconds": round(rt.compile_seconds(), 2) if rt.is_xla else None,
+            "matmul_precision": self.matmul_precision,
             "data_wait_share": round(self.data_seconds / elapsed, 4) if elapsed > 0 else None,
             "data_load_seconds": round(self.data_load_seconds, 2),
             "unreadable_images_skipped": self.images_skipped,
@@ -386,9 +520,11 @@ class Loop:
             if memory[0] > 0.9 * memory[1]:
                 warning = (f"Device memory is {memory[0] / memory[1]:.0%} full: a job over the limit can be killed "
                            "with no clear message. Lower the batch size.")
+        workers = {"worker_pid": os.getpid()} if os.getpid() != self.trainer_pid else {}
         self.run_dir.write_status(
-            state, message, step=self.step_count, steps=cfg.steps, pid=os.getpid(),
-            device=rt.info.name, device_kind=rt.kind, cores=rt.world_size, precision=cfg.precision, gan=cfg.gan,
+            state, message, step=self.step_count, steps=cfg.steps, pid=self.trainer_pid, **workers,
+            device=rt.info.name, device_kind=rt.kind, cores=rt.world_size, processes=rt.info.processes,
+            precision=cfg.precision, gan=cfg.gan,
             preset=self.preset, preset_reason=self.preset_reason, classes=self.classes,
             steps_per_second=round(speed, 3) if speed else None,
             images_per_second=round(speed * images_per_step, 1) if speed else None,
@@ -403,7 +539,8 @@ class Loop:
             images = self.G(self.fixed_noise_device)
         self.G.train()
         if self.master:
-            self.run_dir.save_grid(images.float().cpu().numpy(), self.step_count, self.grid_columns)
+            self._replica0_work("saving the sample grid", lambda: self.run_dir.save_grid(
+                images.float().cpu().numpy(), self.step_count, self.grid_columns))
 
     def _measure_quality(self) -> None:
         if self.quality is None:
@@ -413,9 +550,10 @@ class Loop:
                                    **{f"quality_{k}": v for k, v in _rounded(values).items()}})
 
     def finish(self, state: str, message: str) -> None:
-        self.save_checkpoint()
-        if state == "done" and self.step_count % self.config.grid_every:
-            self.save_grid()
+        if state != "failed":   # a failed run keeps its last good checkpoint, not the weights it failed with
+            self.save_checkpoint()
+            if self.step_count % self.config.grid_every:   # the grid shows where the run ended
+                self.save_grid()
         self._status(state, message)
         self.run_dir.clear_request()
 

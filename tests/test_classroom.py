@@ -298,10 +298,11 @@ def test_d_wins_streak_warns(tmp_path):
     loop = object.__new__(train.Loop)
     loop.config, loop.master, loop.d_wins_streak, loop.warning = TrainConfig(), False, 0, ""
     loop.values_finite, loop.step_count, loop._nan_fault_checked, loop.rt = True, 0, True, None
-    loop._check_requests = lambda: None
     loop._status = lambda *a: None
     loop._elapsed = lambda: 0.0
+    no_requests = dict.fromkeys(train.CONTROL_FLAGS, 0.0)   # the agreed control flags ride with the values
     for _ in range(train.DIVERGED_LOGS):
-        loop._on_values({"step": 1.0, "loss_d": 0.01, "loss_g": 9.0, "d_real": 0.999, "d_fake": 0.001})
+        loop._on_values({"step": 1.0, "loss_d": 0.01, "loss_g": 9.0, "d_real": 0.999, "d_fake": 0.001,
+                         **no_requests})
         loop._after_log()
     assert "discriminator has won" in loop.warning

@@ -222,7 +222,7 @@ def test_loop_makes_n_critic_critic_updates_per_generator_update(tmp_path, n_cri
     config = validate(TrainConfig(gan="wgan-gp", device="cpu", preset="fast", batch_size=8, steps=3,
                                   n_critic=n_critic))
     run = RunDir.create(config, root=str(tmp_path))
-    loop = Loop(config, run, devices.probe("cpu"), resume=False, watch_parent=None)
+    loop = Loop(config, run, devices.probe("cpu"), resume=False)
     order = []
     loop.opt_d.register_step_post_hook(lambda *_: order.append("D"))
     loop.opt_g.register_step_post_hook(lambda *_: order.append("G"))

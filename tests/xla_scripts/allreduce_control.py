@@ -1,10 +1,11 @@
 """The real trainer on one XLA:CPU device with XLA_ALWAYS_ALLREDUCE=1, driven by pause / stop.
 
-With that variable the multi-core code paths run for real on one device: xm.optimizer_step
-all-reduces the gradients in the graph, loss means go through xm.all_reduce, and every
-stop / pause decision goes through Runtime.any_replica (xm.mesh_reduce). A controller
-thread asks for a pause once a few steps are logged, waits for status 'paused', then asks
-for a stop. (Several CPU devices under launch would hang in these collectives.)
+With that variable the multi-core code paths run for real on one device, in torch_xla.launch's
+worker process: loss means and the control flags (stop / pause agreed across replicas) go
+through xm.all_reduce in the log step's graph, and the pause loop agrees through
+Runtime.agree. A controller thread asks for a pause once a few steps are logged, waits for
+status 'paused', then asks for a stop. (Several CPU devices under launch would hang in these
+collectives.)
 
     XLA_ALWAYS_ALLREDUCE=1 python allreduce_control.py OUT.json RUN_DIR
 """
@@ -42,10 +43,8 @@ def main(out, run_path):
     thread.start()
     state = train(config, run_path)
     thread.join(timeout=5)
-    import torch_xla.debug.metrics as met
     events, _ = run.read_events()
-    write_result(out, {"state": state, "status": run.read_status(), "seen": seen,
-                       "events": events, "counters": sorted(met.counter_names()),
+    write_result(out, {"state": state, "status": run.read_status(), "seen": seen, "events": events,
                        "always_allreduce": os.environ.get("XLA_ALWAYS_ALLREDUCE")})
 
 

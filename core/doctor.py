@@ -1,0 +1,125 @@
+"""Blink's self-check: which device a run gets here and why, then a short real run on it.
+
+    python -m core.doctor                    # the device Start would use (auto)
+    python -m core.doctor --device xla-cpu   # or any device choice, as on the page
+
+Run it first in a notebook or on a new machine. The short run takes the road a run from the
+page takes (core.train.train -> devices.launch -> torch_xla.launch's workers on XLA), into a
+temporary run directory, and reports what a TPU user needs to know: graph compilations (they
+must stop growing), ops that fell back to the host, and images per second.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import shutil
+import sys
+import tempfile
+
+from core import devices
+from core.config import DEVICES, TrainConfig
+from core.rundir import RunDir
+
+
+def _version(package: str) -> str:
+    """An installed package's version without importing it (importing torch_xla takes seconds)."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def describe(requested: str = "auto") -> tuple[devices.DeviceInfo, list[str]]:
+    """The device a run gets, and the facts that decided it, in plain lines."""
+    devices.prepare_environment(requested)
+    pci_ids = devices.tpu_pci_ids()
+    lines = [f"torch {_version('torch')}, torch_xla {_version('torch_xla')}, libtpu {_version('libtpu')}",
+             f"PJRT_DEVICE: {os.environ.get('PJRT_DEVICE') or 'unset'}"]
+    if pci_ids:
+        generation = devices.tpu_generation(pci_ids, os.environ.get("TPU_ACCELERATOR_TYPE", ""))
+        lines.append(f"TPU chips on PCI: {len(pci_ids)} ({generation}); libtpu found: "
+                     f"{'yes' if devices.libtpu_found() else 'no'}")
+    else:
+        lines.append("TPU chips on PCI: none")
+    info = devices.probe(requested)
+    replicas = f"{info.cores} replica" + ("s" if info.cores > 1 else "")
+    road = (f"{replicas} in {info.processes} torch_xla.launch worker process" + ("es" if info.processes > 1 else "")
+            if devices.launches_workers(info) else f"{replicas}, in the trainer process")
+    lines.append(f"Device: {info.name} ({info.kind}): {road}")
+    if info.kind == "cuda":
+        import torch
+        total = torch.cuda.get_device_properties(0).total_memory
+        lines.append(f"GPU memory: {total / 2**30:.1f} GiB")
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        lines.append(f"Host memory: {pages * page_size / 2**30:.1f} GiB, {os.cpu_count()} CPU cores")
+    except (ValueError, OSError):
+        pass
+    if info.notice:
+        lines.append(f"Note: {info.notice}")
+    for precision, reason in info.precision_refused.items():
+        lines.append(f"{precision} is not offered here: {reason}")
+    return info, lines
+
+
+def short_run(requested: str, steps: int, batch_size: int | None) -> tuple[bool, list[str]]:
+    """A real run of `steps` steps through the trainer; (it finished, lines to print)."""
+    from core.train import train
+    config = TrainConfig(device=requested, steps=steps, log_every=5, grid_every=steps, quality_every=0,
+                         checkpoint_every=steps, **({"batch_size": batch_size} if batch_size else {}))
+    folder = tempfile.mkdtemp(prefix="blink-doctor-")
+    run_path = os.path.join(folder, "run")
+    os.makedirs(os.path.join(run_path, "grids"))
+    run = RunDir(run_path)
+    run.write_config(config)
+    state = train(config, run_path)
+    status = run.read_status()
+    diag = status.get("diagnostics") or {}
+    lines = [f"Short run: {state} after {status.get('step', 0)} of {steps} steps "
+             f"(batch {config.batch_size} per replica, {status.get('cores', 1)} replica(s), "
+             f"{status.get('elapsed', 0):.1f} s)"]
+    if state != "done":
+        lines.append(f"  {status.get('message', '')}")
+        lines.append(f"  The run directory is kept for a look: {run_path}")
+        return False, lines
+    if status.get("images_per_second"):
+        lines.append(f"  speed: {status['images_per_second']:.0f} img/s ({status['steps_per_second']:.1f} steps/s, "
+                     "compilation left out)")
+    if diag.get("compiles") is not None:
+        events, _ = run.read_events()
+        counts = [e["xla_compiles"] for e in events if "xla_compiles" in e]
+        steady = len(counts) >= 3 and counts[-1] == counts[len(counts) // 2]
+        lines.append(f"  XLA: {diag['compiles']} graph compilations ({diag.get('compile_seconds')} s), "
+                     + ("stopped growing" if steady else "STILL GROWING: a step's graph changes shape"))
+        fallbacks = diag.get("fallback_ops") or []
+        lines.append("  ops run on the host: " + (", ".join(fallbacks) if fallbacks else "none"))
+    if diag.get("memory_total"):
+        lines.append(f"  device memory: {diag['memory_used'] / 2**30:.2f} of {diag['memory_total'] / 2**30:.1f} GiB")
+    shutil.rmtree(folder, ignore_errors=True)
+    return True, lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="auto", choices=DEVICES)
+    parser.add_argument("--steps", type=int, default=30, help="steps of the short run (0: skip it)")
+    parser.add_argument("--batch-size", type=int, default=None, help="per replica (default: the app's)")
+    args = parser.parse_args(argv)
+    print("Blink self-check", flush=True)
+    info, lines = describe(args.device)
+    for line in lines:
+        print(f"  {line}", flush=True)
+    if args.steps <= 0:
+        return 0
+    compiling = " (XLA compiles the first steps)" if info.kind in ("tpu", "xla-cpu") else ""
+    print(f"Training {args.steps} steps on {info.name}{compiling}...", flush=True)
+    finished, lines = short_run(args.device, args.steps, args.batch_size)
+    for line in lines:
+        print(line, flush=True)
+    print(f"OK: Start on the page trains on {info.name}." if finished else "FAILED: see the lines above.")
+    return 0 if finished else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
