@@ -372,3 +372,176 @@ def test_launch_replicas_get_disjoint_data_and_different_noise(tmp_path):
     assert len(a) == len(reports[0]["seen"]) and len(b) == len(reports[1]["seen"]), "a shard repeated an image"
     assert a and b and not a & b, "replicas saw the same images"
     assert reports[0]["noise"] != reports[1]["noise"], "replicas drew identical noise"
+
+
+# ------------------------------------------------------------------------------------------
+# The probe tells the truth about a TPU (sysfs chips monkeypatched; torch_xla never imported)
+# ------------------------------------------------------------------------------------------
+@pytest.fixture
+def tpu_host(monkeypatch):
+    """A host whose PCI bus shows TPU chips: the chip ids are the only thing faked."""
+    from core import devices
+
+    def make(pci_ids: list[str], libtpu: bool, accelerator_type: str = ""):
+        monkeypatch.setattr(devices, "tpu_pci_ids", lambda: list(pci_ids))
+        monkeypatch.setattr(devices, "libtpu_found", lambda: libtpu)
+        monkeypatch.delenv("PJRT_DEVICE", raising=False)
+        monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")    # no metadata server here: never ask one
+        if accelerator_type:
+            monkeypatch.setenv("TPU_ACCELERATOR_TYPE", accelerator_type)
+        else:
+            monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
+        return devices
+    return make
+
+
+def test_probe_does_not_claim_a_tpu_without_libtpu(tpu_host):
+    devices = tpu_host(["0x0063"] * 8, libtpu=False)
+    info = devices.probe("auto")
+    assert info.kind != "tpu", info
+    assert "Found 8 TPU chip" in info.notice and "libtpu is not installed" in info.notice
+    assert "torch_xla[tpu]" in info.notice
+    assert devices.probe("tpu").kind != "tpu"
+    assert "torch_xla" not in sys.modules     # refused before any import of torch_xla
+
+
+def test_probe_does_not_claim_a_tpu_when_pjrt_device_says_cpu(tpu_host, monkeypatch):
+    devices = tpu_host(["0x0063"] * 8, libtpu=True)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    info = devices.probe("auto")
+    assert info.kind != "tpu" and "PJRT_DEVICE=CPU" in info.notice, info
+
+
+@pytest.mark.parametrize("pci_ids, accelerator_type, name, replicas, processes", [
+    (["0x0063"], "v5litepod-1", "TPU v5e (1 chip)", 1, 1),                    # Colab's free TPU
+    (["0x0063"] * 8, "v5litepod-8", "TPU v5e (8 chips)", 8, 8),               # Kaggle v5e-8
+    (["0x006f"] * 8, "", "TPU v6e (8 chips)", 8, 8),                          # Kaggle v6e-8, from PCI alone
+    (["0x0027"] * 4, "v3-8", "TPU v3 (4 chips, 2 cores each)", 8, 4),         # v3-8: 4 processes x 2 threads
+])
+def test_todays_tpus_by_name(tpu_host, monkeypatch, pci_ids, accelerator_type, name, replicas, processes):
+    devices = tpu_host(pci_ids, libtpu=True, accelerator_type=accelerator_type)
+    monkeypatch.setattr(devices, "xla_import_error", lambda: "")   # torch_xla imports (not imported here)
+    info = devices.probe("auto")
+    assert (info.kind, info.name, info.cores, info.processes) == ("tpu", name, replicas, processes)
+    assert devices.launches_workers(info) == (replicas > 1)   # one chip trains inline, no workers
+    assert "fp16" in info.precision_refused and "highest" in info.precision_warned["fp32"]
+
+
+def test_xla_cpu_on_a_tpu_host_means_the_cpu(monkeypatch):
+    from core import devices
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    monkeypatch.setenv("CPU_NUM_DEVICES", "4")
+    devices.prepare_environment("xla-cpu")
+    assert os.environ["PJRT_DEVICE"] == "CPU" and os.environ["CPU_NUM_DEVICES"] == "1"
+
+
+# ------------------------------------------------------------------------------------------
+# The app's own process tree: python app.py -> trainer -> torch_xla.launch worker
+# ------------------------------------------------------------------------------------------
+XLA_FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
+                device="xla-cpu", steps=12, log_every=2, grid_every=6, checkpoint_every=6)
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.fixture(scope="module")
+def xla_app(tmp_path_factory):
+    if _xla_import_error():
+        pytest.skip(_xla_import_error())
+    from tests.apphelpers import RunningApp
+    app = RunningApp(str(tmp_path_factory.mktemp("xla-runs")), env={"OMP_NUM_THREADS": "1"}).wait_ready()
+    app.seen_pids = set()
+    yield app
+    app.stop()
+
+
+def _wait_status(client, predicate, timeout: float = XLA_TIMEOUT, what: str = "status") -> dict:
+    from tests.apphelpers import wait_for
+
+    def check():
+        status = client.predict(api_name="/status")
+        return status if predicate(status) else None
+    return wait_for(check, timeout, what=what)
+
+
+def _worker_of(client, app) -> tuple[int, int]:
+    """(trainer pid, worker pid) of the running run, checked against the real process tree."""
+    status = _wait_status(client, lambda s: s.get("worker_pid") and s.get("state") in ("compiling", "running"),
+                          what="the launch worker to report")
+    trainer, worker = status["pid"], status["worker_pid"]
+    assert _parent(worker) == trainer and _parent(trainer) == app.process.pid, "not UI -> trainer -> worker"
+    app.seen_pids.update((trainer, worker))
+    return trainer, worker
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_app_start_trains_xla_cpu_through_a_launch_worker(xla_app):
+    client = xla_app.client()
+    assert "Started run" in client.predict(**XLA_FORM, key="", api_name="/start")[0]
+    trainer, worker = _worker_of(client, xla_app)
+    status = _wait_status(client, lambda s: s["state"] in ("done", "failed", "stopped"), what="the run to end")
+    assert status["state"] == "done" and status["step"] == 12, status
+    assert status["device"].startswith("XLA:CPU") and status["diagnostics"]["fallback_ops"] == []
+    from tests.apphelpers import wait_for
+    wait_for(lambda: not _alive(worker) and not _alive(trainer), 60, what="the trainer and its worker to exit")
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_app_stop_mid_run_keeps_a_checkpoint(xla_app):
+    client = xla_app.client()
+    client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
+    trainer, worker = _worker_of(client, xla_app)
+    _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= 4, what="steady training")
+    assert "Stopping" in client.predict(key="", api_name="/stop")
+    status = _wait_status(client, lambda s: s["state"] in ("stopped", "failed", "done"), timeout=120,
+                          what="the run to stop")
+    assert status["state"] == "stopped" and status["saved_step"] == status["step"] > 0, status
+    assert os.path.exists(os.path.join(os.path.dirname(os.path.dirname(status["grid"])), "checkpoint.pt"))
+    from tests.apphelpers import wait_for
+    wait_for(lambda: not _alive(worker) and not _alive(trainer), 60, what="the trainer and its worker to exit")
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_app_worker_killed_fails_plainly_and_a_new_start_works(xla_app):
+    import signal
+    from tests.apphelpers import wait_for
+    client = xla_app.client()
+    client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
+    trainer, worker = _worker_of(client, xla_app)
+    _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= 2, what="training")
+    os.kill(worker, signal.SIGKILL)
+    status = _wait_status(client, lambda s: s["state"] in ("failed", "stopped", "done"), timeout=120,
+                          what="the run to fail")
+    assert status["state"] == "failed", status
+    assert "worker process ended abruptly" in status["message"] and "Hint:" in status["message"], status["message"]
+    wait_for(lambda: not _alive(trainer), 60, what="the trainer to exit")
+    # The device is free again: a new Start trains.
+    client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
+    new_trainer, new_worker = _worker_of(client, xla_app)
+    assert new_trainer != trainer
+    _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= 2, what="the new run to train")
+    client.predict(key="", api_name="/stop")
+    _wait_status(client, lambda s: s["state"] == "stopped", timeout=120, what="the new run to stop")
+    assert xla_app.stop() is not None
+    wait_for(lambda: not [p for p in xla_app.seen_pids if _alive(p)], 60, what="every process to exit")
+
+
+@pytest.mark.xla
+def test_doctor_reports_the_launch_road_and_a_real_run():
+    proc = _check(_run(["-m", "core.doctor", "--device", "xla-cpu", "--steps", "15"]))
+    out = proc.stdout
+    assert "Device: XLA:CPU" in out and "1 torch_xla.launch worker process" in out, out
+    assert "Short run: done after 15 of 15 steps" in out and "stopped growing" in out, out
+    assert "ops run on the host: none" in out and "img/s" in out, out
+
+
+def test_doctor_on_the_cpu():
+    proc = _check(_run(["-m", "core.doctor", "--device", "cpu", "--steps", "10"], timeout=180))
+    assert "Device: CPU" in proc.stdout and "in the trainer process" in proc.stdout
+    assert "Short run: done after 10 of 10 steps" in proc.stdout and "OK:" in proc.stdout, proc.stdout
