@@ -494,9 +494,31 @@ def launch(fn: Callable, args: tuple, info: DeviceInfo, num_cores: int = 0) -> N
     """
     if launches_workers(info, num_cores):
         import torch_xla
-        torch_xla.launch(fn, args=args)
+        torch_xla.launch(_WorkerReplica(fn), args=args)
     else:
         fn(0, *args)
+
+
+class _WorkerReplica:
+    """fn, as torch_xla.launch sends it to its worker processes.
+
+    A terminal's Ctrl-C reaches the whole process group, workers included; the trainer turns it
+    into a stop that every replica agrees on (checkpoint kept), so a worker must not die of it.
+    Its replicas run in threads, where no signal handler can be set, but this object is
+    unpickled in the worker's main thread: that is where the worker starts ignoring SIGINT."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def __call__(self, rank: int, *args):
+        return self.fn(rank, *args)
+
+    def __setstate__(self, state: dict) -> None:
+        import signal
+        import threading
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.__dict__.update(state)
 
 
 def launches_workers(info: DeviceInfo, num_cores: int = 0) -> bool:

@@ -689,10 +689,26 @@ def main(argv: list[str] | None = None) -> int:
         else:
             run = RunDir.create(config)
     print(f"run directory: {run.path}", flush=True)
+    _stop_cleanly_on_signals(run)
     state = train(config, run.path, resume=bool(resume))
     status = run.read_status()
     print(f"{state}: {status.get('message', '')}")
     return 0 if state in ("done", "stopped") else 1
+
+
+def _stop_cleanly_on_signals(run: RunDir) -> None:
+    """Ctrl-C and SIGTERM stop the CLI's run as Stop on the page does: at the next log step, with
+    a checkpoint and a generator saved, resumable. A second Ctrl-C quits at once."""
+    import signal
+
+    def ask_to_stop(signum, frame):
+        if run.read_request() == "stop" and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        run.request("stop")
+        print("\nStopping at the next log step (a checkpoint is kept); Ctrl-C again quits at once.",
+              file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, ask_to_stop)
+    signal.signal(signal.SIGTERM, ask_to_stop)
 
 
 def trim_events(run: RunDir, step: int) -> None:

@@ -545,3 +545,53 @@ def test_doctor_on_the_cpu():
     proc = _check(_run(["-m", "core.doctor", "--device", "cpu", "--steps", "10"], timeout=180))
     assert "Device: CPU" in proc.stdout and "in the trainer process" in proc.stdout
     assert "Short run: done after 10 of 10 steps" in proc.stdout and "OK:" in proc.stdout, proc.stdout
+
+
+# ------------------------------------------------------------------------------------------
+# The CLI keeps what it trained when interrupted (Ctrl-C reaches the terminal's process group)
+# ------------------------------------------------------------------------------------------
+def _interrupt_cli(tmp_path, device: str, sig: int, **env: str) -> tuple[int, dict, str]:
+    import signal
+    run = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "-m", "core.train", "--device", device, "--preset", "fast",
+                             "--batch-size", "16", "--steps", "100000", "--log-every", "5", "--run-dir", run],
+                            cwd=ROOT, env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + XLA_TIMEOUT
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                if _status(run).get("state") == "running" and _status(run).get("step", 0) >= 10:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)     # as a terminal's Ctrl-C does: the whole foreground group
+        else:
+            proc.send_signal(sig)        # as `kill` or a supervisor does: the process alone
+        output = proc.communicate(timeout=180)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, _status(run), output
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_cli_interrupted_stops_with_a_checkpoint(tmp_path, signal_name):
+    import signal
+    code, status, output = _interrupt_cli(tmp_path, "cpu", getattr(signal, signal_name))
+    assert code == 0 and status["state"] == "stopped", (status, output[-2000:])
+    assert status["saved_step"] == status["step"] >= 10
+    assert os.path.exists(tmp_path / "run" / "checkpoint.pt") and os.path.exists(tmp_path / "run" / "generator.json")
+
+
+@pytest.mark.xla
+def test_cli_ctrl_c_on_the_launch_road_stops_every_replica_with_a_checkpoint(tmp_path):
+    import signal
+    code, status, output = _interrupt_cli(tmp_path, "xla-cpu", signal.SIGINT)
+    assert code == 0 and status["state"] == "stopped", (status, output[-2000:])
+    assert status["worker_pid"] != status["pid"] and not _alive(status["worker_pid"])
+    assert status["saved_step"] == status["step"] >= 10
+    assert os.path.exists(tmp_path / "run" / "checkpoint.pt")
