@@ -4,9 +4,11 @@ One person (the host) trains, everyone who opens the page watches the same run. 
 key (BLINK_HOST_KEY or `python app.py --host-key KEY`), Start / Stop / Pause / Resume need the
 key, checked here on the server; without one, anyone may press them.
 
-Every viewer's page polls the one shared job with a gr.Timer; a tick returns gr.skip() when
-nothing changed, so a room of viewers costs a file stat each per second. Named endpoints
-(start, stop, pause, resume, status, poll, sample, interpolate) let gradio_client drive the app.
+Nothing on the page polls: the live panel (status, curves, grid) is pushed to every viewer by one
+watcher of the run (app/live.py), so a viewer costs the server work only when the trainer writes.
+`?view=watch` is the student's view: the live run without the form, laid out for a phone.
+Named endpoints (start, stop, pause, resume, status, sample, interpolate) let gradio_client
+drive the app; /live/status serves scripts that wait for changes.
 """
 from __future__ import annotations
 
@@ -21,13 +23,40 @@ import gradio as gr
 
 from app import sample_tab, views
 from app.job import Job, JobBusy, ResumeRefused
+from app.live import LiveFeed
 from core import data, devices, uploads
 from core.data import DatasetError
 from core.rundir import FINAL_STATES, grid_image
 from core.config import (DATASETS, DEVICES, GANS, PRECISIONS, PRESETS, ConfigError, TrainConfig, validate,
                          whole_number)
 
-POLL_SECONDS = 1.0
+# The live panel's markup; app/static/live.js fills it from /live/events.
+LIVE_PANEL = """
+<div class="live">
+  <div class="live-grid"><div class="placeholder">Samples from fixed noise appear at the first step</div>
+    <img alt="Samples from fixed noise" hidden></div>
+  <div class="live-side">
+    <div class="live-status">No run yet. Pick a dataset and press <b>Start</b>.</div>
+    <div class="live-chart"><h4>Losses</h4><svg data-chart="losses" viewBox="0 0 600 240"></svg>
+      <div class="legend"></div></div>
+    <div class="live-chart"><h4>Discriminator view</h4><svg data-chart="extra" viewBox="0 0 600 240"></svg>
+      <div class="legend"></div></div>
+    <div class="live-chart"><h4>Quality: distance to real images (lower is better)</h4>
+      <svg data-chart="quality" viewBox="0 0 600 240"></svg><div class="legend"></div></div>
+    <details class="live-diagnostics"><summary>Diagnostics</summary><table><tbody></tbody></table></details>
+  </div>
+</div>"""
+# The whole page's CSS: the student's view hides the host's controls.
+PAGE_CSS = """
+body.blink-watch .blink-host-only { display: none !important; }
+"""
+STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+
+
+def _static(name: str) -> str:
+    with open(os.path.join(STATIC, name)) as f:
+        return f.read()
+
 GAN_LABELS = {"dcgan": "DCGAN (non-saturating)", "wgan-gp": "WGAN-GP", "hinge": "Hinge + spectral norm (SNGAN)"}
 DATASET_LABELS = {"bundled-mnist": "MNIST (bundled, offline)", "mnist": "MNIST (full, torchvision)",
                   "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "celeba": "CelebA 64x64",
@@ -136,17 +165,6 @@ def check_data_path(dataset: str, data_path: str) -> str:
     return real
 
 
-def _json_safe(value):
-    """NaN/inf (a diverged run's last losses) are not JSON: send them as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
               host_key: str | None = None) -> gr.Blocks:
     job = job or Job()
@@ -195,7 +213,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
             run = job.start(config)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
             raise gr.Error(str(exc), title="A run is going")
-        return f"Started run `{run.name}`.", gr.Timer(active=True)
+        return f"Started run `{run.name}`."
 
     def stop(key=""):
         require_host(key)
@@ -255,40 +273,13 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
     def status_api() -> dict:
         """The run as plain JSON for scripts: status, event count, newest event and grid."""
         snap = job.snapshot()
-        return _json_safe({"run": snap.run_name, **snap.status, "events": len(snap.events),
+        return views.json_safe({"run": snap.run_name, **snap.status, "events": len(snap.events),
                            "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path,
                            "host_key_required": bool(host_key)})
 
-    def poll(seen: dict, seed=0, count=64):
-        """One timer tick: skip everything when nothing changed since this viewer's last tick.
-
-        When this viewer watched the run end, the page switches to the Sample tab with fresh
-        samples from the run's final generator."""
-        snap = job.snapshot()
-        if snap.version and snap.version == seen.get("version"):
-            return (gr.skip(),) * 9 + (seen,)
-        state = snap.status.get("state", "")
-        gan = snap.status.get("gan", "dcgan")
-        switch = (state in ("done", "stopped") and seen.get("run") == snap.run_name
-                  and seen.get("state") not in ("done", "stopped", None, ""))
-        tabs = gr.Tabs(selected="sample") if switch else gr.skip()
-        samples = sampler["sample"](seed, count) if switch else (gr.skip(), gr.skip())
-        new_seen = {"version": snap.version, "run": snap.run_name, "state": state}
-        return (*rendered(snap, gan), tabs, *samples, new_seen)
-
-    render_cache = {"version": None, "views": None}
-    render_lock = threading.Lock()
-
-    def rendered(snap, gan):
-        """The views of one snapshot, built once and shared by every viewer's tick."""
-        with render_lock:
-            if render_cache["version"] != snap.version or not snap.version:
-                render_cache["views"] = (
-                    views.status_line(snap.status, snap.run_name, snap.events), views.loss_table(snap.events),
-                    views.extra_table(snap.events, gan), views.quality_table(snap.events), snap.grid_path,
-                    views.diagnostics_table(snap.status))
-                render_cache["version"] = snap.version
-            return render_cache["views"]
+    def on_run_end(seed=0, count=64):
+        """The live panel saw the run it watched end well: show fresh samples from its generator."""
+        return (gr.Tabs(selected="sample"), *sampler["sample"](seed, count))
 
     def load_setup(request: gr.Request):
         """Preset the form from the URL (?dataset=...&steps=...); invalid values are ignored, visibly."""
@@ -305,91 +296,83 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         url = f"{page_url(request)}?{query}"
         return f"**Share this setup:** [{url}]({url})"
 
+    def join_link(request: gr.Request):
+        """The students' link (?view=watch) and its QR code, for the host's page."""
+        return views.join_html(page_url(request))
+
     with gr.Blocks(title="Blink: watch a GAN learn", delete_cache=(3600, 3600)) as demo:
-        gr.Markdown("# Blink\nPick a dataset, press **Start**, and watch a GAN learn. "
+        gr.Markdown(elem_classes=["blink-host-only"], value="# Blink\nPick a dataset, press **Start**, and watch a GAN learn. "
                     f"Device: **{info.name}**" + (f" — {info.notice}" if info.notice else "") +
                     ("\n\nOne run at a time: everyone who opens this page watches it live."
                      + (" Only the host (with the host key) can start or stop it." if host_key else "")))
-        seen = gr.State({})
-        timer = gr.Timer(POLL_SECONDS, active=True)
         with gr.Tabs(selected="train") as tabs:
             with gr.Tab("Train", id="train"):
-                setup_note = gr.Markdown(elem_id="setup-note")
-                with gr.Row():
-                    dataset = gr.Dropdown([(DATASET_LABELS[d], d) for d in DATASETS], value="bundled-mnist",
-                                          label="Dataset")
-                    data_path = gr.Textbox(label="Image folder or zip (for 'My images')", value="")
-                    gan = gr.Dropdown([(GAN_LABELS[g], g) for g in GANS], value="dcgan", label="GAN type")
-                    preset = gr.Dropdown(list(PRESETS), value="auto", label="Model size",
-                                         info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
-                with gr.Row():
-                    batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size", minimum=1,
-                                           maximum=4096)
-                    precision = gr.Radio(precision_choices(info), value="fp32", label="Precision",
-                                         info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
-                    device = gr.Dropdown(list(DEVICES), value="auto", label="Device")
-                    steps = gr.Number(value=TrainConfig.steps, precision=0, label="Training length (steps)",
-                                      minimum=1, maximum=1_000_000)
-                gr.Markdown(precision_notes(info), elem_id="precision-notes")
-                with gr.Accordion("Dataset: upload your images, preview real ones", open=False):
+                with gr.Column(elem_classes=["blink-host-only"]):   # hidden in the student view
+                    setup_note = gr.Markdown(elem_id="setup-note")
                     with gr.Row():
-                        upload = gr.File(label="Zip of PNG/JPEG images", file_types=[".zip"], type="filepath")
-                        with gr.Column():
-                            dataset_note = gr.Markdown(elem_id="dataset-note")
-                            preview = gr.Image(label="Real images from the dataset", format="png", type="numpy",
-                                               interactive=False, elem_id="dataset-preview")
-                with gr.Accordion("Advanced: labels; how often to log, draw a grid and save", open=False):
-                    conditional = gr.Radio(
-                        [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
-                         ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
-                        label="Labels", info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
-                                             "class-conditional GAN by default: digits appear in about half the steps")
+                        dataset = gr.Dropdown([(DATASET_LABELS[d], d) for d in DATASETS], value="bundled-mnist",
+                                              label="Dataset")
+                        data_path = gr.Textbox(label="Image folder or zip (for 'My images')", value="")
+                        gan = gr.Dropdown([(GAN_LABELS[g], g) for g in GANS], value="dcgan", label="GAN type")
+                        preset = gr.Dropdown(list(PRESETS), value="auto", label="Model size",
+                                             info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
                     with gr.Row():
-                        log_every = gr.Number(value=TrainConfig.log_every, precision=0, minimum=1, label="Log every (steps)",
-                                              info="also how often Stop/Pause are noticed")
-                        grid_every = gr.Number(value=TrainConfig.grid_every, precision=0, minimum=1,
-                                               label="Grid every (steps)")
-                        checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0, minimum=1,
-                                                     label="Checkpoint every (steps)")
-                share = gr.Markdown(elem_id="share-link")
-                with gr.Row():
-                    key = gr.Textbox(label="Host key", type="password", value="", visible=bool(host_key),
-                                     placeholder="only the host needs this", scale=2)
-                    resume_steps = gr.Number(value=0, precision=0, minimum=0, maximum=1_000_000, scale=1,
-                                             label="Resume to step (0: the run's own length)")
-                with gr.Row():
-                    start_button = gr.Button("Start", variant="primary")
-                    pause_button = gr.Button("Pause")
-                    resume_button = gr.Button("Resume")
-                    stop_button = gr.Button("Stop", variant="stop")
-                message = gr.Markdown()
-                status = gr.Markdown(views.status_line({}), label="Status", elem_id="status")
-                with gr.Row():
-                    with gr.Column(scale=3):
-                        loss_plot = gr.LinePlot(x="step", y="value", color="series", label="Losses",
-                                                elem_id="loss-plot")
-                        extra_plot = gr.LinePlot(x="step", y="value", color="series", label="Discriminator view")
-                        quality_plot = gr.LinePlot(x="step", y="value", color="series",
-                                                   label="Quality (distance to real images: lower is better)")
-                    with gr.Column(scale=2):
-                        grid = gr.Image(label="Samples from fixed noise", format="png", type="filepath",
-                                        interactive=False, elem_id="sample-grid")
-                with gr.Accordion("Diagnostics", open=False):
-                    diagnostics = gr.Dataframe(headers=["what", "value"], interactive=False)
+                        batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size", minimum=1,
+                                               maximum=4096)
+                        precision = gr.Radio(precision_choices(info), value="fp32", label="Precision",
+                                             info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
+                        device = gr.Dropdown(list(DEVICES), value="auto", label="Device")
+                        steps = gr.Number(value=TrainConfig.steps, precision=0, label="Training length (steps)",
+                                          minimum=1, maximum=1_000_000)
+                    gr.Markdown(precision_notes(info), elem_id="precision-notes")
+                    with gr.Accordion("Dataset: upload your images, preview real ones", open=False):
+                        with gr.Row():
+                            upload = gr.File(label="Zip of PNG/JPEG images", file_types=[".zip"], type="filepath")
+                            with gr.Column():
+                                dataset_note = gr.Markdown(elem_id="dataset-note")
+                                preview = gr.Image(label="Real images from the dataset", format="png", type="numpy",
+                                                   interactive=False, elem_id="dataset-preview")
+                    with gr.Accordion("Advanced: labels; how often to log, draw a grid and save", open=False):
+                        conditional = gr.Radio(
+                            [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
+                             ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
+                            label="Labels", info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
+                                                 "class-conditional GAN by default: digits appear in about half the steps")
+                        with gr.Row():
+                            log_every = gr.Number(value=TrainConfig.log_every, precision=0, minimum=1, label="Log every (steps)",
+                                                  info="also how often Stop/Pause are noticed")
+                            grid_every = gr.Number(value=TrainConfig.grid_every, precision=0, minimum=1,
+                                                   label="Grid every (steps)")
+                            checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0, minimum=1,
+                                                         label="Checkpoint every (steps)")
+                    share = gr.Markdown(elem_id="share-link")
+                    with gr.Row():
+                        key = gr.Textbox(label="Host key", type="password", value="", visible=bool(host_key),
+                                         placeholder="only the host needs this", scale=2)
+                        resume_steps = gr.Number(value=0, precision=0, minimum=0, maximum=1_000_000, scale=1,
+                                                 label="Resume to step (0: the run's own length)")
+                    with gr.Row():
+                        start_button = gr.Button("Start", variant="primary")
+                        pause_button = gr.Button("Pause")
+                        resume_button = gr.Button("Resume")
+                        stop_button = gr.Button("Stop", variant="stop")
+                message = gr.Markdown(elem_classes=["blink-host-only"])
+                live = gr.HTML(LIVE_PANEL, js_on_load=_static("live.js"), css_template=_static("live.css"),
+                               elem_id="live", apply_default_css=False)
+                join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
             with gr.Tab("Sample", id="sample"):
                 sampler = sample_tab.build(job.generator_dir, run_dir=lambda: job.run.path if job.run else None)
 
         form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
                 checkpoint_every, conditional]
         query_form = [dataset, gan, preset, batch_size, precision, steps, device]   # QUERY_FIELDS order
-        start_button.click(start, form + [key], [message, timer], api_name="start")
+        start_button.click(start, form + [key], message, api_name="start")
         stop_button.click(stop, key, message, api_name="stop", concurrency_limit=None)
         pause_button.click(pause, key, message, api_name="pause", concurrency_limit=None)
         resume_button.click(resume, [resume_steps, key], message, api_name="resume")
-        timer.tick(poll, [seen, sampler["seed"], sampler["count"]],
-                   [status, loss_plot, extra_plot, quality_plot, grid, diagnostics, tabs, sampler["grid"],
-                    sampler["caption"], seen],
-                   api_name="poll", concurrency_limit=None, show_progress="hidden")
+        live.click(on_run_end, [sampler["seed"], sampler["count"]], [tabs, sampler["grid"], sampler["caption"]],
+                   api_visibility="private", show_progress="hidden")
+        demo.load(join_link, None, join, api_visibility="private")
         gr.api(status_api, api_name="status", concurrency_limit=None)
         # The Sample tab is alive the moment the page opens (the shipped generator, or the run's).
         demo.load(sampler["sample"], [sampler["seed"], sampler["count"]], [sampler["grid"], sampler["caption"]],
@@ -402,4 +385,5 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         gr.on([c.change for c in query_form], share_link, query_form, share, api_visibility="private",
               concurrency_limit=None, show_progress="hidden")
     demo.blink_job = job    # tests and app.py reach the job through the app
+    demo.blink_feed = LiveFeed(job)   # app.py mounts its routes (/live/...) when it launches
     return demo

@@ -117,3 +117,31 @@ def diagnostics_table(status: dict) -> pd.DataFrame:
             value = ", ".join(value) or "none"
         rows.append((labels.get(key, key), value))
     return pd.DataFrame([(k, "" if v is None else str(v)) for k, v in rows], columns=["what", "value"])
+
+
+def join_html(page_url: str) -> str:
+    """The students' link (the live run without the form) and its QR code, for the host's page."""
+    import html
+    if not page_url:
+        return ""
+    url = f"{page_url}?view=watch"
+    local = any(host in page_url for host in ("://127.0.0.1", "://localhost", "://[::1]"))
+    if local:
+        return (f"<p><b>Students:</b> <code>{html.escape(url)}</code> works on this machine only. To let a room "
+                "join, start the app with <code>--host 0.0.0.0</code> (same network) or <code>--share</code>.</p>")
+    import segno
+    qr = segno.make(url, error="m").svg_inline(scale=4, dark="#111", light="#fff")
+    return (f'<div style="display:flex;gap:16px;align-items:center;flex-wrap:wrap">{qr}'
+            f'<p style="font-size:1.2rem"><b>Students, watch on your phone:</b><br>'
+            f'<a href="{html.escape(url)}">{html.escape(url)}</a></p></div>')
+
+
+def json_safe(value):
+    """NaN/inf (a diverged run's last losses) are not JSON: send them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value

@@ -33,7 +33,7 @@ def test_bad_settings_are_refused_before_any_process_starts(app):
 
 def test_a_short_run_streams_events_and_grids_then_samples(app):
     client = app.client()
-    message, _ = client.predict("bundled-mnist", "", "dcgan", "auto", 32, "fp32", "auto", 120, api_name="/start")
+    message = client.predict("bundled-mnist", "", "dcgan", "auto", 32, "fp32", "auto", 120, api_name="/start")
     assert "Started run" in message
     seen_events, seen_grids = [], set()
 

@@ -481,7 +481,7 @@ def _worker_of(client, app) -> tuple[int, int]:
 @pytest.mark.slow
 def test_app_start_trains_xla_cpu_through_a_launch_worker(xla_app):
     client = xla_app.client()
-    assert "Started run" in client.predict(**XLA_FORM, key="", api_name="/start")[0]
+    assert "Started run" in client.predict(**XLA_FORM, key="", api_name="/start")
     trainer, worker = _worker_of(client, xla_app)
     status = _wait_status(client, lambda s: s["state"] in ("done", "failed", "stopped"), what="the run to end")
     assert status["state"] == "done" and status["step"] == 12, status

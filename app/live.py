@@ -1,0 +1,239 @@
+"""The live view's server side: one watcher of the run for every viewer, pushing changes.
+
+A viewer's cost must follow the trainer's writes, not clock ticks: a loss point every ~2 s and a
+grid every ~8 s are all that change. So no viewer polls. One watcher (an asyncio task on the web
+server's loop, alive while anyone watches) looks at the run twice a second, renders each new
+snapshot once into ready-to-send bytes, and every connected page receives them over one
+Server-Sent Events stream (`/live/events`). Between changes a viewer costs an idle socket.
+
+    /live/events           text/event-stream: a full message on connect, then one small delta per change
+    /live/status?since=V   JSON for scripts; waits (up to 25 s) until the version is past V
+    /live/grid/RUN/STEP    a grid PNG; grids are never overwritten, so browsers cache them for good
+    /live/stats            how many snapshots were rendered and how many messages were sent
+
+Plots get a bounded payload: at most MAX_POINTS per series on connect (the full events stay
+on disk); each later message carries only the points logged since the one before.
+"""
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import math
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+
+from app import views
+from core.losses import EXTRA_SERIES
+from core.rundir import FINAL_STATES
+
+WATCH_SECONDS = 0.5        # how often the one watcher looks at the run (a few file stats)
+MAX_POINTS = 1000          # per series, in the message a page gets on connect
+STATUS_WAIT_SECONDS = 25   # longest a /live/status?since= request waits for a change
+KEEPALIVE_SECONDS = 20     # a comment line keeps proxies from closing an idle stream
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def plot_points(events: list[dict], gan: str) -> dict[str, list]:
+    """The plotted values of events, as {series key: [[step, value], ...]}, finite values only."""
+    keys = list(views.LOSS_SERIES) + list(EXTRA_SERIES.get(gan, {})) + list(views.QUALITY_DISTANCES)
+    series: dict[str, list] = {}
+    for event in events:
+        for key in keys:
+            if _finite(event.get(key)):
+                series.setdefault(key, []).append([event["step"], round(float(event[key]), 5)])
+    return series
+
+
+def downsample(points: list, limit: int = MAX_POINTS) -> list:
+    """At most `limit` points: evenly spaced ones, always keeping the last (the newest value)."""
+    if len(points) <= limit:
+        return points
+    stride = len(points) / (limit - 1)
+    return [points[int(i * stride)] for i in range(limit - 1)] + [points[-1]]
+
+
+def status_html(status: dict, run_name: str, events: list[dict]) -> str:
+    """views.status_line's Markdown (bold, code, line breaks) as escaped HTML for the live panel."""
+    text = html.escape(views.status_line(status, run_name, events))
+    text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+    text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+    return text.replace("  \n", "<br>").replace("\n\n", "<br>")
+
+
+def series_labels(gan: str) -> dict:
+    return {"losses": views.LOSS_SERIES, "extra": EXTRA_SERIES.get(gan, {}), "quality": views.QUALITY_DISTANCES}
+
+
+@dataclass
+class Rendered:
+    """One snapshot, rendered once for every viewer."""
+    version: int
+    full: bytes                 # the whole (downsampled) history: for a page that just connected
+    delta: bytes                # only what is new since version - 1
+    status: dict = field(default_factory=dict)   # for /live/status
+
+
+def _sse(message: dict) -> bytes:
+    return b"data: " + json.dumps(message, separators=(",", ":"), allow_nan=False).encode() + b"\n\n"
+
+
+class LiveFeed:
+    """Watches the job's current run for all viewers and renders each change once."""
+
+    def __init__(self, job, watch_seconds: float = WATCH_SECONDS):
+        self.job = job
+        self.watch_seconds = watch_seconds
+        self.renders = 0                 # snapshots rendered: one per change, however many viewers
+        self.messages_sent = 0
+        self.viewers = 0
+        self._current: Rendered | None = None
+        self._seen_key = None
+        self._events_sent = 0            # events of the current run already in a message
+        self._changed: asyncio.Event | None = None
+        self._watcher: asyncio.Task | None = None
+        self._waiters = 0                # viewers plus waiting /live/status requests
+        self._render_lock = threading.Lock()
+
+    # ---- the one watcher ---------------------------------------------------------------------
+    def _render_if_changed(self) -> bool:
+        with self._render_lock:   # the watcher and a first viewer's join may ask at once
+            return self._render_locked()
+
+    def _render_locked(self) -> bool:
+        snap = self.job.snapshot()
+        key = (snap.version, snap.run_name)
+        if key == self._seen_key and self._current is not None:
+            return False
+        if self._current is None or snap.run_name != (self._current.status.get("run")) \
+                or len(snap.events) < self._events_sent:
+            self._events_sent = 0        # another run, or a resumed run's trimmed events: start over
+        status = snap.status
+        gan = status.get("gan", "dcgan")
+        new_events = snap.events[self._events_sent:]
+        reset = self._events_sent == 0
+        self._events_sent = len(snap.events)
+        version = (self._current.version + 1) if self._current else 1
+        grid_step = _grid_step(snap.grid_path)
+        head = {
+            "version": version, "run": snap.run_name, "state": status.get("state", ""),
+            "final": status.get("state") in FINAL_STATES, "step": status.get("step", 0),
+            "steps": status.get("steps", 0), "updated": status.get("updated"), "gan": gan,
+            "labels": series_labels(gan),
+            "status_html": status_html(status, snap.run_name, snap.events),
+            "grid": f"live/grid/{snap.run_name}/{grid_step}" if grid_step is not None else None,
+            "diagnostics": views.diagnostics_table(status).values.tolist() if status else [],
+        }
+        full = {**head, "reset": True,
+                "points": {k: downsample(v) for k, v in plot_points(snap.events, gan).items()}}
+        delta = {**head, "reset": reset, "points": plot_points(new_events, gan)}
+        self._current = Rendered(version, _sse(full), _sse(delta), {
+            "version": version, "run": snap.run_name, **views.json_safe(status),
+            "events": len(snap.events), "last_event": views.json_safe(snap.events[-1]) if snap.events else None})
+        self._seen_key = key
+        self.renders += 1
+        return True
+
+    async def _watch(self) -> None:
+        """Alive while someone watches: with no viewer, the server does no work for the live view."""
+        try:
+            while self._waiters > 0:
+                if await asyncio.to_thread(self._render_if_changed):
+                    changed, self._changed = self._changed, asyncio.Event()
+                    changed.set()
+                await asyncio.sleep(self.watch_seconds)
+        finally:
+            self._watcher = None
+
+    async def _join(self) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        self._waiters += 1
+        if self._current is None:
+            await asyncio.to_thread(self._render_if_changed)
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch())
+
+    def _leave(self) -> None:
+        self._waiters -= 1
+
+    async def _next_change(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    # ---- routes ---------------------------------------------------------------------------------
+    async def events(self, request):
+        from starlette.responses import StreamingResponse
+
+        async def stream():
+            await self._join()
+            self.viewers += 1
+            try:
+                sent = self._current
+                yield b"retry: 2000\n\n" + sent.full
+                self.messages_sent += 1
+                while not await request.is_disconnected():
+                    if not await self._next_change(KEEPALIVE_SECONDS):
+                        yield b": keep-alive\n\n"
+                        continue
+                    current = self._current
+                    # One version behind: the small delta; further (a slow reader): the whole picture.
+                    yield current.delta if current.version == sent.version + 1 else current.full
+                    self.messages_sent += 1
+                    sent = current
+            finally:
+                self.viewers -= 1
+                self._leave()
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def status(self, request):
+        """The run's status for scripts: `?since=V` waits until something newer than version V exists."""
+        from starlette.responses import JSONResponse
+        await self._join()
+        try:
+            since = request.query_params.get("since", "")
+            if since.isdigit():
+                while self._current.version <= int(since):
+                    if not await self._next_change(STATUS_WAIT_SECONDS):
+                        break
+            return JSONResponse(self._current.status)
+        finally:
+            self._leave()
+
+    async def grid(self, request):
+        """A grid image of the current run (the only run whose grids a page shows)."""
+        from starlette.responses import FileResponse, Response
+        run, step = request.path_params["run"], request.path_params["step"]
+        current = self.job.run
+        if current is None or run != current.name or not step.isdigit():
+            return Response(status_code=404)
+        path = os.path.join(current.path, "grids", f"step_{int(step):06d}.png")
+        if not os.path.isfile(path):
+            return Response(status_code=404)
+        return FileResponse(path, media_type="image/png",
+                            headers={"Cache-Control": "public, max-age=31536000, immutable"})
+
+    async def stats(self, request):
+        from starlette.responses import JSONResponse
+        return JSONResponse({"renders": self.renders, "messages_sent": self.messages_sent, "viewers": self.viewers,
+                             "version": self._current.version if self._current else 0})
+
+    def routes(self) -> list:
+        from starlette.routing import Route
+        return [Route("/live/events", self.events), Route("/live/status", self.status),
+                Route("/live/grid/{run}/{step}", self.grid), Route("/live/stats", self.stats)]
+
+
+def _grid_step(path: str | None) -> int | None:
+    match = re.search(r"step_(\d+)\.png$", path or "")
+    return int(match.group(1)) if match else None

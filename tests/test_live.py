@@ -1,0 +1,45 @@
+"""The live view's watcher (app/live.py) on a real run directory, without a server."""
+import json
+
+from app.job import Job
+from app.live import MAX_POINTS, LiveFeed, downsample, plot_points, status_html
+from core.config import TrainConfig
+from core.rundir import RunDir
+
+
+def message(data: bytes) -> dict:
+    assert data.startswith(b"data: ") and data.endswith(b"\n\n")
+    return json.loads(data[6:])
+
+
+def test_each_change_is_rendered_once_and_deltas_carry_only_new_points(runs_root):
+    run = RunDir.create(TrainConfig(), runs_root)
+    run.write_status("running", "Training...", step=1, steps=100, gan="dcgan")
+    run.append_event({"step": 1, "loss_d": 1.0, "loss_g": 2.0, "d_real": 0.5, "d_fake": 0.4})
+    feed = LiveFeed(Job(runs_root))
+    assert feed._render_if_changed() and feed.renders == 1
+    for _ in range(5):                  # nothing changed: however often it looks, nothing is rendered
+        assert not feed._render_if_changed()
+    assert feed.renders == 1
+    run.append_event({"step": 25, "loss_d": 0.9, "loss_g": 1.5, "d_real": 0.6, "d_fake": 0.3})
+    run.write_status("running", "Training...", step=25, steps=100, gan="dcgan")
+    run.save_grid([[[[0.0]]]], 25, columns=1)
+    assert feed._render_if_changed() and feed.renders == 2
+    delta, full = message(feed._current.delta), message(feed._current.full)
+    assert delta["points"]["loss_d"] == [[25, 0.9]] and not delta["reset"]
+    assert full["points"]["loss_d"] == [[1, 1.0], [25, 0.9]] and full["reset"]
+    assert full["grid"] == f"live/grid/{run.name}/25" and full["state"] == "running"
+
+
+def test_history_is_bounded_and_keeps_the_newest_point():
+    points = [[i, float(i)] for i in range(10_000)]
+    kept = downsample(points)
+    assert len(kept) == MAX_POINTS and kept[-1] == [9999, 9999.0] and kept[0] == [0, 0.0]
+    assert downsample(points[:10]) == points[:10]
+
+
+def test_non_finite_values_are_left_out_and_text_is_escaped():
+    series = plot_points([{"step": 1, "loss_d": float("nan"), "loss_g": 1.0}], "dcgan")
+    assert series == {"loss_g": [[1, 1.0]]}
+    text = status_html({"state": "failed", "message": "<script>alert(1)</script>"}, "run", [])
+    assert "<script>" not in text and "&lt;script&gt;" in text and "<b>failed</b>" in text
