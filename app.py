@@ -44,10 +44,10 @@ def room_host_key(host: str, share: bool) -> str:
 
 def quiet_queue_when_idle(demo) -> None:
     """Gradio's queue checks for work every 1 ms when it has none, and for progress every 10 ms:
-    ~65 ms of CPU per second on an idle server, taken from the trainer. 20 ms and 100 ms cost a
-    queued event at most 20 ms before it starts (a button press; the live view is not queued)."""
-    demo._queue.sleep_when_free = 0.02
-    demo._queue.progress_update_sleep_when_free = 0.1
+    ~65 ms of CPU per second on an idle server, taken from the trainer. 50 ms and 250 ms cost a
+    queued event at most 50 ms before it starts (a button press; the live view is not queued)."""
+    demo._queue.sleep_when_free = 0.05
+    demo._queue.progress_update_sleep_when_free = 0.25
 
 
 def main() -> None:

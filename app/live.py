@@ -154,8 +154,10 @@ class LiveFeed:
         if self._changed is None:
             self._changed = asyncio.Event()
         self._waiters += 1
-        if self._current is None:
-            await asyncio.to_thread(self._render_if_changed)
+        # Fresh on arrival: with nobody watching, the watcher was not running.
+        if await asyncio.to_thread(self._render_if_changed):
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()
         if self._watcher is None:
             self._watcher = asyncio.create_task(self._watch())
 

@@ -113,7 +113,7 @@ def run_of(directory: str) -> RunDir | None:
     return RunDir(directory) if os.path.isdir(os.path.join(directory, "grids")) else None
 
 
-def build(generator_dir, columns_default: int = 8, run_dir=None):
+def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=None, host_key_set: bool = False):
     """Lay out the Sample tab's contents; `generator_dir()` says which generator to use.
 
     run_dir: optional callable giving the current run's directory, for the timelapse of a run
@@ -291,7 +291,9 @@ def build(generator_dir, columns_default: int = 8, run_dir=None):
             raise gr.Error("No generator has been saved yet.")
         return files
 
-    def upload_generator(files):
+    def upload_generator(files, key=""):
+        if require_host:   # the generator everyone on the server samples from: the host's to change
+            require_host(key)
         paths = [f if isinstance(f, str) else getattr(f, "name", None) for f in (files or [])]
         weights = [p for p in paths if p and p.lower().endswith(".safetensors")]
         metas = [p for p in paths if p and p.lower().endswith(".json")]
@@ -322,7 +324,9 @@ def build(generator_dir, columns_default: int = 8, run_dir=None):
                 f"width {spec.width}, step {meta.get('step', '?')}) for everyone on this server, until a new run "
                 "saves a generator or you switch back.")
 
-    def use_run_generator():
+    def use_run_generator(key=""):
+        if require_host:
+            require_host(key)
         with upload_lock:
             upload.update(dir=None, base=None, name="")
         return f"Using the run's generator ({os.path.basename(generator_dir().rstrip(os.sep))})."
@@ -388,6 +392,8 @@ def build(generator_dir, columns_default: int = 8, run_dir=None):
                                file_count="multiple", file_types=[".safetensors", ".json"], type="filepath")
             upload_button = gr.Button("Use uploaded generator")
             back_button = gr.Button("Use the run's generator")
+        generator_key = gr.Textbox(label="Host key (the generator is shared by everyone on this server)",
+                                   type="password", visible=host_key_set)
         upload_status = gr.Markdown()
 
     # ---- events --------------------------------------------------------------------------------
@@ -413,8 +419,8 @@ def build(generator_dir, columns_default: int = 8, run_dir=None):
     step_slider.release(grid_at, step_slider, [step_grid, timelapse_caption], api_name="grid_at",
                         trigger_mode="always_last")
     download_button.click(download, None, files, api_name="download_generator")
-    upload_button.click(upload_generator, uploaded, upload_status, api_name="upload_generator")
-    back_button.click(use_run_generator, None, upload_status, api_name="use_run_generator")
+    upload_button.click(upload_generator, [uploaded, generator_key], upload_status, api_name="upload_generator")
+    back_button.click(use_run_generator, generator_key, upload_status, api_name="use_run_generator")
     return {"grid": grid, "sample": sample, "seed": seed, "count": count, "caption": caption,
             "explore": explore, "neighbours": neighbours, "timelapse": timelapse, "grid_at": grid_at,
             "upload_generator": upload_generator, "current_dir": current_dir}

@@ -175,8 +175,9 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
     def require_host(key) -> None:
         """Checked on the server: hiding the buttons would not stop a script."""
         if host_key and not hmac.compare_digest(str(key or "").encode(), host_key.encode()):
-            raise gr.Error("Only the host can start, stop, pause or resume runs on this page (enter the host "
-                           "key). Everyone else watches the run live.", title="Watch mode")
+            raise gr.Error("Only the host can start, stop, pause or resume runs, or change the generator everyone "
+                           "samples from, on this page (enter the host key). Everyone else watches the run live.",
+                           title="Watch mode")
 
     def config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
                          log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
@@ -361,7 +362,8 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                                elem_id="live", apply_default_css=False)
                 join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
             with gr.Tab("Sample", id="sample"):
-                sampler = sample_tab.build(job.generator_dir, run_dir=lambda: job.run.path if job.run else None)
+                sampler = sample_tab.build(job.generator_dir, run_dir=lambda: job.run.path if job.run else None,
+                                           require_host=require_host, host_key_set=bool(host_key))
 
         form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
                 checkpoint_every, conditional]

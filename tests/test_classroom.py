@@ -313,3 +313,33 @@ def test_d_wins_streak_warns(tmp_path):
                          **no_requests})
         loop._after_log()
     assert "discriminator has won" in loop.warning
+
+
+@pytest.mark.slow
+def test_a_page_others_can_reach_gets_a_host_key(runs_root):
+    """--host 0.0.0.0 without --host-key: the app makes a key and prints it (as Jupyter prints its
+    token); every server-wide action needs it, a student's tap changes nothing."""
+    import re
+    from gradio_client import handle_file
+    app = start_app(runs_root, "--host", "0.0.0.0")
+    try:
+        key = wait_for(lambda: re.search(r"Host key: (\S+)", app.read_log()), 30, what="the printed host key").group(1)
+        client = app.client()
+        with pytest.raises(Exception, match="Only the host"):
+            start(client, key="")
+        shipped = os.path.join(ROOT, "assets", "generator")
+        upload = [handle_file(os.path.join(shipped, n)) for n in ("generator.safetensors", "generator.json")]
+        with pytest.raises(Exception, match="Only the host"):
+            client.predict(upload, "", api_name="/upload_generator")
+        with pytest.raises(Exception, match="Only the host"):
+            client.predict("wrong", api_name="/use_run_generator")
+        assert runs(runs_root) == []
+        assert "Using the uploaded generator" in client.predict(upload, key, api_name="/upload_generator")
+        assert "Started run" in start(client, key=key)
+        wait_state(client, ("running",), min_step=1)
+        with pytest.raises(Exception, match="Only the host"):
+            client.predict(key="", api_name="/stop")
+        client.predict(key=key, api_name="/stop")
+        wait_state(client, ("stopped",))
+    finally:
+        app.stop()
