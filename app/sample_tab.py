@@ -393,7 +393,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
             upload_button = gr.Button("Use uploaded generator")
             back_button = gr.Button("Use the run's generator")
         generator_key = gr.Textbox(label="Host key (the generator is shared by everyone on this server)",
-                                   type="password", visible=host_key_set)
+                                   type="password", value="", visible=host_key_set)
         upload_status = gr.Markdown()
 
     # ---- events --------------------------------------------------------------------------------

@@ -217,11 +217,11 @@ def status(url: str) -> dict:
 
 
 def window(app_pid: int, url: str, seconds: float) -> dict:
-    s0, c0, t0 = status(url).get("step", 0), cpu_seconds(app_pid), time.time()
+    s0, c0, t0, m0 = status(url).get("step", 0), cpu_seconds(app_pid), time.time(), rss_mb(app_pid)
     time.sleep(seconds)
     s1, c1, t1 = status(url).get("step", 0), cpu_seconds(app_pid), time.time()
     return {"server_ms_per_s": (c1 - c0) / (t1 - t0) * 1000, "steps_per_s": (s1 - s0) / (t1 - t0),
-            "rss_mb": rss_mb(app_pid)}
+            "rss_start_mb": m0, "rss_mb": rss_mb(app_pid)}
 
 
 def with_viewers(app_pid: int, url: str, runs_root: str, kind: str, count: int, seconds: float) -> dict:
