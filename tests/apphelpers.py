@@ -78,6 +78,15 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """True while pid is a live process (a zombie, exited but not reaped, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:

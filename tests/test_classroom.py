@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from tests.apphelpers import ROOT, RunningApp, children_of, wait_for
+from tests.apphelpers import ROOT, RunningApp, alive, children_of, wait_for
 
 KEY = "teacher-key"
 # Long enough never to finish during a test: every run here ends by Stop, a kill or a NaN.
@@ -48,14 +48,6 @@ def process_group(pgid: int) -> list[int]:
 def assert_nothing_left(app: RunningApp, seen_pids: set[int], timeout: float = 30) -> None:
     wait_for(lambda: not process_group(app.process.pid) and not [p for p in seen_pids if alive(p)], timeout,
              what="every process of the app to exit")
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def runs(root: str) -> list[str]:

@@ -20,6 +20,8 @@ import time
 
 import pytest
 
+from tests.apphelpers import alive
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "tests", "xla_scripts")
 XLA_TIMEOUT = 420   # seconds for one XLA subprocess: generous for a loaded 2-core CI machine
@@ -312,15 +314,7 @@ def test_failure_in_replica0_work_ends_every_replica_through_the_agreement(tmp_p
     assert status["step"] == 6 and status["saved_step"] == 4
     assert os.path.exists(os.path.join(run, "checkpoint.pt"))
     assert "saving the sample grid" in open(os.path.join(run, "error.log")).read()
-    assert not _alive(status["worker_pid"]) and status["worker_pid"] != status["pid"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert not alive(status["worker_pid"]) and status["worker_pid"] != status["pid"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -477,33 +471,45 @@ def _worker_of(client, app) -> tuple[int, int]:
     return trainer, worker
 
 
+def _wait_end(client, timeout: float = 120) -> dict:
+    return _wait_status(client, lambda s: s["state"] in ("done", "failed", "stopped"), timeout, what="the run to end")
+
+
+def _wait_exit(*pids: int) -> None:
+    from tests.apphelpers import wait_for
+    wait_for(lambda: not any(alive(p) for p in pids), 60, what="the trainer and its worker to exit")
+
+
+def _start_long_run(client, app, min_step: int) -> tuple[int, int]:
+    """Start a run that would outlast the test; (trainer, worker) once it trains past min_step."""
+    client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
+    trainer, worker = _worker_of(client, app)
+    _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= min_step, what="training")
+    return trainer, worker
+
+
 @pytest.mark.xla
 @pytest.mark.slow
 def test_app_start_trains_xla_cpu_through_a_launch_worker(xla_app):
     client = xla_app.client()
     assert "Started run" in client.predict(**XLA_FORM, key="", api_name="/start")
     trainer, worker = _worker_of(client, xla_app)
-    status = _wait_status(client, lambda s: s["state"] in ("done", "failed", "stopped"), what="the run to end")
+    status = _wait_end(client, XLA_TIMEOUT)
     assert status["state"] == "done" and status["step"] == 12, status
     assert status["device"].startswith("XLA:CPU") and status["diagnostics"]["fallback_ops"] == []
-    from tests.apphelpers import wait_for
-    wait_for(lambda: not _alive(worker) and not _alive(trainer), 60, what="the trainer and its worker to exit")
+    _wait_exit(trainer, worker)
 
 
 @pytest.mark.xla
 @pytest.mark.slow
 def test_app_stop_mid_run_keeps_a_checkpoint(xla_app):
     client = xla_app.client()
-    client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
-    trainer, worker = _worker_of(client, xla_app)
-    _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= 4, what="steady training")
+    trainer, worker = _start_long_run(client, xla_app, min_step=4)
     assert "Stopping" in client.predict(key="", api_name="/stop")
-    status = _wait_status(client, lambda s: s["state"] in ("stopped", "failed", "done"), timeout=120,
-                          what="the run to stop")
+    status = _wait_end(client)
     assert status["state"] == "stopped" and status["saved_step"] == status["step"] > 0, status
     assert os.path.exists(os.path.join(os.path.dirname(os.path.dirname(status["grid"])), "checkpoint.pt"))
-    from tests.apphelpers import wait_for
-    wait_for(lambda: not _alive(worker) and not _alive(trainer), 60, what="the trainer and its worker to exit")
+    _wait_exit(trainer, worker)
 
 
 @pytest.mark.xla
@@ -512,24 +518,19 @@ def test_app_worker_killed_fails_plainly_and_a_new_start_works(xla_app):
     import signal
     from tests.apphelpers import wait_for
     client = xla_app.client()
-    client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
-    trainer, worker = _worker_of(client, xla_app)
-    _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= 2, what="training")
+    trainer, worker = _start_long_run(client, xla_app, min_step=2)
     os.kill(worker, signal.SIGKILL)
-    status = _wait_status(client, lambda s: s["state"] in ("failed", "stopped", "done"), timeout=120,
-                          what="the run to fail")
+    status = _wait_end(client)
     assert status["state"] == "failed", status
     assert "worker process ended abruptly" in status["message"] and "Hint:" in status["message"], status["message"]
-    wait_for(lambda: not _alive(trainer), 60, what="the trainer to exit")
+    _wait_exit(trainer)
     # The device is free again: a new Start trains.
-    client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
-    new_trainer, new_worker = _worker_of(client, xla_app)
+    new_trainer, _ = _start_long_run(client, xla_app, min_step=2)
     assert new_trainer != trainer
-    _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= 2, what="the new run to train")
     client.predict(key="", api_name="/stop")
     _wait_status(client, lambda s: s["state"] == "stopped", timeout=120, what="the new run to stop")
     assert xla_app.stop() is not None
-    wait_for(lambda: not [p for p in xla_app.seen_pids if _alive(p)], 60, what="every process to exit")
+    wait_for(lambda: not [p for p in xla_app.seen_pids if alive(p)], 60, what="every process to exit")
 
 
 @pytest.mark.xla
@@ -592,6 +593,6 @@ def test_cli_ctrl_c_on_the_launch_road_stops_every_replica_with_a_checkpoint(tmp
     import signal
     code, status, output = _interrupt_cli(tmp_path, "xla-cpu", signal.SIGINT)
     assert code == 0 and status["state"] == "stopped", (status, output[-2000:])
-    assert status["worker_pid"] != status["pid"] and not _alive(status["worker_pid"])
+    assert status["worker_pid"] != status["pid"] and not alive(status["worker_pid"])
     assert status["saved_step"] == status["step"] >= 10
     assert os.path.exists(tmp_path / "run" / "checkpoint.pt")
