@@ -72,8 +72,8 @@ def main() -> None:
     host_key = args.host_key or room_host_key(args.host, share)
 
     from app.job import Job
+    from app.ui import PAGE_CSS, build_app
     from core.config import TrainConfig
-    from app.ui import build_app
     job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, standby=True)
     demo = build_app(job, host_key=host_key)
     # Closing the app ends its trainer (with a checkpoint) rather than leaving an orphan.
@@ -89,7 +89,6 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, stop_trainer_then_exit)
     signal.signal(signal.SIGINT, stop_trainer_then_exit)
-    from app.ui import PAGE_CSS
     demo.queue(default_concurrency_limit=4)
     quiet_queue_when_idle(demo)
     demo.launch(server_name=args.host, server_port=args.port, share=share, show_error=True, css=PAGE_CSS,

@@ -54,8 +54,9 @@ def _end_process_group(pgid: int) -> None:
 def _train_child(config_dict: dict, run_path: str, resume: bool, parent_pid: int) -> None:
     """Entry point of the spawned trainer process (top level, so spawn can import it)."""
     _own_process_group()
-    # Ctrl-C in a terminal reaches the whole process group: the app then asks this trainer to
-    # stop (checkpoint kept), so the trainer must not die of the same SIGINT first.
+    # In its own group, a terminal's Ctrl-C no longer reaches the trainer; a SIGINT sent to it
+    # by hand must not kill it either: the app asks it to stop (checkpoint kept). The launch
+    # workers it starts inherit the ignored SIGINT.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The pid goes into the status at once, so a restarted UI can tell a live trainer that is
     # still loading data from one that died before it ever wrote a status.

@@ -100,10 +100,22 @@ class LiveFeed:
         self._waiters = 0                # viewers plus waiting /live/status requests
         self._render_lock = threading.Lock()
 
+    @property
+    def current(self) -> Rendered | None:
+        """The newest rendered snapshot."""
+        return self._current
+
     # ---- the one watcher ---------------------------------------------------------------------
-    def _render_if_changed(self) -> bool:
+    def refresh(self) -> bool:
+        """Render the run if it changed since the last look; True if it did."""
         with self._render_lock:   # the watcher and a first viewer's join may ask at once
             return self._render_locked()
+
+    async def _refresh_and_wake(self) -> None:
+        """Refresh off the event loop (file reads); on a change, wake everyone waiting for one."""
+        if await asyncio.to_thread(self.refresh):
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()
 
     def _render_locked(self) -> bool:
         snap = self.job.snapshot()
@@ -127,7 +139,7 @@ class LiveFeed:
             "labels": series_labels(gan),
             "status_html": status_html(status, snap.run_name, snap.events),
             "grid": f"live/grid/{snap.run_name}/{grid_step}" if grid_step is not None else None,
-            "diagnostics": views.diagnostics_table(status).values.tolist() if status else [],
+            "diagnostics": views.diagnostics_rows(status) if status else [],
         }
         full = {**head, "reset": True,
                 "points": {k: downsample(v) for k, v in plot_points(snap.events, gan).items()}}
@@ -143,9 +155,7 @@ class LiveFeed:
         """Alive while someone watches: with no viewer, the server does no work for the live view."""
         try:
             while self._waiters > 0:
-                if await asyncio.to_thread(self._render_if_changed):
-                    changed, self._changed = self._changed, asyncio.Event()
-                    changed.set()
+                await self._refresh_and_wake()
                 await asyncio.sleep(self.watch_seconds)
         finally:
             self._watcher = None
@@ -154,10 +164,7 @@ class LiveFeed:
         if self._changed is None:
             self._changed = asyncio.Event()
         self._waiters += 1
-        # Fresh on arrival: with nobody watching, the watcher was not running.
-        if await asyncio.to_thread(self._render_if_changed):
-            changed, self._changed = self._changed, asyncio.Event()
-            changed.set()
+        await self._refresh_and_wake()   # fresh on arrival: with nobody watching, no watcher ran
         if self._watcher is None:
             self._watcher = asyncio.create_task(self._watch())
 

@@ -13,7 +13,6 @@ drive the app; /live/status serves scripts that wait for changes.
 from __future__ import annotations
 
 import hmac
-import math
 import os
 import tempfile
 import threading

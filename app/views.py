@@ -1,40 +1,13 @@
-"""Run-directory data -> what the page shows: plot tables and the status line."""
+"""Run-directory data -> what the page shows: the plotted series' names and the status line."""
 from __future__ import annotations
 
 import math
 
-import pandas as pd
-
-from core.losses import EXTRA_SERIES
-
 LOSS_SERIES = {"loss_d": "D loss", "loss_g": "G loss"}
 QUALITY_PREFIX = "quality_"
-PLOT_COLUMNS = ["step", "value", "series"]
-
-
-def long_table(events: list[dict], series: dict[str, str]) -> pd.DataFrame:
-    """Events -> long-format rows (step, value, series) for a gr.LinePlot with color='series'."""
-    # NaN/inf (the last points of a diverged run) are left out: the plot shows where it broke.
-    rows = [(e["step"], e[key], label) for e in events for key, label in series.items()
-            if key in e and isinstance(e[key], (int, float)) and math.isfinite(e[key])]
-    return pd.DataFrame(rows, columns=PLOT_COLUMNS)
-
-
-def loss_table(events: list[dict]) -> pd.DataFrame:
-    return long_table(events, LOSS_SERIES)
-
-
-def extra_table(events: list[dict], gan: str) -> pd.DataFrame:
-    return long_table(events, EXTRA_SERIES.get(gan, {}))
-
-
 # The distance each meter reports (lower is better): one curve on one scale.
 QUALITY_DISTANCES = {"quality_fd": "Frechet distance (MNIST classifier features)",
                      "quality_swd": "sliced Wasserstein distance x1e3"}
-
-
-def quality_table(events: list[dict]) -> pd.DataFrame:
-    return long_table(events, QUALITY_DISTANCES)
 
 
 def quality_summary(events: list[dict]) -> str:
@@ -95,8 +68,8 @@ def status_line(status: dict, run_name: str = "", events: list[dict] | None = No
     return line + ("\n\n" + "  \n".join(extras) if extras else "")
 
 
-def diagnostics_table(status: dict) -> pd.DataFrame:
-    """The run's diagnostics as rows (what, value), for the Diagnostics accordion."""
+def diagnostics_rows(status: dict) -> list[list[str]]:
+    """The run's diagnostics as rows [what, value], for the Diagnostics part of the live panel."""
     diag = dict(status.get("diagnostics") or {})
     rows = [("device", status.get("device")), ("replicas (cores)", status.get("cores")),
             ("worker processes", status.get("processes")),
@@ -116,7 +89,7 @@ def diagnostics_table(status: dict) -> pd.DataFrame:
         if isinstance(value, list):
             value = ", ".join(value) or "none"
         rows.append((labels.get(key, key), value))
-    return pd.DataFrame([(k, "" if v is None else str(v)) for k, v in rows], columns=["what", "value"])
+    return [[k, "" if v is None else str(v)] for k, v in rows]
 
 
 def join_html(page_url: str) -> str:

@@ -105,20 +105,32 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     return run.read_status().get("state", "failed")
 
 
-def failure_message(run: RunDir, message: str) -> tuple[str, str]:
-    """(the status message, the hint) for a run that failed: what happened, what is kept, what to do."""
-    saved = run.read_status().get("saved_step") or 0
+def failure_message(run: RunDir, message: str, saved_step: int | None = None) -> tuple[str, str]:
+    """(the status message, the hint) for a run that failed: what happened, what is kept, what to do.
+
+    saved_step: the last checkpoint's step when the caller knows it (else the status says)."""
+    saved = (run.read_status().get("saved_step") or 0) if saved_step is None else saved_step
     kept = (f" The last checkpoint (step {saved}) is kept: press Resume to continue from it."
             if saved and os.path.exists(run.file("checkpoint.pt")) else "")
     hint = hint_for(message)
     return f"{message}{kept}" + (f" Hint: {hint}" if hint else ""), hint
 
 
+def _log_traceback(run: RunDir, header: str) -> None:
+    """Append the exception being handled to the run's error.log; each replica logs its own."""
+    try:
+        with open(run.file("error.log"), "a") as f:
+            f.write(f"[{header}, pid {os.getpid()}]\n{traceback.format_exc()}")
+    except OSError:   # a full or read-only disk must not hide the failure being reported
+        pass
+
+
 def _report_worker_failure(run: RunDir, exc: Exception) -> None:
     """A launch worker ended without a final status (killed, crashed): say so in the run."""
+    from concurrent.futures.process import BrokenProcessPool
     if run.read_status().get("state") in FINAL_STATES:
         return   # replica 0 already said what happened
-    if type(exc).__name__ == "BrokenProcessPool":
+    if isinstance(exc, BrokenProcessPool):
         what = "A training worker process ended abruptly: it was killed (most often for memory) or crashed"
     else:
         what = f"The training workers could not run: {type(exc).__name__}: {str(exc)[:300]}"
@@ -165,14 +177,13 @@ def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, app_pi
             run.write_status(stop.state, stop.message)
     except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
         message = f"{type(exc).__name__}: {exc}".strip()
-        try:
-            with open(run.file("error.log"), "a") as f:
-                f.write(f"[replica {rank}, pid {os.getpid()}]\n{traceback.format_exc()}")
-            if rank == 0:   # one replica speaks for the run (each one logs its traceback above)
+        _log_traceback(run, f"replica {rank}")
+        if rank == 0:   # one replica speaks for the run (each one logs its traceback above)
+            try:
                 text, hint = failure_message(run, f"Training failed: {message[:300]}.")
                 run.write_status("failed", text, hint=hint)
-        except OSError:
-            pass
+            except OSError:
+                pass
         replicated = loop.rt.world_size > 1 if loop is not None else info.cores > 1
         if in_worker and replicated:
             # The other replicas wait for this one in their next collective. Ending this process
@@ -434,10 +445,8 @@ class Loop:
     def _act_on(self, agreed: dict[str, bool]) -> None:
         """Stop on agreed flags: every replica raises the same Stop at the same step."""
         if agreed["control_failed"]:
-            kept = (f" The last checkpoint (step {self.saved_step}) is kept: press Resume to continue from it."
-                    if self.saved_step else "")
-            raise Stop("failed", (self.local_failure or "Training failed on another replica (see error.log)") +
-                       "." + kept)
+            what = (self.local_failure or "Training failed on another replica (see error.log)") + "."
+            raise Stop("failed", failure_message(self.run_dir, what, saved_step=self.saved_step)[0])
         if agreed["control_gone"]:
             raise Stop("stopped", "Stopped: the app that started this run has closed. Resume it from the UI or CLI.")
         if agreed["control_stop"]:
@@ -473,11 +482,7 @@ class Loop:
             if not self.local_failure:
                 self.local_failure = (f"Training failed while {what} at step {self.step_count}: "
                                       f"{type(exc).__name__}: {str(exc)[:300]}")
-                try:
-                    with open(self.run_dir.file("error.log"), "a") as f:
-                        f.write(f"[replica {self.rt.rank}, pid {os.getpid()}, {what}]\n{traceback.format_exc()}")
-                except OSError:
-                    pass
+                _log_traceback(self.run_dir, f"replica {self.rt.rank}, {what}")
             return False
 
     def _elapsed(self) -> float:

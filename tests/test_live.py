@@ -17,15 +17,15 @@ def test_each_change_is_rendered_once_and_deltas_carry_only_new_points(runs_root
     run.write_status("running", "Training...", step=1, steps=100, gan="dcgan")
     run.append_event({"step": 1, "loss_d": 1.0, "loss_g": 2.0, "d_real": 0.5, "d_fake": 0.4})
     feed = LiveFeed(Job(runs_root))
-    assert feed._render_if_changed() and feed.renders == 1
+    assert feed.refresh() and feed.renders == 1
     for _ in range(5):                  # nothing changed: however often it looks, nothing is rendered
-        assert not feed._render_if_changed()
+        assert not feed.refresh()
     assert feed.renders == 1
     run.append_event({"step": 25, "loss_d": 0.9, "loss_g": 1.5, "d_real": 0.6, "d_fake": 0.3})
     run.write_status("running", "Training...", step=25, steps=100, gan="dcgan")
     run.save_grid([[[[0.0]]]], 25, columns=1)
-    assert feed._render_if_changed() and feed.renders == 2
-    delta, full = message(feed._current.delta), message(feed._current.full)
+    assert feed.refresh() and feed.renders == 2
+    delta, full = message(feed.current.delta), message(feed.current.full)
     assert delta["points"]["loss_d"] == [[25, 0.9]] and not delta["reset"]
     assert full["points"]["loss_d"] == [[1, 1.0], [25, 0.9]] and full["reset"]
     assert full["grid"] == f"live/grid/{run.name}/25" and full["state"] == "running"
