@@ -326,9 +326,16 @@ class SwdMeter:
         self._latents: dict[int, torch.Tensor] = {}
 
     def _descriptors(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """Always n_images * patches_per_image descriptors per level, whatever len(images) is.
+
+        The sort-based distance compares two sets of equal size, and a user's folder may hold
+        fewer real images than the meter generates (even one): a smaller set gives more patches
+        per image instead. A full-sized set takes the same patches as always."""
+        count = self.n_images * self.per_image
+        per_image = -(-count // len(images))
         # The same patch positions for real and generated sets (a fixed generator per call).
         gen = torch.Generator().manual_seed(MEASURE_SEED + 1)
-        return [_normalise(_patches(level, self.per_image, gen))
+        return [_normalise(_patches(level, per_image, gen)[:count])
                 for level in laplacian_pyramid(images.float(), self.levels)]
 
     def score_samples(self, images) -> dict[str, float]:

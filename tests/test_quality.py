@@ -176,3 +176,25 @@ def test_swd_real_vs_real_small_and_noise_large():
     assert set(same) == {"swd", "swd_32px", "swd_16px"}
     assert noise["swd"] > 3 * same["swd"], (same, noise)
     assert flat["swd"] > 3 * same["swd"], (same, flat)
+
+
+def test_a_folder_of_one_image_trains_through_its_quality_steps(tmp_path):
+    """The SWD meter generates 256 images; a smaller real set must not break its comparison."""
+    import subprocess
+    import sys
+    from PIL import Image
+    folder = tmp_path / "one"
+    folder.mkdir()
+    pixels = np.random.default_rng(0).integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(folder / "only.png")
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "BLINK_DATA_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "core.train", "--dataset", "folder", "--data-path", str(folder),
+                           "--batch-size", "1", "--steps", "4", "--log-every", "2", "--grid-every", "2",
+                           "--quality-every", "2", "--checkpoint-every", "4", "--device", "cpu",
+                           "--run-dir", str(run_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(run_dir / "events.jsonl") as f:
+        measured = [e for e in map(json.loads, f) if "quality_swd" in e]
+    assert [e["step"] for e in measured] == [2, 4]
+    assert all(np.isfinite(e["quality_swd"]) for e in measured)
