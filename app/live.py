@@ -136,7 +136,7 @@ class LiveFeed:
             "version": version, "run": snap.run_name, "state": status.get("state", ""),
             "final": status.get("state") in FINAL_STATES, "step": status.get("step", 0),
             "steps": status.get("steps", 0), "updated": status.get("updated"), "gan": gan,
-            "labels": series_labels(gan),
+            "labels": series_labels(gan), "healthy": views.healthy_lines(gan),
             "status_html": status_html(status, snap.run_name, snap.events),
             "grid": f"live/grid/{snap.run_name}/{grid_step}" if grid_step is not None else None,
             "diagnostics": views.diagnostics_rows(status) if status else [],

@@ -10,6 +10,31 @@ QUALITY_DISTANCES = {"quality_fd": "Frechet distance (MNIST classifier features)
                      "quality_swd": "sliced Wasserstein distance x1e3"}
 
 
+# One line under each live plot: what healthy curves look like for the chosen loss.
+HEALTHY = {
+    "dcgan": {
+        "losses": "Healthy: D loss around 0.5-1.4 and G loss around 0.7-3, wobbling with no trend. "
+                  "D loss sliding to 0 while G loss climbs means D has won.",
+        "extra": "Healthy: D(x) around 0.5-0.8 and D(G(z)) around 0.2-0.5. Pinned at 1 and 0: D has won.",
+    },
+    "wgan-gp": {
+        "losses": "Healthy: the critic's loss is negative and shrinks toward 0 as G improves; "
+                  "a steady climb or wild swings mean trouble.",
+        "extra": "Healthy: the Wasserstein estimate (-30...+40 early) falls toward a few units; "
+                 "the gradient penalty stays small (below ~1).",
+    },
+    "hinge": {
+        "losses": "Healthy: D loss around 0.5-2 (2: D cannot tell real from fake; 0: D wins outright), "
+                  "G loss around 0-1.5.",
+        "extra": "Healthy: D(x) logit above 0 and D(G(z)) logit below 0, drawing closer as G improves.",
+    },
+}
+HEALTHY_QUALITY = "Healthy: falls fast in the first few hundred steps, then slowly. A rise: the samples got worse."
+
+def healthy_lines(gan: str) -> dict[str, str]:
+    return {**HEALTHY.get(gan, {}), "quality": HEALTHY_QUALITY}
+
+
 def quality_summary(events: list[dict]) -> str:
     """The newest quality point in words, e.g. 'quality: 52% of samples confidently digits, 10/10 digits'."""
     last = next((e for e in reversed(events) if any(k.startswith(QUALITY_PREFIX) for k in e)), None)
@@ -28,11 +53,14 @@ def quality_summary(events: list[dict]) -> str:
     return f"quality at step {last['step']}: " + ", ".join(parts)
 
 
-def _duration(seconds) -> str:
+def duration(seconds) -> str:
     if seconds is None:
         return "estimating..."
     seconds = int(round(seconds))
     minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
@@ -41,7 +69,8 @@ def status_line(status: dict, run_name: str = "", events: list[dict] | None = No
     if not status:
         return "No run yet. Pick a dataset and press **Start**."
     state = status.get("state", "?")
-    parts = [f"**{state}**"]
+    pending = {"stop": "stopping...", "pause": "pausing..."}.get(status.get("request", ""))
+    parts = [f"**{pending if pending and state in ('running', 'compiling') else state}**"]
     if status.get("device"):
         replicas, processes = status.get("cores") or 1, status.get("processes") or 1
         layout = f" in {processes} processes" if 1 < processes < replicas else ""   # v2/v3: threads in each
@@ -53,7 +82,7 @@ def status_line(status: dict, run_name: str = "", events: list[dict] | None = No
     if status.get("images_per_second"):
         parts.append(f"{status['images_per_second']:.0f} img/s")
     if state in ("running", "compiling", "paused"):
-        parts.append(f"time left {_duration(status.get('seconds_left'))}")
+        parts.append(f"time left {duration(status.get('seconds_left'))}")
     line = " · ".join(parts)
     message = status.get("message", "")
     extras = [message] if message and message not in ("Training...",) else []

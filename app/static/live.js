@@ -1,68 +1,120 @@
 // The live panel: one EventSource to /live/events; the server sends the whole (downsampled)
-// picture on connect, then a small message per change. Nothing here polls.
+// picture on connect, then a small message per change. Nothing here polls: smoothing, the log
+// scale and the grid's size are this page's own business and cost the server nothing.
 const FINAL = new Set(["done", "stopped", "failed"]);
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c"];
 const MAX_KEPT = 2000;          // points per series kept in the page; halved when exceeded
+const Y_AXES = { losses: "loss", extra: "value", quality: "distance" };
 const series = {};
-let lastRun = null, lastState = null;
+let lastRun = null, lastState = null, lastMessage = null;
+const panel = element.querySelector(".live");
+const smoothing = element.querySelector(".live-smoothing");
+const logScale = element.querySelector(".live-log");
+const grid = element.querySelector(".live-grid img");
 
 if (new URLSearchParams(window.location.search).get("view") === "watch") {
   document.body.classList.add("blink-watch");      // the student's view: no form, grid first
 }
 
-function fmt(v) {
+function fmt(v, spacing) {
+  // Enough decimals to tell neighbouring ticks apart (spacing: the distance between them).
   const a = Math.abs(v);
-  return a !== 0 && (a >= 1e4 || a < 1e-2) ? v.toExponential(1) : String(+v.toPrecision(3));
+  if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(1);
+  const decimals = spacing ? Math.min(Math.max(0, 1 - Math.floor(Math.log10(spacing))), 6) : 3;
+  return String(+v.toFixed(decimals));
 }
 
-function yRange(lists) {
-  // The first few points (untrained nets) would set the scale for the whole run: leave them out.
+// Symmetric log: losses can be negative (WGAN), and its early swings of tens would flatten the rest.
+const toLog = (y) => Math.sign(y) * Math.log10(1 + Math.abs(y));
+const fromLog = (t) => Math.sign(t) * (10 ** Math.abs(t) - 1);
+
+function smoothed(points, weight) {
+  // A trailing exponential moving average, debiased at the start: no look-ahead, so the last
+  // point is never moved by values that do not exist yet.
+  if (!weight) return points;
+  let num = 0, den = 0;
+  return points.map(([x, y]) => { num = weight * num + (1 - weight) * y; den = weight * den + (1 - weight); return [x, num / den]; });
+}
+
+function yRange(lists, f) {
+  // The untrained nets' first points would set the scale for the whole run: leave them out.
   let values = [];
   for (const points of lists) {
-    const skip = points.length > 20 ? Math.ceil(points.length * 0.05) : 0;
-    for (let i = skip; i < points.length; i++) values.push(points[i][1]);
+    const skip = points.length > 3 ? Math.max(1, Math.ceil(points.length * 0.05)) : 0;
+    for (let i = skip; i < points.length; i++) values.push(f(points[i][1]));
   }
   if (!values.length) return [0, 1];
   let lo = Math.min(...values), hi = Math.max(...values);
   if (hi - lo < 1e-9) { lo -= 0.5; hi += 0.5; }
-  const pad = (hi - lo) * 0.05;
+  const pad = (hi - lo) * 0.06;
   return [lo - pad, hi + pad];
 }
 
-function drawChart(svg, keys, names) {
-  const W = 600, H = 240, L = 56, R = 10, T = 10, B = 34;
-  const lists = keys.filter((k) => series[k] && series[k].length).map((k) => series[k]);
-  let html = "";
-  if (!lists.length) {
+function drawChart(svg, name, keys, names) {
+  const W = 600, H = 260, L = 70, R = 12, T = 10, B = 46;
+  const present = keys.filter((k) => series[k] && series[k].length);
+  const legend = svg.parentElement.querySelector(".legend");
+  if (!present.length) {
     svg.innerHTML = `<text x="${W / 2}" y="${H / 2}" text-anchor="middle" class="empty">waiting for the first points</text>`;
+    legend.innerHTML = "";
     return;
   }
+  const useLog = logScale.checked, weight = +smoothing.value;
+  const f = useLog ? toLog : (y) => y;
+  const lists = present.map((k) => series[k]);
   const xs = lists.flatMap((p) => [p[0][0], p[p.length - 1][0]]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);   // one point: a one-step-wide axis
-  const [y0, y1] = yRange(lists);
+  const [t0, t1] = yRange(lists, f);
   const sx = (x) => L + (x - x0) / (x1 - x0) * (W - L - R);
-  const sy = (y) => T + (1 - (Math.min(Math.max(y, y0), y1) - y0) / (y1 - y0)) * (H - T - B);
-  html += `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" class="axis"/>`;
-  html += `<line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" class="axis"/>`;
-  for (const y of [y0, (y0 + y1) / 2, y1]) {
-    html += `<text x="${L - 6}" y="${sy(y) + 5}" text-anchor="end" class="tick">${fmt(y)}</text>`;
+  const sy = (y) => T + (1 - (Math.min(Math.max(f(y), t0), t1) - t0) / (t1 - t0)) * (H - T - B);
+  let html = `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" class="axis"/>`
+    + `<line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" class="axis"/>`;
+  for (let i = 0; i <= 3; i++) {
+    const t = t0 + (t1 - t0) * i / 3, y = useLog ? fromLog(t) : t;
+    const spacing = useLog ? Math.abs(fromLog(t + (t1 - t0) / 3) - y) : (t1 - t0) / 3;
+    html += `<line x1="${L}" y1="${sy(y)}" x2="${W - R}" y2="${sy(y)}" class="gridline"/>`
+      + `<text x="${L - 6}" y="${sy(y) + 5}" text-anchor="end" class="tick">${fmt(y, spacing)}</text>`;
   }
-  html += `<text x="${L}" y="${H - 8}" class="tick">${x0}</text>`;
-  html += `<text x="${W - R}" y="${H - 8}" text-anchor="end" class="tick">step ${x1}</text>`;
-  keys.forEach((key, i) => {
-    const points = series[key];
-    if (!points || !points.length) return;
-    const color = COLORS[i % COLORS.length];
+  html += `<text x="${L}" y="${H - 22}" class="tick">${x0}</text>`
+    + `<text x="${W - R}" y="${H - 22}" text-anchor="end" class="tick">${x1}</text>`
+    + `<text x="${(L + W - R) / 2}" y="${H - 4}" text-anchor="middle" class="axis-name">step</text>`
+    + `<text transform="translate(16 ${(T + H - B) / 2}) rotate(-90)" text-anchor="middle" class="axis-name">`
+    + `${Y_AXES[name] || "value"}${useLog ? " (log)" : ""}</text>`;
+  for (const key of present) {
+    const color = COLORS[keys.indexOf(key) % COLORS.length], points = series[key];
     if (points.length === 1) {
-      html += `<circle cx="${sx(points[0][0])}" cy="${sy(points[0][1])}" r="4" fill="${color}"/>`;
-      return;
+      html += `<circle cx="${sx(points[0][0])}" cy="${sy(points[0][1])}" r="5" fill="${color}"/>`;
+      continue;
     }
-    const d = points.map((p) => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ");
-    html += `<polyline points="${d}" fill="none" stroke="${color}" stroke-width="2"/>`;
-  });
+    const line = (p) => p.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" ");
+    if (weight) html += `<polyline points="${line(points)}" fill="none" stroke="${color}" stroke-width="1.5" opacity="0.25"/>`;
+    html += `<polyline points="${line(smoothed(points, weight))}" fill="none" stroke="${color}" stroke-width="2.5"/>`;
+  }
   svg.innerHTML = html;
-  svg.parentElement.querySelector(".legend").innerHTML = keys.filter((k) => series[k])
-    .map((k, i) => `<span style="color:${COLORS[keys.indexOf(k) % COLORS.length]}">&#9632; ${names[k]}</span>`).join(" ");
+  legend.innerHTML = present.map((k) => `<span style="color:${COLORS[keys.indexOf(k) % COLORS.length]}">&#9632; `
+    + `${names[k]}</span> ${fmt(series[k][series[k].length - 1][1])}`).join(" &nbsp; ");
+}
+
+function drawCharts() {
+  if (!lastMessage) return;
+  for (const [name, keys] of Object.entries(lastMessage.labels)) {
+    const svg = element.querySelector(`svg[data-chart="${name}"]`);
+    if (!svg) continue;
+    drawChart(svg, name, Object.keys(keys), keys);
+    svg.parentElement.querySelector(".healthy").textContent = (lastMessage.healthy || {})[name] || "";
+  }
+}
+
+function fitGrid() {
+  // As big as the panel's width and the window's height allow, in whole device pixels per image
+  // pixel (crisp, even digits) unless that would waste more than 15% of the room's screen.
+  if (!grid.naturalWidth) return;
+  const dpr = window.devicePixelRatio || 1;
+  const width = grid.parentElement.clientWidth;
+  const height = Math.max(window.innerHeight * (panel.classList.contains("presenting") ? 0.72 : 0.5), 160);
+  const fit = Math.min(width / grid.naturalWidth, height / grid.naturalHeight);
+  const whole = Math.floor(fit * dpr) / dpr;
+  grid.style.width = `${Math.floor(grid.naturalWidth * (whole >= 0.85 * fit ? whole : fit))}px`;
 }
 
 function apply(message) {
@@ -71,28 +123,39 @@ function apply(message) {
     const kept = (series[key] = (series[key] || []).concat(points));
     if (kept.length > MAX_KEPT) series[key] = kept.filter((_, i) => i % 2 === 0 || i === kept.length - 1);
   }
+  if (message.gan !== (lastMessage || {}).gan) logScale.checked = message.gan === "wgan-gp";
+  lastMessage = message;
   element.querySelector(".live-status").innerHTML = message.status_html;
-  const img = element.querySelector(".live-grid img");
-  if (message.grid && img.getAttribute("src") !== message.grid) img.setAttribute("src", message.grid);
-  img.hidden = !message.grid;
+  if (message.grid && grid.getAttribute("src") !== message.grid) grid.setAttribute("src", message.grid);
+  grid.hidden = !message.grid;
   element.querySelector(".live-grid .placeholder").hidden = !!message.grid;
-  for (const [name, keys] of Object.entries(message.labels)) {
-    const svg = element.querySelector(`svg[data-chart="${name}"]`);
-    if (svg) drawChart(svg, Object.keys(keys), keys);
-  }
+  drawCharts();
   element.querySelector(".live-diagnostics tbody").innerHTML = message.diagnostics
     .map(([what, value]) => `<tr><td>${what}</td><td>${value}</td></tr>`).join("");
+  // Once there is a run, the page presents it: the grid first and large, the form folded away.
+  const presenting = !!message.run;
+  panel.classList.toggle("presenting", presenting);
+  document.body.classList.toggle("blink-presenting", presenting);
+  fitGrid();
+  // A new run moved the panel and the controls above the form: show them (Start was below).
+  if (presenting && message.run !== lastRun) window.scrollTo({ top: 0 });
   // A run this page watched has just ended well: go to the Sample tab (the server samples).
   if (message.run === lastRun && lastState && !FINAL.has(lastState)
       && (message.state === "done" || message.state === "stopped")) trigger("click");
   lastRun = message.run;
   lastState = message.state;
-  const panel = element.querySelector(".live");   // what a page (or a browser test) can read
-  panel.dataset.version = message.version;
+  panel.dataset.version = message.version;       // what a page (or a browser test) can read
   panel.dataset.state = message.state;
+  panel.dataset.step = message.step;
   panel.dataset.points = Object.values(series).reduce((n, p) => n + p.length, 0);
   panel.dataset.grid = message.grid || "";
 }
+
+smoothing.value = localStorage.getItem("blink-smoothing") ?? "0.6";
+smoothing.addEventListener("input", () => { localStorage.setItem("blink-smoothing", smoothing.value); drawCharts(); });
+logScale.addEventListener("change", drawCharts);
+grid.addEventListener("load", fitGrid);
+window.addEventListener("resize", fitGrid);
 
 const source = new EventSource("live/events");
 source.onmessage = (event) => apply(JSON.parse(event.data));
