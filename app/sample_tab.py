@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from core.config import ConfigError, whole_number
+from core.data import DatasetError
 from core import sample as sampling
 from core.rundir import RunDir, grid_image
 
@@ -217,29 +218,42 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
 
     def neighbours(seed, psi, k, *amounts):
         k = _int(k, "Neighbours", 1, MAX_NEIGHBOURS)
-        image, meta, _, _ = _explored(seed, psi, amounts)
+        image, _, _, _ = _explored(seed, psi, amounts)
         try:
-            pool, dataset = training_pool(meta, image.shape[-1], image.shape[0])
-        except Exception as exc:   # the dataset may be absent offline; say so instead of failing blankly
-            raise gr.Error(f"The training images are not available here: {exc}", title="No neighbours")
-        idx, dist = sampling.nearest_neighbours(image, pool, k)
+            pool, dataset = training_pool(image.shape[-1], image.shape[0])
+        except DatasetError as exc:   # e.g. the run's dataset is absent offline: its advice, not a blank failure
+            raise gr.Error(f"The training images are not available here. {exc}", title="No neighbours")
+        except (OSError, RuntimeError):   # unreadable cache or files: no errno or server path for the page
+            raise gr.Error("The training images could not be read on this server.", title="No neighbours")
+        idx, dist = sampling.nearest_neighbours(image, pool, min(k, len(pool)))
         real = pool[idx].numpy().astype(np.float32) / 127.5 - 1.0
-        strip = grid_image(np.concatenate([image[None], real]), columns=k + 1)
+        strip = grid_image(np.concatenate([image[None], real]), columns=len(idx) + 1)
         up = max(1, _scale(image.shape[-1]) // 2)
-        caption = (f"Left: the generated image. Then its {k} nearest of {len(pool):,} {dataset} training images "
+        caption = (f"Left: the generated image. Then its {len(idx)} nearest of {len(pool):,} {dataset} training images "
                    f"by pixel distance (L2: {', '.join(f'{d:.1f}' for d in dist)}). Near-copies would mean "
                    "memorisation.")
         return strip.repeat(up, 0).repeat(up, 1), caption
 
     pools: dict = {}
+    pools_lock = threading.Lock()
 
-    def training_pool(meta, resolution, channels):
-        config = meta.get("config") or {}
-        key = (config.get("dataset"), config.get("data_path"), resolution, channels)
-        if key not in pools:
-            pools.clear()
-            pools[key] = sampling.training_images(meta, resolution, channels)
-        return pools[key]
+    def shown_run_config():
+        """The config the server wrote for the run whose generator is shown; None for the shipped
+        or an uploaded generator (their metadata is never trusted to name files to read)."""
+        run = run_of(current_dir())
+        try:
+            return run.read_config() if run else None
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def training_pool(resolution, channels):
+        config = shown_run_config()
+        key = (config.to_json() if config else None, resolution, channels)
+        with pools_lock:   # one decode of a pool however many viewers ask at once
+            if key not in pools:
+                pools.clear()
+                pools[key] = sampling.training_images(config, resolution, channels)
+            return pools[key]
 
     # ---- timelapse -----------------------------------------------------------------------
     def _run() -> RunDir | None:

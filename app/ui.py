@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hmac
 import os
-import tempfile
 import threading
+import time
 from urllib.parse import urlencode
 
 import gradio as gr
@@ -139,29 +139,19 @@ def page_url(request: gr.Request | None) -> str:
     return f"{scheme}://{host}/" if host else ""
 
 
-def allowed_data_roots() -> list[str]:
-    """Where a typed image-folder path may point: uploads and the data cache, the temp dir,
-    the app's folder, and any folders an admin lists in BLINK_DATA_ROOTS. A public page must not
-    let a visitor make the trainer read arbitrary server paths."""
-    from core import data
-    roots = [data.cache_dir(), tempfile.gettempdir(), os.getcwd()]
-    roots += [r for r in os.environ.get("BLINK_DATA_ROOTS", "").split(os.pathsep) if r]
-    return [os.path.realpath(r) for r in roots]
-
-
 def check_data_path(dataset: str, data_path: str) -> str:
+    """The resolved image folder or zip for 'My images' (what the trainer and preview then read),
+    through core.data.guard_path; "" for the other datasets, which read no path."""
     if dataset != "folder":
         return ""     # only 'My images' reads a path; ignore anything typed for other datasets
-    path = (data_path or "").strip()
-    if not path:
-        raise ConfigError("'My images' needs a folder or zip of images: type its path.")
-    real = os.path.realpath(path)
-    if not any(real == root or real.startswith(root + os.sep) for root in allowed_data_roots()):
-        raise ConfigError("That image folder is outside the folders this server allows "
-                          "(its data cache, temp folder, app folder, or BLINK_DATA_ROOTS).")
-    if not os.path.exists(real):
-        raise ConfigError(f"No such folder or zip on the server: {path}")
-    return real
+    try:
+        return data.guard_path(data_path)
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+# Wait after each wrong host key: slow enough that guessing gets nowhere, short for a typo.
+WRONG_KEY_SECONDS = 0.5
 
 
 def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
@@ -171,9 +161,16 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
     info = device_cache.get("auto")
     host_key = host_key if host_key is not None else os.environ.get("BLINK_HOST_KEY", "")
 
+    wrong_keys = threading.Lock()
+
     def require_host(key) -> None:
-        """Checked on the server: hiding the buttons would not stop a script."""
+        """Checked on the server: hiding the buttons would not stop a script.
+
+        A right key passes at once. Each wrong one waits WRONG_KEY_SECONDS, one at a time for the
+        whole server, so guessing runs at two keys a second at most however many requests come."""
         if host_key and not hmac.compare_digest(str(key or "").encode(), host_key.encode()):
+            with wrong_keys:
+                time.sleep(WRONG_KEY_SECONDS)
             raise gr.Error("Only the host can start, stop, pause or resume runs, or change the generator everyone "
                            "samples from, on this page (enter the host key). Everyone else watches the run live.",
                            title="Watch mode")

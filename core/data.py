@@ -29,6 +29,7 @@ import shutil
 import socket
 import stat
 import tarfile
+import tempfile
 import threading
 import time
 import zipfile
@@ -54,17 +55,85 @@ NATIVE_SHAPE = {
 PREP_VERSION = 1
 OWN_RESOLUTION = 64                      # users' images and CelebA: shorter side -> 64, centre crop
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
-# Decompression-bomb guards. PIL only warns at 89 Mpx; a 40 Mpx photo is already far beyond
-# anything a 64x64 GAN needs, and decoding it costs ~160 MB. Zips: the declared uncompressed size
-# of the image entries (zipfile never reads past it) may be at most this many times the limit.
-MAX_PIXELS = 40_000_000
+# Budgets that a small file cannot escape. PIL only warns at 89 Mpx; 24 Mpx (a DSLR photo) is
+# far beyond anything a 64x64 GAN needs. Checked on the header, before any pixel is decoded.
+MAX_PIXELS = 24_000_000
+MAX_IMAGE_BYTES = 32 * 2**20             # one image file, declared and actually read
+MAX_FILES = 50_000                       # entries of a zip, or files walked in a folder
+# Zips: the declared uncompressed size of the image entries (zipfile never reads past it) may be
+# at most this many times the limit.
 MAX_UNCOMPRESSED_RATIO = 4
 DEFAULT_MAX_MB = 200
+# Decoding holds ~16 bytes per pixel at its peak (PIL's 4-byte pixels, the converted copy, the
+# alpha composite). Every decode in this process, all viewers together, shares one allowance of
+# the largest image's worth: many small images decode side by side, a big one waits its turn.
+DECODE_BYTES_PER_PIXEL = 16
+DECODE_BUDGET_BYTES = MAX_IMAGE_BYTES + MAX_PIXELS * DECODE_BYTES_PER_PIXEL
+PREVIEW_SECONDS = 20.0                   # total decode time of one preview
 _GREY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
 
 
 class DatasetError(ValueError):
     """A dataset that cannot be used; the message says what to do about it."""
+
+
+# ==== the one guard for paths a viewer names ===================================================
+def allowed_roots() -> list[str]:
+    """Folders whose images the server may read for a viewer, resolved (symlinks and all) here.
+
+    This app's upload areas (the dataset cache's uploads folder and Gradio's upload folder: the
+    only places under the temp folder), the app's own folder, and any folders an admin lists in
+    BLINK_DATA_ROOTS. Read at call time, so tests and admins can point them elsewhere."""
+    from core.uploads import uploads_dir     # uploads imports this module
+    roots = [uploads_dir(), os.environ.get("GRADIO_TEMP_DIR") or os.path.join(tempfile.gettempdir(), "gradio"),
+             os.path.dirname(ASSETS)]
+    roots += [r for r in os.environ.get("BLINK_DATA_ROOTS", "").split(os.pathsep) if r]
+    return [os.path.realpath(os.path.expanduser(r)) for r in roots]
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def guard_path(path: str) -> str:
+    """The resolved path of an image folder or zip a viewer named, if the server may read it.
+
+    Every link is resolved once, here, and callers read only the returned path: a link inside an
+    allowed folder cannot lead out of it. Messages name no server path."""
+    path = (path or "").strip()
+    if not path:
+        raise DatasetError("'My images' needs a folder or zip of images: upload a zip, or type a folder path.")
+    real = os.path.realpath(os.path.expanduser(path))
+    if not any(_inside(real, root) for root in allowed_roots()):
+        raise DatasetError("That image folder is outside the folders this server allows (uploads, the app's "
+                           "folder, or BLINK_DATA_ROOTS). Upload a zip of your images instead.")
+    if not os.path.exists(real):
+        raise DatasetError("That image folder or zip was not found on the server. Check the path, or upload a zip.")
+    return real
+
+
+class _DecodeBudget:
+    """The allowance of decoding memory shared by every thread of this process (see above)."""
+
+    def __init__(self, total: int):
+        self.total, self.used = total, 0
+        self._free = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, amount: int, timeout: float | None = None):
+        with self._free:
+            if not self._free.wait_for(lambda: self.used + amount <= self.total, timeout):
+                raise TimeoutError("out of decode time")
+            self.used += amount
+        try:
+            yield
+        finally:
+            with self._free:
+                self.used -= amount
+                self._free.notify_all()
+
+
+_DECODING = _DecodeBudget(DECODE_BUDGET_BYTES)
 
 
 @dataclass
@@ -453,7 +522,11 @@ class Listing:
         def read(name: str) -> bytes:
             if not hasattr(local, "zf"):
                 local.zf = zipfile.ZipFile(self.path)
-            return local.zf.read(name)
+            info = local.zf.getinfo(name)
+            if info.file_size > MAX_IMAGE_BYTES:     # declared; zipfile never returns more than this
+                raise ValueError("image file too large")
+            with local.zf.open(info) as f:
+                return _read_capped(f)
         return read
 
 
@@ -461,15 +534,19 @@ def list_images(path: str, max_mb: int = DEFAULT_MAX_MB) -> Listing:
     """PNG/JPEG files of a folder (recursively) or zip; refuses unsafe or oversized zips."""
     if not path:
         raise DatasetError("No images given: choose a folder or upload a zip of PNG/JPEG images.")
-    path = os.path.abspath(os.path.expanduser(path))
+    path = os.path.realpath(os.path.expanduser(path))
     if os.path.isdir(path):
         names, ignored, h = [], 0, hashlib.sha1(f"folder:{path}:{PREP_VERSION}".encode())
-        for dirpath, dirnames, filenames in os.walk(path):
+        for dirpath, dirnames, filenames in os.walk(path):    # does not descend into linked folders
             dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__MACOSX")
+            if len(names) + ignored + len(filenames) > MAX_FILES:
+                raise _too_many_files()
             for filename in sorted(filenames):
                 full = os.path.join(dirpath, filename)
                 rel = os.path.relpath(full, path)
-                if _is_junk(rel) or not filename.lower().endswith(IMAGE_EXTENSIONS) or not os.path.isfile(full):
+                # A linked file could lead anywhere on the server: links are never followed.
+                if _is_junk(rel) or not filename.lower().endswith(IMAGE_EXTENSIONS) or os.path.islink(full) \
+                        or not os.path.isfile(full):
                     ignored += 1
                     continue
                 st = os.stat(full)
@@ -477,7 +554,7 @@ def list_images(path: str, max_mb: int = DEFAULT_MAX_MB) -> Listing:
                 h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         return Listing(path, "folder", sorted(names), ignored, h.hexdigest()[:20])
     if not os.path.isfile(path):
-        raise DatasetError(f"Image folder or zip not found: {path}. Check the path, or upload a zip of images.")
+        raise DatasetError("That image folder or zip was not found. Check the path, or upload a zip of images.")
     size_mb = os.path.getsize(path) / 2**20
     if size_mb > max_mb:
         raise DatasetError(f"The zip is {size_mb:.0f} MB; the limit is {max_mb} MB (max_image_mb). "
@@ -488,7 +565,9 @@ def list_images(path: str, max_mb: int = DEFAULT_MAX_MB) -> Listing:
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
     except (zipfile.BadZipFile, OSError) as exc:
-        raise DatasetError(f"The zip {os.path.basename(path)} is damaged ({exc}). Create it again.") from exc
+        raise DatasetError(f"The zip {os.path.basename(path)} is damaged. Create it again.") from exc
+    if len(infos) > MAX_FILES:
+        raise _too_many_files()
     names, ignored, total = [], 0, 0
     h = hashlib.sha1(f"zip:{PREP_VERSION}".encode())
     for info in infos:
@@ -512,34 +591,55 @@ def list_images(path: str, max_mb: int = DEFAULT_MAX_MB) -> Listing:
     return Listing(path, "zip", sorted(names), ignored, h.hexdigest()[:20])
 
 
+def _too_many_files() -> DatasetError:
+    return DatasetError(f"That is more than {MAX_FILES:,} files; use at most {MAX_FILES:,} images "
+                        f"(a few thousand are plenty for this GAN).")
+
+
+def _read_capped(f) -> bytes:
+    """At most MAX_IMAGE_BYTES, whatever the file's size claimed: a file may grow after a check."""
+    data = f.read(MAX_IMAGE_BYTES + 1)
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ValueError("image file too large")
+    return data
+
+
 def _read_file(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    """An image file's bytes; a link (swapped in after the listing, say) is refused, not followed."""
+    with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb") as f:
+        if os.fstat(f.fileno()).st_size > MAX_IMAGE_BYTES:
+            raise ValueError("image file too large")
+        return _read_capped(f)
 
 
-def decode_image(data: bytes, size: int = OWN_RESOLUTION) -> tuple[np.ndarray, bool]:
+def decode_image(data: bytes, size: int = OWN_RESOLUTION, timeout: float | None = None) -> tuple[np.ndarray, bool]:
     """PNG/JPEG bytes -> (uint8 array (size, size) if grey else (size, size, 3), is_grey).
 
     Shorter side resized to `size` (antialiased), centre crop; EXIF rotation applied; transparent
-    pixels composited on white. Raises for anything unreadable, not PNG/JPEG, or over MAX_PIXELS.
+    pixels composited on white. Raises for anything unreadable, not PNG/JPEG, over MAX_IMAGE_BYTES
+    or MAX_PIXELS (read from the header, before decoding), or still waiting for decode memory
+    after `timeout` seconds.
     """
     from PIL import Image, ImageOps
-    with Image.open(io.BytesIO(data)) as img:
-        if img.format not in ("PNG", "JPEG", "MPO"):
-            raise ValueError(f"not a PNG or JPEG ({img.format})")
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ValueError("image file too large")
+    # formats=: no other decoder of PIL's ever parses a user's bytes.
+    with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "MPO")) as img:
         w, h = img.size
         if w < 1 or h < 1 or w * h > MAX_PIXELS:
             raise ValueError(f"{w}x{h} pixels is outside 1..{MAX_PIXELS}")
         if img.format in ("JPEG", "MPO"):
             img.draft(img.mode, (size, size))        # JPEG decodes at 1/2..1/8 scale: much faster
-        img = ImageOps.exif_transpose(img)
-        grey = img.mode in _GREY_MODES
-        img = _flatten(img, grey)
         w, h = img.size
-        s = min(w, h)
-        box = ((w - s) / 2, (h - s) / 2, (w + s) / 2, (h + s) / 2)
-        img = img.resize((size, size), Image.Resampling.BICUBIC, box=box)
-        return np.asarray(img, dtype=np.uint8), grey
+        with _DECODING.hold(len(data) + w * h * DECODE_BYTES_PER_PIXEL, timeout):
+            img = ImageOps.exif_transpose(img)
+            grey = img.mode in _GREY_MODES
+            img = _flatten(img, grey)
+            w, h = img.size
+            s = min(w, h)
+            box = ((w - s) / 2, (h - s) / 2, (w + s) / 2, (h + s) / 2)
+            img = img.resize((size, size), Image.Resampling.BICUBIC, box=box)
+            return np.asarray(img, dtype=np.uint8), grey
 
 
 def _flatten(img, grey: bool):
@@ -556,14 +656,20 @@ def _flatten(img, grey: bool):
     return img.convert("L" if grey else "RGB")
 
 
-def _decode_many(names: list[str], read, size: int = OWN_RESOLUTION) -> tuple[list, list[bool], list[str]]:
-    """Decode in threads (PIL releases the GIL while decoding), in bounded chunks of bytes."""
+def _decode_many(names: list[str], read, size: int = OWN_RESOLUTION,
+                 deadline: float | None = None) -> tuple[list, list[bool], list[str]]:
+    """Decode in threads (PIL releases the GIL while decoding), in bounded chunks of bytes.
+
+    deadline (time.monotonic()): images not decoded by then count as unreadable."""
     arrays, greys, bad = [], [], []
 
     def one(name: str):
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return None, name
         try:
-            return decode_image(read(name), size), name
-        except Exception:        # corrupt, truncated, encrypted, bomb: counted, never fatal
+            return decode_image(read(name), size, left), name
+        except Exception:        # corrupt, truncated, encrypted, bomb, out of time: counted, never fatal
             return None, name
 
     workers = max(1, min(8, os.cpu_count() or 1))
@@ -588,7 +694,7 @@ def _stack(arrays: list[np.ndarray], grey: bool) -> torch.Tensor:
 
 def _nothing_usable(listing: Listing, bad: int) -> DatasetError:
     return DatasetError(
-        f"No usable images in {listing.path}: {len(listing.names)} PNG/JPEG file(s) found, "
+        f"No usable images in {os.path.basename(listing.path.rstrip(os.sep))}: {len(listing.names)} PNG/JPEG file(s) found, "
         f"{bad} unreadable, {listing.ignored} other file(s) ignored. "
         f"Use .png, .jpg or .jpeg images (any size, grey or colour).")
 
@@ -708,17 +814,14 @@ def preview(dataset: str, data_path: str = "", n: int = 64, seed: int = 0,
             names = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS))
             listing, cached = Listing(folder, "folder", names, 0, ""), None
         if cached is None:
-            order = rng.sample(listing.names, len(listing.names))
-            arrays, greys, read = [], [], listing.reader()
-            for start in range(0, len(order), n):
-                a, g, _ = _decode_many(order[start:start + n], read)
-                arrays += a
-                greys += g
-                if len(arrays) >= n:
-                    break
+            # Only the n images shown are decoded, within PREVIEW_SECONDS: unreadable ones leave
+            # gaps rather than a search through a large (or hostile) set for readable ones.
+            shown = rng.sample(listing.names, min(n, len(listing.names)))
+            arrays, greys, _ = _decode_many(shown, listing.reader(), deadline=time.monotonic() + PREVIEW_SECONDS)
             if not arrays:
-                raise _nothing_usable(listing, len(listing.names))
-            return to_model_range(_stack(arrays[:n], all(greys))).numpy()
+                raise DatasetError(f"None of the {len(shown)} images picked for the preview could be read "
+                                   f"({listing.ignored} other files ignored). Use .png, .jpg or .jpeg images.")
+            return to_model_range(_stack(arrays, all(greys))).numpy()
         images = cached.images
     else:
         images = load(dataset, data_path, max_mb).images

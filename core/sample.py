@@ -35,6 +35,7 @@ SPEC_CHOICES = {"channels": (1, 3), "resolution": (28, 32, 64)}
 WEIGHT_DTYPES = ("F32", "F16", "BF16")
 DIRECTION_SAMPLES = 2000   # GANSpace uses ~1e4-1e6; 2,000 pin down the top 5 of a small DCGAN
 PICKLE_OPCODE = 0x80       # protocol-2+ pickles (torch.save's legacy format) start with PROTO
+MAX_POOL = 20_000          # training images searched for neighbours: 20k RGB 64x64 is ~250 MB
 
 
 class GeneratorFileError(ValueError):
@@ -273,16 +274,33 @@ def edit_latent(z: torch.Tensor, directions: torch.Tensor, amounts, psi: float =
 
 
 # ==== nearest real neighbours ==================================================================
-def training_images(meta: dict, resolution: int, channels: int) -> tuple[torch.Tensor, str]:
-    """The dataset a generator was trained on, uint8 (N, C, H, W) at the generator's size."""
+def training_images(config, resolution: int, channels: int) -> tuple[torch.Tensor, str]:
+    """The images to search for a generator's neighbours, uint8 (N, C, H, W) at its size, and their name.
+
+    config: the TrainConfig of the run the generator comes from, as the server itself wrote it,
+    or None. A generator's own metadata never names what is read: an uploaded file could point
+    anywhere. A run's image folder is read only if it passes core.data.guard_path; otherwise (and
+    with no run) the bundled MNIST is searched. At most MAX_POOL images (a fixed subset), so the
+    search's memory is bounded whatever the dataset."""
     from core import data
-    config = meta.get("config") or {}
-    dataset = config.get("dataset", "bundled-mnist")
-    images = data.load(dataset, config.get("data_path", "") or "").images if dataset != "bundled-mnist" \
-        else data.load_bundled_mnist().images
+    dataset, path, max_mb = "bundled-mnist", "", data.DEFAULT_MAX_MB
+    if config is not None:
+        max_mb = config.max_image_mb
+    if config is not None and config.dataset != "folder":
+        dataset = config.dataset          # read from the dataset cache; no path is used
+    elif config is not None:
+        try:
+            dataset, path = "folder", data.guard_path(config.data_path)
+        except data.DatasetError:
+            pass
+    images = data.load(dataset, path, max_mb).images
+    name = "own" if dataset == "folder" else dataset
+    if len(images) > MAX_POOL:
+        keep = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))[:MAX_POOL]
+        images, name = images[keep.sort().values], f"{name} (a fixed {MAX_POOL:,} of {len(images):,})"
     if images.shape[1] != channels:   # e.g. a greyscale folder for an RGB model: compare in grey
         images = images.float().mean(1, keepdim=True).expand(-1, channels, -1, -1).round().to(torch.uint8)
-    return data.resize(images, resolution), dataset
+    return data.resize(images, resolution), name
 
 
 def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int = 8192) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,164 @@
+"""What a viewer can make the server read, and at what cost (issue 13): the real app as its own
+process (python app.py), driven through its named API as a script would.
+
+The app runs with a host key, a private dataset cache and upload folder, and one extra allowed
+folder (BLINK_DATA_ROOTS). Everything else the tests write lies under pytest's temp folder, which
+is outside what the server may read: as any other app's files under /tmp would be.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import time
+import zipfile
+import zlib
+
+import numpy as np
+import pytest
+from gradio_client import handle_file
+from gradio_client.exceptions import AppError
+from PIL import Image
+
+from core import data
+from core.config import TrainConfig
+from core.rundir import RunDir
+from tests.apphelpers import RunningApp
+from tests.test_sample import _save_pair, _tiny
+
+pytestmark = pytest.mark.slow
+KEY = "the-host-key"
+RED, BLUE = (255, 0, 0), (0, 0, 255)
+
+
+def _solid(path, colour, size=(20, 20)):
+    Image.new("RGB", size, colour).save(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    """(client, paths): the app, whose current run trained on three images in the allowed folder."""
+    root = tmp_path_factory.mktemp("guard")
+    allowed, secret = root / "allowed", root / "secret"
+    for folder in (allowed / "pics", secret):
+        folder.mkdir(parents=True)
+    for i in range(3):
+        _solid(allowed / "pics" / f"{i}.png", (40 * i, 40 * i, 40 * i))
+    for i in range(2):                     # a folder the server must never read for a viewer
+        _solid(secret / f"{i}.png", RED)
+    runs = str(root / "runs")
+    config = TrainConfig(dataset="folder", data_path=str(allowed / "pics"))
+    run = RunDir.create(config, runs)
+    generator = _tiny()
+    _save_pair(run.path, generator, config=config.to_dict())
+    run.save_grid(np.zeros((4, 1, 28, 28), np.float32), 100)
+    running = RunningApp(runs, env={"BLINK_HOST_KEY": KEY, "BLINK_DATA_DIR": str(root / "cache"),
+                                    "BLINK_OFFLINE": "1", "BLINK_DATA_ROOTS": str(allowed),
+                                    "GRADIO_TEMP_DIR": str(root / "gradio")}).wait_ready()
+    try:
+        yield running.client(), dict(root=root, allowed=allowed, secret=secret)
+    finally:
+        running.stop()
+
+
+def _neighbours(client):
+    return client.predict(0, 1.0, 3, 0, 0, 0, 0, 0, api_name="/neighbours")
+
+
+def _pixels(path):
+    with Image.open(path) as img:
+        return np.asarray(img.convert("RGB")).reshape(-1, 3)
+
+
+# ==== item 1: a generator's metadata never steers a read ==========================================
+def test_neighbours_search_the_runs_own_images_never_where_an_upload_points(app, tmp_path):
+    client, paths = app
+    _, caption = _neighbours(client)
+    assert "nearest of 3 " in caption                      # the run's folder passes the guard
+    # An uploaded generator naming a folder outside the allowed ones: its metadata is ignored.
+    weights, meta = _save_pair(str(tmp_path / "evil"), _tiny(seed=1),
+                               config={"dataset": "folder", "data_path": str(paths["secret"])})
+    client.predict([handle_file(weights), handle_file(meta)], KEY, api_name="/upload_generator")
+    try:
+        _, caption = _neighbours(client)
+    finally:
+        client.predict(KEY, api_name="/use_run_generator")
+    bundled = len(data.load_bundled_mnist())
+    assert f"of {bundled:,} bundled-mnist training images" in caption   # not the secret folder's 2
+
+
+# ==== item 2: budgets a small zip cannot escape ===================================================
+def test_a_zip_of_too_many_entries_is_refused_at_upload(app, tmp_path):
+    client, _ = app
+    path = tmp_path / "many.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for i in range(data.MAX_FILES + 1):
+            zf.writestr(f"{i}.png", b"x")
+    *_, note = client.predict(handle_file(str(path)), api_name="/upload_dataset")
+    assert "Upload refused" in note and f"more than {data.MAX_FILES:,} files" in note
+
+
+def _png_with_padding(extra_bytes: int) -> bytes:
+    """A valid 8x8 PNG carrying one private ancillary chunk of zeros: a huge file that zips small."""
+    png = _png_bytes(Image.new("RGB", (8, 8), BLUE))
+    chunk = b"zpAd" + bytes(extra_bytes)
+    padding = struct.pack(">I", extra_bytes) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    return png[:33] + padding + png[33:]                    # after the 8-byte signature and IHDR
+
+
+def _png_bytes(img) -> bytes:
+    import io
+    buffer = io.BytesIO()
+    img.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_an_image_file_over_the_byte_limit_is_never_decoded(app, tmp_path):
+    client, _ = app
+    path = tmp_path / "one-big.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("big.png", _png_with_padding(data.MAX_IMAGE_BYTES + 1))
+        zf.writestr("small.png", _png_bytes(Image.new("RGB", (8, 8), RED)))
+    assert os.path.getsize(path) < data.MAX_IMAGE_BYTES / 100    # a small upload
+    _, kept, _ = client.predict(handle_file(str(path)), api_name="/upload_dataset")
+    note, grid = client.predict("folder", kept, api_name="/preview_dataset")
+    assert grid is not None, note
+    colours = _pixels(grid)
+    assert (colours == RED).all(1).any() and not (colours == BLUE).all(1).any()   # only the small one
+
+
+# ==== item 7: temp folders, links, host keys =======================================================
+def test_preview_refuses_temp_folders_outside_the_apps_uploads(app, tmp_path):
+    client, paths = app
+    note, grid = client.predict("folder", str(paths["secret"]), api_name="/preview_dataset")
+    assert grid is None and "outside the folders this server allows" in note
+    assert str(paths["root"]) not in note                    # no server path in the message
+
+
+def test_preview_does_not_follow_a_file_link_out_of_an_allowed_folder(app):
+    client, paths = app
+    folder = paths["allowed"] / "linked"
+    folder.mkdir()
+    _solid(folder / "own.png", BLUE)
+    os.symlink(paths["secret"] / "0.png", folder / "elsewhere.png")
+    note, grid = client.predict("folder", str(folder), api_name="/preview_dataset")
+    assert grid is not None, note
+    colours = _pixels(grid)
+    assert (colours == BLUE).all(1).any() and not (colours == RED).all(1).any()
+
+
+def test_wrong_host_keys_are_answered_one_slow_step_at_a_time_right_ones_at_once(app):
+    from app.ui import WRONG_KEY_SECONDS
+    client, _ = app
+    guesses = 6
+    start = time.monotonic()
+    wrong = [client.submit(f"guess-{i}", api_name="/stop") for i in range(guesses)]
+    right = client.submit(KEY, api_name="/stop")
+    right.result()
+    right_done = time.monotonic()
+    for job in wrong:
+        with pytest.raises(AppError, match="host key"):
+            job.result()
+    wrong_done = time.monotonic()
+    assert wrong_done - start >= guesses * WRONG_KEY_SECONDS   # the guesses waited in turn
+    assert right_done < wrong_done                             # the host was not queued behind them
