@@ -23,6 +23,7 @@ from core import data
 from core.config import TrainConfig
 from core.rundir import RunDir
 from tests.apphelpers import RunningApp
+from tests.test_data import png_bytes
 from tests.test_sample import _save_pair, _tiny
 
 pytestmark = pytest.mark.slow
@@ -100,17 +101,10 @@ def test_a_zip_of_too_many_entries_is_refused_at_upload(app, tmp_path):
 
 def _png_with_padding(extra_bytes: int) -> bytes:
     """A valid 8x8 PNG carrying one private ancillary chunk of zeros: a huge file that zips small."""
-    png = _png_bytes(Image.new("RGB", (8, 8), BLUE))
+    png = png_bytes(Image.new("RGB", (8, 8), BLUE))
     chunk = b"zpAd" + bytes(extra_bytes)
     padding = struct.pack(">I", extra_bytes) + chunk + struct.pack(">I", zlib.crc32(chunk))
     return png[:33] + padding + png[33:]                    # after the 8-byte signature and IHDR
-
-
-def _png_bytes(img) -> bytes:
-    import io
-    buffer = io.BytesIO()
-    img.save(buffer, "PNG")
-    return buffer.getvalue()
 
 
 def test_an_image_file_over_the_byte_limit_is_never_decoded(app, tmp_path):
@@ -118,7 +112,7 @@ def test_an_image_file_over_the_byte_limit_is_never_decoded(app, tmp_path):
     path = tmp_path / "one-big.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("big.png", _png_with_padding(data.MAX_IMAGE_BYTES + 1))
-        zf.writestr("small.png", _png_bytes(Image.new("RGB", (8, 8), RED)))
+        zf.writestr("small.png", png_bytes(Image.new("RGB", (8, 8), RED)))
     assert os.path.getsize(path) < data.MAX_IMAGE_BYTES / 100    # a small upload
     _, kept, _ = client.predict(handle_file(str(path)), api_name="/upload_dataset")
     note, grid = client.predict("folder", kept, api_name="/preview_dataset")
