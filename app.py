@@ -68,6 +68,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.keep_runs < 1:
         parser.error("--keep-runs must be at least 1 (the current run is always kept)")
+    from core.rundir import default_root, writable_problem
+    problem = writable_problem(default_root())
+    if problem:   # Start refuses new runs then; said now, the host can fix it before the lesson
+        print(f"Warning: {problem}. Start refuses new runs until then.", flush=True)
     share = page_needs_share_link(args.share, args.no_share)
     host_key = args.host_key or room_host_key(args.host, share)
 

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 
 from core.config import ConfigError, TrainConfig
-from core.rundir import FINAL_STATES, RunDir, default_root, list_runs, pid_alive
+from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, disk_refusal, list_runs, pid_alive, \
+    writable_problem
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 SHIPPED_GENERATOR = os.path.join(ASSETS, "generator")
@@ -127,6 +128,8 @@ class Job:
         self._use_standby = standby
         self._shutting_down = False
         self._run: RunDir | None = None
+        # A failure the disk would not let us record: (run path, status), shown and retried until it can be.
+        self._unsaved_failure: tuple[str, dict] | None = None
         self._snapshot = Snapshot()
         self._events_offset = 0
         runs = list_runs(self.runs_root)
@@ -174,6 +177,9 @@ class Job:
             if self.is_active():
                 raise JobBusy(self.busy_message())
             self._reap()
+            problem = writable_problem(self.runs_root)
+            if problem:   # refused before any trainer is given the run
+                raise DiskRefused(problem + ".")
             if resume_run is None:
                 self.prune(reserve=1)   # the folder stays bounded: old runs go before a new one comes
             run = resume_run or RunDir.create(config, self.runs_root)
@@ -256,7 +262,10 @@ class Job:
                 raise ResumeRefused("At most 1,000,000 steps.")
             new_config = TrainConfig(**{**saved.to_dict(), "steps": total})
             from core.train import trim_events
-            trim_events(run, done_steps)   # the curve continues from the checkpoint, no repeats
+            try:
+                trim_events(run, done_steps)   # the curve continues from the checkpoint, no repeats
+            except OSError as exc:
+                raise disk_refusal(exc, self.runs_root) or exc
             return self.start(new_config, resume_run=run)
 
     def request(self, action: str) -> str:
@@ -265,7 +274,10 @@ class Job:
             run = self._run
             if run is None or not self.is_active():
                 return "No run is training."
-            run.request(action)
+            try:
+                run.request(action)
+            except DiskRefused as exc:   # the trainer will fail on its own next write and say so
+                return f"Could not ask the trainer to {action}: {exc}."
         return {"stop": "Stopping: the trainer saves a checkpoint and a grid first (at its next log step).",
                 "pause": "Pausing at the next log step...", "resume": "Resuming..."}[action]
 
@@ -280,8 +292,11 @@ class Job:
         if process is None:
             return
         if process.is_alive() and self._run is not None:
-            self._run.request("stop")
-            process.join(grace)
+            try:
+                self._run.request("stop")
+                process.join(grace)
+            except OSError:   # a full or read-only disk cannot carry the request: end it below
+                pass
         # Escalate to the trainer's whole process group: its launch workers hold the devices.
         for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, None)):
             if not process.is_alive():
@@ -312,11 +327,31 @@ class Job:
                 reason = f"it exited with code {code}"
             self._mark_failed(run, f"The trainer process ended unexpectedly: {reason}.")
 
-    @staticmethod
-    def _mark_failed(run: RunDir, message: str) -> None:
+    def _mark_failed(self, run: RunDir, message: str) -> None:
         from core.train import failure_message   # core.train imports torch lazily: cheap for the UI
         text, hint = failure_message(run, message)
-        run.write_status("failed", text, hint=hint)
+        try:
+            run.write_status("failed", text, hint=hint)
+        except OSError as exc:
+            if isinstance(exc, DiskRefused):   # a full or read-only disk: most likely what ended the trainer too
+                text, hint = f"Training failed, and its status could not be saved. {exc}.", ""
+            # Every viewer is told from memory; the status is written once the disk takes it (for a restarted UI).
+            failed = {**run.read_status(), "state": "failed", "message": text, "hint": hint, "updated": time.time()}
+            self._unsaved_failure = (run.path, failed)
+
+    def _status_of(self, run: RunDir) -> dict:
+        """The run's status, with a failure not yet written in its place (written now if the disk lets us)."""
+        status = run.read_status()
+        unsaved = self._unsaved_failure
+        if unsaved is None or unsaved[0] != run.path or status.get("state") in FINAL_STATES:
+            return status
+        failed = unsaved[1]
+        try:
+            run.write_status("failed", failed["message"], hint=failed["hint"])
+            self._unsaved_failure = None
+        except OSError:
+            pass
+        return failed
 
     # ---- retention -------------------------------------------------------------------------
     def prune(self, reserve: int = 0) -> list[str]:
@@ -354,11 +389,11 @@ class Job:
             run = self._run
             if run is None:
                 return self._snapshot
-            status = run.read_status()
+            status = self._status_of(run)
             if status.get("state") not in FINAL_STATES and status.get("pid") and not pid_alive(status["pid"]) \
                     and self._process is None and time.time() - status.get("updated", 0) > 5:
                 self._mark_failed(run, "The trainer process is gone (killed or crashed) without a final status.")
-                status = run.read_status()
+                status = self._status_of(run)
             new_events, self._events_offset = run.read_events(self._events_offset)
             grids = run.grids() if (new_events or not self._snapshot.grid_path
                                     or status.get("updated") != self._snapshot.status.get("updated")) else None

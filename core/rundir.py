@@ -16,27 +16,91 @@ another terminal, can stop or pause a run it did not start.
 """
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
+import shutil
 import time
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 STATES = ("starting", "compiling", "running", "paused", "done", "stopped", "failed")
 FINAL_STATES = ("done", "stopped", "failed")
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def default_root() -> str:
     return os.environ.get("BLINK_RUNS_DIR", os.path.join(os.getcwd(), "runs"))
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write to a temp file in the same folder, then rename: readers see old or new, never half."""
+class DiskRefused(OSError):
+    """A write the disk refused (full, read-only, no permission); str() says what to do, in plain words."""
+
+
+def runs_folder_name(folder: str) -> str:
+    """A runs folder as the user named it: BLINK_RUNS_DIR as typed, else relative to here."""
+    configured = os.environ.get("BLINK_RUNS_DIR")
+    if configured and os.path.abspath(configured) == os.path.abspath(folder):
+        return configured
+    relative = os.path.relpath(folder)
+    return folder if relative.startswith("..") else relative
+
+
+def disk_refusal(exc: OSError, folder: str, needed_bytes: int = 0, name: str = "",
+                 setting: str = "BLINK_RUNS_DIR") -> DiskRefused | None:
+    """The plain message for a write into `folder` that the disk refused; None for other errors.
+
+    name: what to call the folder (default: the runs folder, as configured); setting: the
+    environment variable that moves it."""
+    name = name or f"the runs folder {runs_folder_name(folder)}"
+    if exc.errno in DISK_FULL:
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            free = 0
+        # Room for this write and the run's next ones: a checkpoint is replaced only after its new
+        # copy is complete (old and new are on the disk together), and the generator comes beside it.
+        short_mb = max(1, math.ceil((3 * needed_bytes - free) / 2**20))
+        return DiskRefused(f"The disk is full: free {short_mb} MB in {name} (delete old runs or other files "
+                           f"you no longer need on that disk), or point {setting} at a bigger disk")
+    if exc.errno in NOT_WRITABLE:
+        return DiskRefused(f"{name[:1].upper()}{name[1:]} is not writable (a read-only disk, or no permission): "
+                           f"make it writable, or point {setting} at a folder that is")
+    return None
+
+
+def writable_problem(root: str) -> str:
+    """Why runs cannot be written under root (read-only, no permission), or "" if they can. Writes
+    nothing: it asks the nearest folder that exists, which is where root would be created."""
+    folder = os.path.abspath(root)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    if os.access(folder, os.W_OK | os.X_OK):
+        return ""
+    return str(disk_refusal(OSError(errno.EACCES, "not writable"), root))
+
+
+def write_atomic(path: str, data: bytes | BinaryIO) -> None:
+    """Write bytes (or copy an open file) to a temp file in the same folder, then rename: readers
+    see old or new, never half. A failed write removes its temp file: on a full disk, a leftover
+    would keep it full."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                shutil.copyfileobj(data, f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def grid_image(images, columns: int = 8, padding: int = 2) -> np.ndarray:
@@ -92,7 +156,10 @@ class RunDir:
         while os.path.exists(path):
             n += 1
             path = f"{base}-{n}"
-        os.makedirs(os.path.join(path, "grids"))
+        try:
+            os.makedirs(os.path.join(path, "grids"))
+        except OSError as exc:
+            raise disk_refusal(exc, root) or exc
         run = cls(path)
         run.write_config(config)
         run.write_status("starting", "Starting the trainer...")
@@ -105,9 +172,19 @@ class RunDir:
     def name(self) -> str:
         return os.path.basename(self.path)
 
+    def _refused(self, exc: OSError, needed_bytes: int = 0) -> OSError:
+        """The error to raise for a failed write: in plain words when the disk refused it."""
+        return disk_refusal(exc, os.path.dirname(self.path), needed_bytes) or exc
+
+    def _write(self, name: str, data: bytes) -> None:
+        try:
+            write_atomic(self.file(name), data)
+        except OSError as exc:
+            raise self._refused(exc, len(data))
+
     # ---- config ---------------------------------------------------------------------
     def write_config(self, config) -> None:
-        write_atomic(self.file("config.json"), config.to_json().encode())
+        self._write("config.json", config.to_json().encode())
 
     def read_config(self):
         from core.config import TrainConfig
@@ -118,7 +195,7 @@ class RunDir:
     def write_status(self, state: str, message: str = "", **fields: Any) -> None:
         assert state in STATES, state
         status = {**self.read_status(), **fields, "state": state, "message": message, "updated": time.time()}
-        write_atomic(self.file("status.json"), json.dumps(status).encode())
+        self._write("status.json", json.dumps(status).encode())
 
     def read_status(self) -> dict:
         try:
@@ -129,9 +206,20 @@ class RunDir:
 
     # ---- events ---------------------------------------------------------------------
     def append_event(self, event: dict) -> None:
-        # One write() of one line: appends of a few hundred bytes are not interleaved.
-        with open(self.file("events.jsonl"), "a") as f:
-            f.write(json.dumps(event, allow_nan=True) + "\n")
+        # One write() of one line: appends of a few hundred bytes are not interleaved. A line a
+        # full disk took only part of is cut off again, so the next line does not continue it.
+        line = (json.dumps(event, allow_nan=True) + "\n").encode()
+        try:
+            with open(self.file("events.jsonl"), "ab", buffering=0) as f:
+                end = f.seek(0, os.SEEK_END)
+                try:
+                    if f.write(line) != len(line):
+                        raise OSError(errno.ENOSPC, "only part of the line was written")
+                except OSError:
+                    f.truncate(end)
+                    raise
+        except OSError as exc:
+            raise self._refused(exc, len(line))
 
     def read_events(self, offset: int = 0) -> tuple[list[dict], int]:
         """Events from byte offset on, and the offset after the last complete line."""
@@ -142,14 +230,19 @@ class RunDir:
         except OSError:
             return [], offset
         end = data.rfind(b"\n") + 1          # a half-written last line waits for the next read
-        events = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+        events = []
+        for line in data[:end].splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:   # blank, or cut short by a crash mid-write: one point lost, not the view
+                continue
         return events, offset + end
 
     # ---- grids ----------------------------------------------------------------------
     def save_grid(self, images, step: int, columns: int = 8) -> str:
-        path = os.path.join(self.path, "grids", f"step_{step:06d}.png")
-        write_atomic(path, png_bytes(grid_image(images, columns)))
-        return path
+        name = os.path.join("grids", f"step_{step:06d}.png")
+        self._write(name, png_bytes(grid_image(images, columns)))
+        return self.file(name)
 
     def grids(self) -> list[tuple[int, str]]:
         """(step, path) of every grid, oldest first."""
@@ -166,7 +259,7 @@ class RunDir:
         import torch
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        write_atomic(self.file("checkpoint.pt"), buffer.getvalue())
+        self._write("checkpoint.pt", buffer.getvalue())
 
     def load_checkpoint(self) -> dict:
         import torch
@@ -175,8 +268,8 @@ class RunDir:
     def save_generator(self, state_dict: dict, meta: dict) -> None:
         """Weights as safetensors (no pickle: safe to share) plus their JSON description."""
         from safetensors.torch import save as save_safetensors
-        write_atomic(self.file("generator.safetensors"), save_safetensors(state_dict))
-        write_atomic(self.file("generator.json"), json.dumps(meta, indent=2).encode())
+        self._write("generator.safetensors", save_safetensors(state_dict))
+        self._write("generator.json", json.dumps(meta, indent=2).encode())
 
     def has_generator(self) -> bool:
         return os.path.exists(self.file("generator.safetensors")) and os.path.exists(self.file("generator.json"))
@@ -185,7 +278,7 @@ class RunDir:
     def request(self, action: str) -> None:
         """Ask the trainer to stop, pause or resume; it reads this between steps."""
         assert action in ("stop", "pause", "resume"), action
-        write_atomic(self.file("control.json"), json.dumps({"action": action, "time": time.time()}).encode())
+        self._write("control.json", json.dumps({"action": action, "time": time.time()}).encode())
 
     def read_request(self) -> str:
         try:

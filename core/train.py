@@ -19,7 +19,7 @@ import traceback
 from dataclasses import fields
 
 from core.config import ConfigError, TrainConfig, validate
-from core.rundir import FINAL_STATES, RunDir, pid_alive
+from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, pid_alive, writable_problem
 
 GRID_SIZE = 64        # the seed's 64 fixed noise vectors
 DIVERGED_LOGS = 40    # consecutive log points with D winning outright before we warn
@@ -116,6 +116,11 @@ def failure_message(run: RunDir, message: str, saved_step: int | None = None) ->
     return f"{message}{kept}" + (f" Hint: {hint}" if hint else ""), hint
 
 
+def _describe(exc: BaseException) -> str:
+    """An exception for the status: a write the disk refused in its plain words, else its type and text."""
+    return str(exc) if isinstance(exc, DiskRefused) else f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
 def _log_traceback(run: RunDir, header: str) -> None:
     """Append the exception being handled to the run's error.log; each replica logs its own."""
     try:
@@ -176,7 +181,7 @@ def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, app_pi
         if rank == 0:
             run.write_status(stop.state, stop.message)
     except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
-        message = f"{type(exc).__name__}: {exc}".strip()
+        message = _describe(exc).strip()
         _log_traceback(run, f"replica {rank}")
         if rank == 0:   # one replica speaks for the run (each one logs its traceback above)
             try:
@@ -480,8 +485,7 @@ class Loop:
             return True
         except Exception as exc:
             if not self.local_failure:
-                self.local_failure = (f"Training failed while {what} at step {self.step_count}: "
-                                      f"{type(exc).__name__}: {str(exc)[:300]}")
+                self.local_failure = f"Training failed while {what} at step {self.step_count}: {_describe(exc)}"
                 _log_traceback(self.run_dir, f"replica {self.rt.rank}, {what}")
             return False
 
@@ -647,6 +651,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = vars(_parser().parse_args(argv))
     run_dir, resume = args.pop("run_dir"), args.pop("resume")
+    problem = writable_problem(os.path.dirname(os.path.abspath(resume or run_dir)) if resume or run_dir
+                               else default_root())
+    if problem:   # before anything is written: a read-only disk would otherwise end in a traceback
+        print(f"error: {problem}.", file=sys.stderr)
+        return 2
     if resume:
         run = RunDir(resume)
         try:
