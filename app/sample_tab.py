@@ -16,6 +16,8 @@ run trains.
 """
 from __future__ import annotations
 
+import atexit
+import collections
 import hashlib
 import os
 import shutil
@@ -114,6 +116,52 @@ def run_of(directory: str) -> RunDir | None:
     return RunDir(directory) if os.path.isdir(os.path.join(directory, "grids")) else None
 
 
+# Returned files kept: more than can be in flight (app.py queues 4 at a time per event, and three
+# events return files), since Gradio serves its own cached copy once a reply is sent.
+KEEP_OUTPUTS = 16
+
+
+class OutputFolders:
+    """The files this tab returns, in one temp folder of this server, removed when it exits.
+
+    Each file gets a subfolder of its own (two viewers may ask for the same name); only the
+    newest KEEP_OUTPUTS are kept. An uploaded generator is kept until another one replaces it."""
+
+    def __init__(self):
+        self._root = None
+        self._made = collections.deque()
+        self._lock = threading.Lock()    # events run in worker threads
+
+    def _folder(self) -> str:
+        # Returned files must live under tempfile.gettempdir() (or cwd) for Gradio to serve them.
+        if self._root is None or not os.path.isdir(self._root):
+            self._root = tempfile.mkdtemp(prefix="blink-sample-")
+            atexit.register(shutil.rmtree, self._root, True)   # True: ignore errors
+        return self._root
+
+    def path(self, name: str) -> str:
+        """Where to write a file to return, in a new subfolder; the oldest beyond the limit go."""
+        with self._lock:
+            folder = tempfile.mkdtemp(dir=self._folder())
+            self._made.append(folder)
+            while len(self._made) > KEEP_OUTPUTS:
+                shutil.rmtree(self._made.popleft(), ignore_errors=True)
+        return os.path.join(folder, name)
+
+    def upload_folder(self, digest: str) -> str:
+        """A folder for an uploaded generator (kept by us: Gradio may clean its upload cache).
+        The generator uploaded before it is no longer sampled from: it goes."""
+        with self._lock:
+            uploads = os.path.join(self._folder(), "uploaded")
+            os.makedirs(uploads, exist_ok=True)
+            for name in os.listdir(uploads):
+                if name != digest:
+                    shutil.rmtree(os.path.join(uploads, name), ignore_errors=True)
+            kept = os.path.join(uploads, digest)
+            os.makedirs(kept, exist_ok=True)
+        return kept
+
+
 def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=None, host_key_set: bool = False):
     """Lay out the Sample tab's contents; `generator_dir()` says which generator to use.
 
@@ -124,17 +172,9 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
     directions: dict = {}                          # generator key -> (directions, explained ratio)
     upload = {"dir": None, "base": None, "name": ""}   # the server-wide override (see module doc)
     upload_lock = threading.Lock()
-    outputs: dict = {}                             # lazily made temp folder for files we return
+    outputs = OutputFolders()
+    out_path = outputs.path
     timelapse_cache: dict = {}
-
-    def out_dir() -> str:
-        # Returned files must live under tempfile.gettempdir() (or cwd) for Gradio to serve them.
-        if "dir" not in outputs or not os.path.isdir(outputs["dir"]):
-            outputs["dir"] = tempfile.mkdtemp(prefix="blink-sample-")
-        return outputs["dir"]
-
-    def out_path(name: str) -> str:
-        return os.path.join(tempfile.mkdtemp(dir=out_dir()), name)
 
     def current_dir() -> str:
         base = generator_dir()
@@ -326,8 +366,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         for path in (weights[0], metas[0]):
             with open(path, "rb") as f:
                 digest.update(f.read())
-        kept = os.path.join(out_dir(), "uploaded", digest.hexdigest()[:16])
-        os.makedirs(kept, exist_ok=True)   # kept by us: Gradio may clean its upload cache
+        kept = outputs.upload_folder(digest.hexdigest()[:16])
         shutil.copyfile(weights[0], os.path.join(kept, "generator.safetensors"))
         shutil.copyfile(metas[0], os.path.join(kept, "generator.json"))
         cache.get(kept)                    # load the kept copy now, so a bad copy fails here

@@ -90,3 +90,67 @@ def test_stop_ends_the_run_and_keeps_what_was_trained(app):
     run_path = os.path.dirname(os.path.dirname(status["grid"]))
     assert os.path.exists(os.path.join(run_path, "checkpoint.pt"))
     assert os.path.exists(os.path.join(run_path, "generator.safetensors"))
+
+
+# ---- disk use is bounded and owned (issue 13, item 3) ----------------------------------------------
+def _zip_of_noise(path, seed: int, count: int = 8) -> str:
+    """A zip of `count` 16x16 noise PNGs: distinct content, near-equal sizes (noise does not compress)."""
+    import io
+    import zipfile
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    with zipfile.ZipFile(path, "w") as zf:
+        for i in range(count):
+            buffer = io.BytesIO()
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(buffer, "PNG")
+            zf.writestr(f"{i}.png", buffer.getvalue())
+    return str(path)
+
+
+def test_uploads_are_evicted_least_recently_used_but_never_a_kept_runs_zip(tmp_path):
+    from gradio_client import handle_file
+    zips = [_zip_of_noise(tmp_path / f"set{i}.zip", seed=i) for i in range(5)]
+    cap_mb = 2.5 * max(os.path.getsize(z) for z in zips) / 2**20    # room for two and a half of them
+    runs, data_dir = tmp_path / "runs", tmp_path / "data"
+    runs.mkdir()
+    app = RunningApp(str(runs), env={"BLINK_DATA_DIR": str(data_dir), "BLINK_UPLOADS_MB": str(cap_mb)}).wait_ready()
+    try:
+        client = app.client()
+        _, first, _ = client.predict(handle_file(zips[0]), api_name="/upload_dataset")
+        client.predict("folder", first, "dcgan", "auto", 8, "fp32", "cpu", 5, api_name="/start")
+        wait_for(lambda: client.predict(api_name="/status").get("state") == "done", timeout=300, what="the run on it")
+        kept = [client.predict(handle_file(z), api_name="/upload_dataset")[1] for z in zips[1:]]
+    finally:
+        app.stop()
+    stored = sorted(os.listdir(data_dir / "uploads"))
+    # The oldest upload stays (the kept run trained on it), the newest stays, the ones between go.
+    assert stored == sorted(os.path.basename(p) for p in (first, kept[-1])), stored
+
+
+def test_sample_outputs_are_bounded_and_removed_when_the_app_exits(tmp_path):
+    from gradio_client import handle_file
+    from app.sample_tab import KEEP_OUTPUTS
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    app = RunningApp(str(tmp_path), env={"TMPDIR": str(temp)}).wait_ready()
+    try:
+        client = app.client()
+        for i in range(KEEP_OUTPUTS // 2 + 2):   # more files than are kept, of two kinds
+            client.predict(i, i + 1, 4, "linear", api_name="/interpolation_gif")
+            client.predict(i, 4, api_name="/download_samples")
+        shipped = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "generator")
+        other = tmp_path / "other"     # the shipped generator with another step: a second distinct upload
+        other.mkdir()
+        with open(os.path.join(shipped, "generator.json")) as f:
+            meta = json.load(f)
+        (other / "generator.json").write_text(json.dumps({**meta, "step": meta.get("step", 0) + 1}))
+        for meta_path in (os.path.join(shipped, "generator.json"), str(other / "generator.json")):
+            client.predict([handle_file(os.path.join(shipped, "generator.safetensors")), handle_file(meta_path)],
+                           "", api_name="/upload_generator")
+        (root,) = temp.glob("blink-sample-*")
+        outputs = [p for p in root.iterdir() if p.name != "uploaded"]
+        assert len(outputs) == KEEP_OUTPUTS, outputs
+        assert len(list((root / "uploaded").iterdir())) == 1     # the one in use
+    finally:
+        app.stop()
+    assert list(temp.glob("blink-sample-*")) == []
