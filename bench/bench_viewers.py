@@ -17,12 +17,16 @@ Viewer kinds:
     sse      scripted clients of /live/events (what every page does)
     status   scripts that wait on /live/status?since=V
     gradio   gradio_client scripts asking /status once a second (the old way, for comparison)
+    watch    gradio_client scripts iterating client.submit(api_name="/watch"): one message per change
     browser  headless chromium pages (one browser context each) on ?view=watch
 
     python bench/bench_viewers.py --kind sse --counts 0 10 30 50 --window 60
     python bench/bench_viewers.py --kind browser --counts 0 10 30 50 --window 60
     python bench/bench_viewers.py --idle 30                  # the server with no page and no run
     python bench/bench_viewers.py --kind sse --soak 600 --counts 50   # memory and errors over 10 min
+    BLINK_BENCH_CLIENTS=normal python bench/bench_viewers.py --kind sse --soak 600 --counts 50
+        # the same with the clients at normal priority: their lateness is then a viewer's, not a
+        # starved idle process's (the trainer ratio then includes the clients' own CPU)
 """
 from __future__ import annotations
 
@@ -93,7 +97,7 @@ def client_main(url: str, kind: str, count: int, runs_root: str, out: str) -> No
     clients run at idle priority. Browsers cannot: at idle priority beside a trainer that takes
     both cores they never even render (measured: a page's attribute unreadable for 30 s), so
     their rows give the server's own cost, and their trainer ratio includes the browsers' CPU."""
-    if kind != "browser":
+    if kind != "browser" and os.environ.get("BLINK_BENCH_CLIENTS") != "normal":
         deprioritise_clients()
     stop, lock = threading.Event(), threading.Lock()
     result = {"status_latency": [], "grid_latency": [], "errors": [], "messages": 0}
@@ -156,6 +160,22 @@ def client_main(url: str, kind: str, count: int, runs_root: str, out: str) -> No
                 result["errors"].append(repr(exc))
             stop.wait(max(0.0, 1.0 - (time.time() - t0)))
 
+    def watch_viewer() -> None:
+        from gradio_client import Client
+        seen_grid = [None]
+        try:
+            client = Client(url, verbose=False)
+            first = True
+            for status in client.submit(api_name="/watch"):
+                if stop.is_set():
+                    return
+                if not first:   # the first message is the status as it was, not a change
+                    record({"updated": status.get("updated"), "grid": None}, seen_grid)
+                first = False
+        except Exception as exc:
+            if not stop.is_set():
+                result["errors"].append(repr(exc))
+
     def browsers() -> None:
         from playwright.sync_api import sync_playwright
         with sync_playwright() as p:
@@ -181,7 +201,7 @@ def client_main(url: str, kind: str, count: int, runs_root: str, out: str) -> No
         thread.start()
         threads = [thread]
     else:
-        target = {"sse": sse_viewer, "status": status_viewer, "gradio": gradio_viewer}[kind]
+        target = {"sse": sse_viewer, "status": status_viewer, "gradio": gradio_viewer, "watch": watch_viewer}[kind]
         threads = [threading.Thread(target=target, daemon=True) for _ in range(count)]
         for thread in threads:
             thread.start()
@@ -249,7 +269,7 @@ def main() -> None:
         client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kind", choices=("sse", "status", "gradio", "browser"), default="sse")
+    parser.add_argument("--kind", choices=("sse", "status", "gradio", "watch", "browser"), default="sse")
     parser.add_argument("--counts", type=int, nargs="+", default=[0, 10, 30, 50])
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--idle", type=float, default=0.0, help="only measure an idle server for this long")
@@ -283,7 +303,9 @@ def main() -> None:
             row["trainer_ratio"] = row["steps_per_s"] / base["steps_per_s"] if base["steps_per_s"] else None
             rows.append(row)
             print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
-        print(f"\n{args.kind} viewers, {seconds:.0f} s windows, default run (batch 128, CPU); scripted clients at idle CPU priority, browsers not")
+        priority = "normal" if os.environ.get("BLINK_BENCH_CLIENTS") == "normal" else "idle"
+        print(f"\n{args.kind} viewers, {seconds:.0f} s windows, default run (batch 128, CPU); scripted clients at "
+              f"{priority} CPU priority, browsers at normal")
         print("| viewers | server ms/s | per viewer ms/s | trainer steps/s | ratio | loss p95 s | grid p95 s | "
               "errors | server RSS MB |")
         print("|---|---|---|---|---|---|---|---|---|")

@@ -111,17 +111,27 @@ def test_classroom_one_run_many_viewers_stop_resume_and_crash(runs_root):
         seen.update(children_of(app.process.pid))
         run_path = os.path.join(runs_root, first["run"])
 
-        # 20 scripted viewers while someone tries to start a second run: half ask gradio's /status
-        # once a second, half wait on /live/status?since=V (an answer only when the run changed).
+        # 21 scripted viewers while someone tries to start a second run: a third ask gradio's /status
+        # once a second, a third wait on /live/status?since=V (an answer only when the run changed),
+        # a third iterate gradio's /watch stream (one message per change).
         errors, polls, stop_polling = [], [], threading.Event()
 
-        per_viewer = [0] * 20
+        per_viewer = [0] * 21
 
         def viewer(i):
             try:
                 client, version = Client(app.url, verbose=False), 0
+                if i % 3 == 2:
+                    for s in client.submit(api_name="/watch"):
+                        if stop_polling.is_set():
+                            return
+                        assert s["version"] > version, (s, version)   # each message is a change
+                        version = s["version"]
+                        polls.append(s)
+                        per_viewer[i] += 1
+                    return
                 while not stop_polling.is_set():
-                    if i % 2:
+                    if i % 3:
                         s = client.predict(api_name="/status")
                         time.sleep(1.0)
                     else:
@@ -132,7 +142,7 @@ def test_classroom_one_run_many_viewers_stop_resume_and_crash(runs_root):
                     per_viewer[i] += 1
             except Exception as exc:
                 errors.append(repr(exc))
-        viewers = [threading.Thread(target=viewer, args=(i,), daemon=True) for i in range(20)]
+        viewers = [threading.Thread(target=viewer, args=(i,), daemon=True) for i in range(21)]
         [v.start() for v in viewers]
         wait_for(lambda: min(per_viewer) >= 1 or errors, 120, what="every viewer's first answer")
         with pytest.raises(Exception, match="already training"):
