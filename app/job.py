@@ -410,3 +410,8 @@ class Job:
         if run is not None and run.has_generator():
             return run.path
         return SHIPPED_GENERATOR
+
+    def runs_with_generators(self) -> list[RunDir]:
+        """Every run in the runs folder that has saved a generator, newest first: the earlier
+        runs a viewer of the Sample tab may pick."""
+        return [run for run in list_runs(self.runs_root) if run.has_generator()]

@@ -7,18 +7,25 @@ generator, a zip of samples) and an upload of a generator pair.
 Sampling runs on the CPU in the UI process (a small generator renders 64 images in
 milliseconds), so the trainer keeps the device to itself.
 
-Which generator is used: the job's `generator_dir()` (the current run's newest checkpoint, or
-the shipped one), unless a generator was uploaded. An upload is server-wide: every viewer
-samples from it until the job's generator moves to another directory (a new run saved its
-first generator) or someone presses "Use the run's generator". Further checkpoints of the run
-that was current at upload time do not displace it, so a class can explore an upload while a
-run trains.
+Which generator is used is each viewer's own choice, kept in a gr.State (one student's pick
+never changes another's page), and every caption names it. By default the viewer follows the
+live run: the job's `generator_dir()`, i.e. the current run's newest checkpoint, or the shipped
+generator while the run has saved none yet. A viewer may instead pick any run on the server
+that has a generator, or the shipped one.
+
+An upload is server-wide and replaces the followed generator: every viewer who follows samples
+from it until the job's generator moves to another directory (a new run saved its first
+generator) or someone presses "Use the run's generator". Further checkpoints of the run that
+was current at upload time do not displace it, so a class can explore an upload while a run
+trains.
 """
 from __future__ import annotations
 
 import atexit
 import collections
+import contextvars
 import hashlib
+import inspect
 import os
 import shutil
 import tempfile
@@ -30,8 +37,9 @@ import torch
 
 from core.config import ConfigError, whole_number
 from core.data import DatasetError
+from app.job import SHIPPED_GENERATOR
 from core import sample as sampling
-from core.rundir import RunDir, grid_image
+from core.rundir import FINAL_STATES, RunDir, grid_image
 
 MAX_GRID = 256
 MAX_STRIP = 32
@@ -41,14 +49,27 @@ N_DIRECTIONS = 5
 DIRECTION_RANGE = 5.0      # slider range in standard deviations of z along a direction
 MAX_TIMELAPSE_FRAMES = 120
 SEED_MAX = 2**31 - 1
+KEPT_GENERATORS = 4        # loaded at once: viewers may look at different runs
+FOLLOW, SHIPPED = "follow", "shipped"   # a viewer's choice of generator, besides a run's name
+SEED_CLASS = "seed"        # a class picker's "no class chosen": the seed decides (seed mod the class count)
+UNCONDITIONAL_NOTE = "This generator is unconditional (trained without labels): it has no classes to ask for."
+# The viewer of the event being handled (see for_viewer); FOLLOW outside any event.
+_VIEWED = contextvars.ContextVar("viewed_generator", default=FOLLOW)
+
+
+def _keep(store: dict, key, value, limit: int = KEPT_GENERATORS):
+    """store[key] = value, dropping the oldest entries beyond limit."""
+    store[key] = value
+    while len(store) > limit:
+        store.pop(next(iter(store)))
+    return value
 
 
 class GeneratorCache:
-    """The loaded generator, reloaded only when its file changes (a run saves a newer one)."""
+    """Loaded generators, each reloaded only when its file changes (a run saves a newer one)."""
 
     def __init__(self):
-        self._key = None
-        self._value = None
+        self._loaded: dict = {}          # (directory, file mtime) -> (generator, meta)
         self._lock = threading.Lock()    # events run in worker threads
 
     def get(self, directory: str):
@@ -62,13 +83,38 @@ class GeneratorCache:
         except OSError:
             raise gr.Error("No generator to sample from yet: train a run, or wait for its first checkpoint.")
         with self._lock:
-            if key != self._key:
+            if key not in self._loaded:
                 try:
-                    self._value = sampling.load_generator(weights, os.path.join(directory, "generator.json"))
+                    _keep(self._loaded, key, sampling.load_generator(weights, os.path.join(directory, "generator.json")))
                 except sampling.GeneratorFileError as exc:
                     raise gr.Error(str(exc), title="Generator not loaded")
-                self._key = key
-            return self._value, self._key
+            return self._loaded[key], key
+
+
+def for_viewer(handler):
+    """The event handler `handler(*inputs)` for wiring with the viewer's gr.State as first input.
+
+    The viewer's choice is set in a context variable for this one call (private to the thread that
+    runs it, and reset after), so `current_dir()` under any handler sees it without every handler
+    taking it as a parameter."""
+    def handle(view, *inputs):
+        token = _VIEWED.set(view or FOLLOW)
+        try:
+            return handler(*inputs)
+        finally:
+            _VIEWED.reset(token)
+    # Gradio reads the signature to check the inputs and to name the API's parameters.
+    handle.__signature__ = inspect.Signature([inspect.Parameter("view", inspect.Parameter.POSITIONAL_ONLY),
+                                              *inspect.signature(handler).parameters.values()])
+    return handle
+
+
+def _class_picker(seed_label: str, classes: int):
+    """A class picker fitted to a generator: its classes, or disabled with a note if it has none."""
+    choices = [(seed_label, SEED_CLASS)] + [(str(c), str(c)) for c in range(classes)]
+    if not classes:
+        return gr.update(choices=choices, value=SEED_CLASS, interactive=False, info=UNCONDITIONAL_NOTE)
+    return gr.update(choices=choices, interactive=True, info=f"{classes} classes")
 
 
 def _int(value, name: str, low: int, high: int) -> int:
@@ -162,12 +208,16 @@ class OutputFolders:
         return kept
 
 
-def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=None, host_key_set: bool = False):
-    """Lay out the Sample tab's contents; `generator_dir()` says which generator to use.
+def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=None, host_key_set: bool = False,
+          runs=None):
+    """Lay out the Sample tab's contents; `generator_dir()` says which generator a viewer who follows
+    the live run sees.
 
     run_dir: optional callable giving the current run's directory, for the timelapse of a run
     that has grids but no generator yet; without it the run is found from generator_dir().
+    runs: optional callable listing the runs with a generator, newest first, that a viewer may pick.
     """
+    runs = runs or list
     cache = GeneratorCache()
     directions: dict = {}                          # generator key -> (directions, explained ratio)
     upload = {"dir": None, "base": None, "name": ""}   # the server-wide override (see module doc)
@@ -176,7 +226,8 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
     out_path = outputs.path
     timelapse_cache: dict = {}
 
-    def current_dir() -> str:
+    def followed_dir() -> str:
+        """The generator of a viewer who follows the live run: the job's, or the host's upload."""
         base = generator_dir()
         with upload_lock:
             if upload["dir"] and upload["base"] == base and os.path.isdir(upload["dir"]):
@@ -185,51 +236,147 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
                 upload.update(dir=None, base=None, name="")
         return base
 
+    def chosen_run(name: str) -> RunDir:
+        for run in runs():
+            if run.name == name:
+                return run
+        raise gr.Error(f"There is no run {name} with a generator on this server (old runs are deleted to make "
+                       "room): pick another, or tick 'Follow the live run'.", title="Generator not found")
+
+    def current_dir() -> str:
+        """The generator directory of this event's viewer (see for_viewer)."""
+        view = _VIEWED.get()
+        if view == FOLLOW:
+            return followed_dir()
+        return SHIPPED_GENERATOR if view == SHIPPED else chosen_run(view).path
+
+    def current_run() -> RunDir | None:
+        path = run_dir() if run_dir is not None else None
+        return RunDir(path) if path else None
+
+    def first_checkpoint(run: RunDir) -> str:
+        """The step of a run's first generator (the trainer saves one with every checkpoint)."""
+        try:
+            config = run.read_config()
+        except (OSError, ValueError):
+            return "?"
+        return str(min(config.checkpoint_every, config.steps))
+
+    def describe(directory: str, meta: dict) -> str:
+        """Which generator the captions show, in words: the shipped one, an upload, or run X at step N."""
+        step, view = meta.get("step", "?"), _VIEWED.get()
+        with upload_lock:
+            uploaded = view == FOLLOW and directory == upload["dir"]
+        if uploaded:
+            return f"the uploaded generator (step {step}), chosen by the host for everyone"
+        if directory == SHIPPED_GENERATOR:
+            run = current_run() if view == FOLLOW else None
+            if run is not None and not run.has_generator():
+                return (f"run {run.name} has no generator yet (first at step {first_checkpoint(run)}); "
+                        f"showing the shipped one (pre-trained, step {step})")
+            return f"the shipped generator (pre-trained, step {step})"
+        run = RunDir(directory)
+        if view != FOLLOW:
+            return f"run {run.name} at step {step} (your pick: others on this server may see another)"
+        live = run.read_status().get("state") not in FINAL_STATES
+        return f"run {run.name} at step {step}" + (", the live run's newest checkpoint" if live else "")
+
+    def run_choices() -> list[tuple[str, str]]:
+        """The generator picker's entries: the shipped generator, then every run with one, newest first."""
+        choices = [("The shipped generator (pre-trained)", SHIPPED)]
+        for run in runs():
+            try:
+                spec, meta = sampling.read_spec(run.file("generator.json"))
+            except sampling.GeneratorFileError:
+                continue      # a damaged description: sampling from it would fail anyway
+            gan = (meta.get("config") or {}).get("gan", "?")
+            kind = f"{spec.classes} classes" if spec.classes else "unconditional"
+            choices.append((f"{run.name}: step {meta.get('step', '?')}, {gan}, {kind}", run.name))
+        return choices
+
+    def asked_class(value, generator, name: str) -> int | None:
+        """A class picker's value: None when the seed decides, else a class this generator has."""
+        if value is None or str(value) in ("", SEED_CLASS):
+            return None
+        try:
+            return sampling.check_class(generator, _int(value, name, 0, SEED_MAX))
+        except ValueError as exc:
+            raise gr.Error(f"{name}: {exc}")
+
     def load():
         return cache.get_with_key(current_dir())
 
     def get_directions(generator, key):
         if key not in directions:
-            directions.clear()     # only the current generator's are worth keeping
-            directions[key] = sampling.principal_directions(generator, k=N_DIRECTIONS)
+            _keep(directions, key, sampling.principal_directions(generator, k=N_DIRECTIONS))
         return directions[key]
 
     # ---- seeds --------------------------------------------------------------------------
-    def sample(seed, count):
-        seed, count = _int(seed, "Seed", 0, SEED_MAX), _int(count, "Count", 1, MAX_GRID)
-        generator, meta = cache.get(current_dir())
+    def _samples(seed, count, class_choice, most: int):
+        seed, count = _int(seed, "Seed", 0, SEED_MAX), _int(count, "Count", 1, most)
+        directory = current_dir()
+        generator, meta = cache.get(directory)
+        label = asked_class(class_choice, generator, "Class")
         images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim),
-                                   sampling.seed_labels(generator, seed, count))
-        caption = f"{count} samples, seed {seed}, generator from step {meta.get('step', '?')}"
-        if generator.classes:
-            caption += (f". Class-conditional: each column is one class, starting from class {seed % generator.classes} "
-                        f"(seed mod {generator.classes})")
+                                   sampling.class_labels(generator, seed, count, label))
+        return images, (seed, count, label), generator, describe(directory, meta)
+
+    def sample(seed, count, class_choice=SEED_CLASS):
+        images, (seed, count, label), generator, source = _samples(seed, count, class_choice, MAX_GRID)
+        caption = f"Generator: {source}. {count} samples, seed {seed}."
+        if label is not None:
+            caption += f" Every sample is class {label}."
+        elif generator.classes:
+            caption += (f" Class-conditional: each column is one class, starting from class "
+                        f"{seed % generator.classes} (seed mod {generator.classes}).")
         return grid_image(images, columns=min(sampling.grid_columns(generator, columns_default), count)), caption
 
-    def download_samples(seed, count):
-        seed, count = _int(seed, "Seed", 0, SEED_MAX), _int(count, "Count", 1, MAX_ZIP)
+    def download_samples(seed, count, class_choice=SEED_CLASS):
+        images, (seed, count, label), _, _ = _samples(seed, count, class_choice, MAX_ZIP)
+        name = f"seed{seed}" + ("" if label is None else f"-class{label}")
+        return sampling.write_samples_zip(images, out_path(f"blink-{name}-{count}.zip"), prefix=f"seed{seed}")
+
+    def show(seed, count, class_choice):
+        """Everything that depends on which generator the viewer sees: the follow box, the picker
+        (its runs refreshed), the class pickers fitted to the generator, and a fresh grid."""
+        view = _VIEWED.get()
         generator, _ = cache.get(current_dir())
-        images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim),
-                                   sampling.seed_labels(generator, seed, count))
-        return sampling.write_samples_zip(images, out_path(f"blink-seed{seed}-{count}.zip"), prefix=f"seed{seed}")
+        pickers = [_class_picker("Every class, one per column", generator.classes),
+                   _class_picker("The seed's class", generator.classes),
+                   _class_picker("The seed's class", generator.classes)]
+        return (view == FOLLOW, gr.update(choices=run_choices(), value=None if view == FOLLOW else view), *pickers,
+                *sample(seed, count, class_choice if generator.classes else SEED_CLASS))
+
+    shown = for_viewer(show)
+
+    def pick_generator(picked, seed=0, count=64, class_choice=SEED_CLASS):
+        """The viewer picked a run (or the shipped generator): they stop following the live run."""
+        view = str(picked or SHIPPED)
+        return (view, *shown(view, seed, count, class_choice))
+
+    def follow_live_run(follow, picked=None, seed=0, count=64, class_choice=SEED_CLASS):
+        view = FOLLOW if follow else str(picked or SHIPPED)
+        return (view, *shown(view, seed, count, class_choice))
 
     # ---- interpolation ------------------------------------------------------------------
-    def _interpolation(seed_a, seed_b, steps, mode):
+    def _interpolation(seed_a, seed_b, steps, mode, class_a, class_b):
         seed_a, seed_b = _int(seed_a, "Seed A", 0, SEED_MAX), _int(seed_b, "Seed B", 0, SEED_MAX)
         steps = _int(steps, "Steps", 2, MAX_STRIP)
         if mode not in ("linear", "spherical"):
             raise gr.Error("Interpolation must be 'linear' or 'spherical'.")
         generator, _ = cache.get(current_dir())
+        class_a, class_b = asked_class(class_a, generator, "Class A"), asked_class(class_b, generator, "Class B")
         z = sampling.interpolation_latents(seed_a, seed_b, steps, generator.z_dim, mode)
-        labels = sampling.blended_labels(generator, seed_a, seed_b, torch.linspace(0, 1, steps))
+        labels = sampling.blended_labels(generator, seed_a if class_a is None else class_a,
+                                         seed_b if class_b is None else class_b, torch.linspace(0, 1, steps))
         return sampling.generate(generator, z, labels), (seed_a, seed_b, steps, mode)
 
-    def interpolate(seed_a, seed_b, steps, mode):
-        images, (_, _, steps, _) = _interpolation(seed_a, seed_b, steps, mode)
+    def interpolate(seed_a, seed_b, steps, mode, class_a=SEED_CLASS, class_b=SEED_CLASS):
+        images, (_, _, steps, _) = _interpolation(seed_a, seed_b, steps, mode, class_a, class_b)
         return grid_image(images, columns=steps)
 
-    def interpolation_gif(seed_a, seed_b, steps, mode):
-        images, (a, b, steps, mode) = _interpolation(seed_a, seed_b, steps, mode)
+    def interpolation_gif(seed_a, seed_b, steps, mode, class_a=SEED_CLASS, class_b=SEED_CLASS):
+        images, (a, b, steps, mode) = _interpolation(seed_a, seed_b, steps, mode, class_a, class_b)
         frames = list(sampling.to_uint8(images))
         frames = frames + frames[-2:0:-1]      # there and back, so the loop has no jump
         path = sampling.write_gif(frames, out_path(f"blink-{mode}-{a}-to-{b}.gif"), duration_ms=90,
@@ -297,11 +444,11 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
 
     # ---- timelapse -----------------------------------------------------------------------
     def _run() -> RunDir | None:
-        if run_dir is not None:
-            path = run_dir()
-            if path and os.path.isdir(os.path.join(path, "grids")):
-                return RunDir(path)
-        return run_of(generator_dir())
+        """The run whose grids the viewer sees: the live one (even before its first generator), or the pick."""
+        run = current_run() if _VIEWED.get() == FOLLOW else None
+        if run is not None and os.path.isdir(os.path.join(run.path, "grids")):
+            return run
+        return run_of(current_dir())
 
     def _grids():
         run = _run()
@@ -385,9 +532,19 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         return f"Using the run's generator ({os.path.basename(generator_dir().rstrip(os.sep))})."
 
     # ---- layout ------------------------------------------------------------------------------
+    view = gr.State(FOLLOW)    # this viewer's generator: FOLLOW, SHIPPED or a run's name
+    with gr.Row():
+        follow = gr.Checkbox(value=True, label="Follow the live run",
+                             info="its newest checkpoint each time you sample (the shipped generator until it has one)")
+        # Custom values are allowed because the runs change after the page was built; the
+        # handlers accept only the runs on this server.
+        pick = gr.Dropdown([("The shipped generator (pre-trained)", SHIPPED)], value=None, allow_custom_value=True,
+                           label="Or pick a generator", info="runs on this server that saved one, newest first")
     with gr.Row():
         seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
         count = gr.Slider(1, MAX_GRID, value=64, step=1, label="Count")
+        digit = gr.Dropdown([("Every class, one per column", SEED_CLASS)], value=SEED_CLASS, allow_custom_value=True,
+                            label="Class", info="of a class-conditional generator")
         sample_button = gr.Button("Sample", variant="primary")
         zip_button = gr.Button("Download samples (zip of PNGs)")
     caption = gr.Markdown()
@@ -400,6 +557,9 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
             seed_b = gr.Number(value=2, precision=0, label="Seed B", minimum=0)
             strip_steps = gr.Slider(2, MAX_STRIP, value=10, step=1, label="Steps")
             mode = gr.Radio(["linear", "spherical"], value="spherical", label="Interpolation")
+            class_a, class_b = [gr.Dropdown([("The seed's class", SEED_CLASS)], value=SEED_CLASS, allow_custom_value=True,
+                                            label=f"Class {end}", info="morph one class into another")
+                                for end in "AB"]
             interpolate_button = gr.Button("Interpolate")
             gif_button = gr.Button("Make GIF")
         strip = gr.Image(label="Interpolation", format="png", type="numpy", interactive=False)
@@ -428,13 +588,15 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         neighbour_caption = gr.Markdown()
 
     with gr.Accordion("Training timelapse", open=False):
-        gr.Markdown("The run's fixed-noise grids, oldest to newest (GIF; no MP4: that would need ffmpeg).")
+        gr.Markdown("The run's fixed-noise grids, oldest to newest, playing as a loop (a GIF: its download "
+                    "button keeps it; no MP4, that would need ffmpeg). The slider stops at one step.")
         timelapse_button = gr.Button("Load timelapse")
         timelapse_caption = gr.Markdown()
         with gr.Row():
-            timelapse_gif = gr.File(label="Timelapse GIF")
-            step_slider = gr.Slider(0, 1, value=1, step=1, label="Grid at step")
-        step_grid = gr.Image(label="Grid at the chosen step", format="png", type="numpy", interactive=False)
+            timelapse_gif = gr.Image(label="Timelapse (animated)", type="filepath", interactive=False)
+            with gr.Column():
+                step_slider = gr.Slider(0, 1, value=1, step=1, label="Grid at step")
+                step_grid = gr.Image(label="Grid at the chosen step", format="png", type="numpy", interactive=False)
 
     with gr.Accordion("Generator files", open=False):
         with gr.Row():
@@ -450,30 +612,44 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         upload_status = gr.Markdown()
 
     # ---- events --------------------------------------------------------------------------------
-    sample_button.click(sample, [seed, count], [grid, caption], api_name="sample")
-    zip_button.click(download_samples, [seed, count], samples_zip, api_name="download_samples")
-    interpolate_button.click(interpolate, [seed_a, seed_b, strip_steps, mode], strip, api_name="interpolate")
-    gif_button.click(interpolation_gif, [seed_a, seed_b, strip_steps, mode], [gif_preview, gif_file],
+    # Every handler that samples runs for_viewer: its first input is the viewer's choice.
+    sample_inputs = [view, seed, count, digit]
+    sample_button.click(for_viewer(sample), sample_inputs, [grid, caption], api_name="sample")
+    digit.input(for_viewer(sample), sample_inputs, [grid, caption], api_visibility="private")
+    shown_outputs = [follow, pick, digit, class_a, class_b, grid, caption]
+    pick.input(pick_generator, [pick, seed, count, digit], [view, *shown_outputs], api_name="choose_generator")
+    follow.input(follow_live_run, [follow, pick, seed, count, digit], [view, *shown_outputs],
+                 api_name="follow_live_run")
+    zip_button.click(for_viewer(download_samples), sample_inputs, samples_zip, api_name="download_samples")
+    interpolation_inputs = [view, seed_a, seed_b, strip_steps, mode, class_a, class_b]
+    interpolate_button.click(for_viewer(interpolate), interpolation_inputs, strip, api_name="interpolate")
+    gif_button.click(for_viewer(interpolation_gif), interpolation_inputs, [gif_preview, gif_file],
                      api_name="interpolation_gif")
-    explore_inputs = [explore_seed, psi, *sliders]
+    explore_for_viewer = for_viewer(explore)
+    explore_inputs = [view, explore_seed, psi, *sliders]
     explore_outputs = [explored, explore_caption]
-    explore_button.click(explore, explore_inputs, explore_outputs, api_name="explore")
-    explore_seed.submit(explore, explore_inputs, explore_outputs, api_visibility="private")
+    explore_button.click(explore_for_viewer, explore_inputs, explore_outputs, api_name="explore")
+    explore_seed.submit(explore_for_viewer, explore_inputs, explore_outputs, api_visibility="private")
     # .release, not .change: one render when the student lets go, not one per tick of a drag.
     for slider in [psi, *sliders]:
-        slider.release(explore, explore_inputs, explore_outputs, api_visibility="private",
+        slider.release(explore_for_viewer, explore_inputs, explore_outputs, api_visibility="private",
                        trigger_mode="always_last")
     reset_button.click(lambda: [0.0] * N_DIRECTIONS, None, sliders, api_visibility="private").then(
-        explore, explore_inputs, explore_outputs, api_visibility="private")
-    neighbours_button.click(neighbours, [explore_seed, psi, k, *sliders], [neighbour_strip, neighbour_caption],
-                            api_name="neighbours")
-    timelapse_button.click(timelapse, None, [timelapse_gif, step_slider, step_grid, timelapse_caption],
+        explore_for_viewer, explore_inputs, explore_outputs, api_visibility="private")
+    neighbours_button.click(for_viewer(neighbours), [view, explore_seed, psi, k, *sliders],
+                            [neighbour_strip, neighbour_caption], api_name="neighbours")
+    timelapse_button.click(for_viewer(timelapse), view, [timelapse_gif, step_slider, step_grid, timelapse_caption],
                            api_name="timelapse")
-    step_slider.release(grid_at, step_slider, [step_grid, timelapse_caption], api_name="grid_at",
+    step_slider.release(for_viewer(grid_at), [view, step_slider], [step_grid, timelapse_caption], api_name="grid_at",
                         trigger_mode="always_last")
-    download_button.click(download, None, files, api_name="download_generator")
+    download_button.click(for_viewer(download), view, files, api_name="download_generator")
     upload_button.click(upload_generator, [uploaded, generator_key], upload_status, api_name="upload_generator")
     back_button.click(use_run_generator, generator_key, upload_status, api_name="use_run_generator")
-    return {"grid": grid, "sample": sample, "seed": seed, "count": count, "caption": caption,
+
+    def show_on(triggers) -> None:
+        """Refresh what depends on the viewer's generator on these events (page open, tab opened, run end)."""
+        gr.on(triggers, shown, sample_inputs, shown_outputs, api_visibility="private", show_progress="hidden")
+
+    return {"grid": grid, "sample": sample, "seed": seed, "count": count, "caption": caption, "show_on": show_on,
             "explore": explore, "neighbours": neighbours, "timelapse": timelapse, "grid_at": grid_at,
             "upload_generator": upload_generator, "current_dir": current_dir}

@@ -274,9 +274,9 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                            "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path,
                            "host_key_required": bool(host_key)})
 
-    def on_run_end(seed=0, count=64):
-        """The live panel saw the run it watched end well: show fresh samples from its generator."""
-        return (gr.Tabs(selected="sample"), *sampler["sample"](seed, count))
+    def on_run_end():
+        """The live panel saw the run it watched end well: to the Sample tab (refreshed by show_on)."""
+        return gr.Tabs(selected="sample")
 
     def load_setup(request: gr.Request):
         """Preset the form from the URL (?dataset=...&steps=...); invalid values are ignored, visibly."""
@@ -357,9 +357,10 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                 live = gr.HTML(LIVE_PANEL, js_on_load=_static("live.js"), css_template=_static("live.css"),
                                elem_id="live", apply_default_css=False)
                 join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
-            with gr.Tab("Sample", id="sample"):
+            with gr.Tab("Sample", id="sample") as sample_page:
                 sampler = sample_tab.build(job.generator_dir, run_dir=lambda: job.run.path if job.run else None,
-                                           require_host=require_host, host_key_set=bool(host_key))
+                                           runs=job.runs_with_generators, require_host=require_host,
+                                           host_key_set=bool(host_key))
 
         form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
                 checkpoint_every, conditional]
@@ -368,13 +369,12 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         stop_button.click(stop, key, message, api_name="stop", concurrency_limit=None)
         pause_button.click(pause, key, message, api_name="pause", concurrency_limit=None)
         resume_button.click(resume, [resume_steps, key], message, api_name="resume")
-        live.click(on_run_end, [sampler["seed"], sampler["count"]], [tabs, sampler["grid"], sampler["caption"]],
-                   api_visibility="private", show_progress="hidden")
+        live.click(on_run_end, None, tabs, api_visibility="private", show_progress="hidden")
         demo.load(join_link, None, join, api_visibility="private")
         gr.api(status_api, api_name="status", concurrency_limit=None)
-        # The Sample tab is alive the moment the page opens (the shipped generator, or the run's).
-        demo.load(sampler["sample"], [sampler["seed"], sampler["count"]], [sampler["grid"], sampler["caption"]],
-                  api_visibility="private", show_progress="hidden")
+        # The Sample tab is alive the moment the page opens, and shows the newest generators (the
+        # live run's checkpoint, new runs to pick) whenever it is opened and when a run ends.
+        sampler["show_on"]([demo.load, sample_page.select, live.click])
         upload.upload(use_upload, upload, [dataset, data_path, dataset_note], api_name="upload_dataset")
         gr.on([dataset.change, data_path.submit, demo.load], show_dataset, [dataset, data_path],
               [dataset_note, preview], api_name="preview_dataset", show_progress="hidden")

@@ -193,12 +193,27 @@ def grid_columns(generator: Generator, default: int = 8) -> int:
     return models.grid_columns(generator.classes, default)
 
 
-def blended_labels(generator: Generator, seed_a: int, seed_b: int, t: torch.Tensor) -> torch.Tensor | None:
-    """Class weights moving from seed_a's class to seed_b's along t (a 3 morphing into an 8)."""
+def check_class(generator: Generator, label: int) -> int:
+    """label, if this generator can draw it; ValueError saying why not otherwise."""
+    if not generator.classes:
+        raise ValueError("This generator is unconditional (trained without labels): it has no class to ask for.")
+    if not 0 <= int(label) < generator.classes:
+        raise ValueError(f"{label} is not one of this generator's classes (0 to {generator.classes - 1}).")
+    return int(label)
+
+
+def class_labels(generator: Generator, seed: int, n: int, label: int | None = None) -> torch.Tensor | None:
+    """The classes of n samples: all of one class (label), or seed_labels' one class per column."""
+    return seed_labels(generator, seed, n) if label is None else torch.full((n,), check_class(generator, label))
+
+
+def blended_labels(generator: Generator, class_a: int, class_b: int, t: torch.Tensor) -> torch.Tensor | None:
+    """Class weights moving from class_a to class_b along t (a 3 morphing into an 8). Each is
+    taken mod the class count, so a seed stands for its own class (seed_labels)."""
     if not generator.classes:
         return None
     eye = torch.eye(generator.classes)
-    a, b = eye[int(seed_a) % generator.classes], eye[int(seed_b) % generator.classes]
+    a, b = eye[int(class_a) % generator.classes], eye[int(class_b) % generator.classes]
     return (1 - t[:, None]) * a + t[:, None] * b
 
 
@@ -388,14 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     except GeneratorFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    labels = seed_labels(generator, args.seed, args.n)
-    if args.label is not None:
-        if not 0 <= args.label < generator.classes:
-            print(f"error: --label needs a class-conditional generator and a class in 0..{generator.classes - 1}"
-                  if generator.classes else "error: --label needs a class-conditional generator; this one is "
-                  "unconditional", file=sys.stderr)
-            return 2
-        labels = torch.full((args.n,), args.label)
+    try:
+        labels = class_labels(generator, args.seed, args.n, args.label)
+    except ValueError as exc:
+        print(f"error: --label: {exc}", file=sys.stderr)
+        return 2
     z = truncate(latents(args.seed, args.n, generator.z_dim), args.psi)
     images = generate(generator, z, labels).astype(np.float32)
     if args.out.endswith(".png"):
