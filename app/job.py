@@ -278,8 +278,8 @@ class Job:
                 run.request(action)
             except DiskRefused as exc:   # the trainer will fail on its own next write and say so
                 return f"Could not ask the trainer to {action}: {exc}."
-        return {"stop": "Stopping: the trainer saves a checkpoint and a grid first (at its next log step).",
-                "pause": "Pausing at the next log step...", "resume": "Resuming..."}[action]
+        return {"stop": "Stopping... the trainer saves a checkpoint and the final grid, then ends.",
+                "pause": "Pausing...", "resume": "Resuming..."}[action]
 
     def shutdown(self, grace: float | None = None) -> None:
         """Stop the trainer cleanly (checkpoint kept), escalating only if it does not answer."""
@@ -394,6 +394,9 @@ class Job:
                     and self._process is None and time.time() - status.get("updated", 0) > 5:
                 self._mark_failed(run, "The trainer process is gone (killed or crashed) without a final status.")
                 status = self._status_of(run)
+            if status.get("state") not in FINAL_STATES:
+                # A pressed Stop or Pause shows at once, before the trainer acts on it.
+                status = {**status, "request": run.read_request()}
             new_events, self._events_offset = run.read_events(self._events_offset)
             grids = run.grids() if (new_events or not self._snapshot.grid_path
                                     or status.get("updated") != self._snapshot.status.get("updated")) else None
