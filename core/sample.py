@@ -63,6 +63,10 @@ def read_spec(meta_path: str) -> tuple[GeneratorSpec, dict]:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"spec.{key} must be a whole number, got {v!r}")
             values[key] = v
+    except RecursionError:   # json decodes each nesting level by recursion: 100 KB of "[" is too deep
+        raise GeneratorFileError(f"{os.path.basename(meta_path)} is not a generator description: its JSON is "
+                                 "nested thousands of levels deep. Upload the generator.json saved with the "
+                                 "generator.") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
         raise GeneratorFileError(f"The generator description ({os.path.basename(meta_path)}) is not valid: {what}")

@@ -221,6 +221,15 @@ def test_json_with_absurd_or_wrong_values_is_refused(tmp_path, spec_change, mess
         S.load_generator(weights, meta)
 
 
+def test_json_nested_past_the_decoders_depth_is_refused_in_plain_words(tmp_path):
+    weights, meta = _save_pair(str(tmp_path / "g"), _tiny())
+    with open(meta, "w") as f:
+        f.write("[" * 100_000)                          # 100 KB: under the size limit, too deep to decode
+    with pytest.raises(S.GeneratorFileError, match="generator.json is not a generator description") as refused:
+        S.load_generator(weights, meta)
+    assert "recursion" not in str(refused.value)
+
+
 def test_mismatched_nan_or_oversized_weights_are_refused(tmp_path):
     weights, meta = _save_pair(str(tmp_path / "g"), _tiny(width=8))
     save_file(_tiny(width=16).state_dict(), weights)          # the JSON says width 8
