@@ -95,7 +95,10 @@ def main() -> None:
     signal.signal(signal.SIGINT, stop_trainer_then_exit)
     demo.queue(default_concurrency_limit=4)
     quiet_queue_when_idle(demo)
+    # ssr_mode=False: the page is rendered in the browser, as the live panel's script and the
+    # /live routes expect, also on a Space (where server-side rendering is otherwise the default).
     demo.launch(server_name=args.host, server_port=args.port, share=share, show_error=True, css=PAGE_CSS,
+                ssr_mode=False,
                 max_file_size=f"{TrainConfig.max_image_mb}mb",
                 app_kwargs={"routes": demo.blink_feed.routes()})   # the live view's push routes (/live/...)
 

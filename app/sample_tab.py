@@ -37,6 +37,7 @@ import torch
 
 from core.config import ConfigError, whole_number
 from core.data import DatasetError
+from app.errors import refused
 from app.job import SHIPPED_GENERATOR
 from core import sample as sampling
 from core.rundir import FINAL_STATES, RunDir, grid_image
@@ -81,13 +82,13 @@ class GeneratorCache:
         try:
             key = (directory, os.stat(weights).st_mtime_ns)
         except OSError:
-            raise gr.Error("No generator to sample from yet: train a run, or wait for its first checkpoint.")
+            raise refused("No generator to sample from yet: train a run, or wait for its first checkpoint.")
         with self._lock:
             if key not in self._loaded:
                 try:
                     _keep(self._loaded, key, sampling.load_generator(weights, os.path.join(directory, "generator.json")))
                 except sampling.GeneratorFileError as exc:
-                    raise gr.Error(str(exc), title="Generator not loaded")
+                    raise refused(str(exc), title="Generator not loaded")
             return self._loaded[key], key
 
 
@@ -122,16 +123,16 @@ def _int(value, name: str, low: int, high: int) -> int:
     try:
         return whole_number(value, name, low, high)
     except ConfigError as exc:
-        raise gr.Error(str(exc))
+        raise refused(str(exc))
 
 
 def _float(value, name: str, low: float, high: float) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise gr.Error(f"{name} must be a number.")
+        raise refused(f"{name} must be a number.")
     if not low <= number <= high:   # also refuses NaN
-        raise gr.Error(f"{name} must be between {low} and {high} (got {value}).")
+        raise refused(f"{name} must be between {low} and {high} (got {value}).")
     return number
 
 
@@ -240,7 +241,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         for run in runs():
             if run.name == name:
                 return run
-        raise gr.Error(f"There is no run {name} with a generator on this server (old runs are deleted to make "
+        raise refused(f"There is no run {name} with a generator on this server (old runs are deleted to make "
                        "room): pick another, or tick 'Follow the live run'.", title="Generator not found")
 
     def current_dir() -> str:
@@ -301,7 +302,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         try:
             return sampling.check_class(generator, _int(value, name, 0, SEED_MAX))
         except ValueError as exc:
-            raise gr.Error(f"{name}: {exc}")
+            raise refused(f"{name}: {exc}")
 
     def load():
         return cache.get_with_key(current_dir())
@@ -363,7 +364,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         seed_a, seed_b = _int(seed_a, "Seed A", 0, SEED_MAX), _int(seed_b, "Seed B", 0, SEED_MAX)
         steps = _int(steps, "Steps", 2, MAX_STRIP)
         if mode not in ("linear", "spherical"):
-            raise gr.Error("Interpolation must be 'linear' or 'spherical'.")
+            raise refused("Interpolation must be 'linear' or 'spherical'.")
         generator, _ = cache.get(current_dir())
         class_a, class_b = asked_class(class_a, generator, "Class A"), asked_class(class_b, generator, "Class B")
         z = sampling.interpolation_latents(seed_a, seed_b, steps, generator.z_dim, mode)
@@ -409,9 +410,9 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         try:
             pool, dataset = training_pool(image.shape[-1], image.shape[0])
         except DatasetError as exc:   # e.g. the run's dataset is absent offline: its advice, not a blank failure
-            raise gr.Error(f"The training images are not available here. {exc}", title="No neighbours")
+            raise refused(f"The training images are not available here. {exc}", title="No neighbours")
         except (OSError, RuntimeError):   # unreadable cache or files: no errno or server path for the page
-            raise gr.Error("The training images could not be read on this server.", title="No neighbours")
+            raise refused("The training images could not be read on this server.", title="No neighbours")
         idx, dist = sampling.nearest_neighbours(image, pool, min(k, len(pool)))
         real = pool[idx].numpy().astype(np.float32) / 127.5 - 1.0
         strip = grid_image(np.concatenate([image[None], real]), columns=len(idx) + 1)
@@ -454,7 +455,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         run = _run()
         grids = run.grids() if run else []
         if not grids:
-            raise gr.Error("No training grids yet: the timelapse shows a run's fixed-noise grids "
+            raise refused("No training grids yet: the timelapse shows a run's fixed-noise grids "
                            "(the shipped generator has none).")
         return run, grids
 
@@ -489,7 +490,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         directory = current_dir()
         files = [os.path.join(directory, n) for n in ("generator.safetensors", "generator.json")]
         if not all(os.path.exists(f) for f in files):
-            raise gr.Error("No generator has been saved yet.")
+            raise refused("No generator has been saved yet.")
         return files
 
     def upload_generator(files, key=""):
@@ -499,16 +500,16 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         weights = [p for p in paths if p and p.lower().endswith(".safetensors")]
         metas = [p for p in paths if p and p.lower().endswith(".json")]
         if len(weights) != 1 or len(metas) != 1 or len(paths) != 2:
-            raise gr.Error("Upload exactly two files: generator.safetensors and generator.json "
+            raise refused("Upload exactly two files: generator.safetensors and generator.json "
                            "(pickles such as .pt/.pth/.ckpt are never loaded).", title="Upload refused")
         for path, limit in ((weights[0], sampling.MAX_WEIGHTS_MB * 2**20), (metas[0], sampling.MAX_META_BYTES)):
             if os.path.getsize(path) > limit:   # before hashing or copying anything big
-                raise gr.Error(f"{os.path.basename(path)} is too large ({os.path.getsize(path):,} bytes; "
+                raise refused(f"{os.path.basename(path)} is too large ({os.path.getsize(path):,} bytes; "
                                f"limit {limit:,}).", title="Upload refused")
         try:    # every check (header, spec, strict shapes, finite values) before it is used
             generator, meta = sampling.load_generator(weights[0], metas[0])
         except sampling.GeneratorFileError as exc:
-            raise gr.Error(str(exc), title="Upload refused")
+            raise refused(str(exc), title="Upload refused")
         digest = hashlib.sha256()
         for path in (weights[0], metas[0]):
             with open(path, "rb") as f:
@@ -547,7 +548,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
                             label="Class", info="of a class-conditional generator")
         sample_button = gr.Button("Sample", variant="primary")
         zip_button = gr.Button("Download samples (zip of PNGs)")
-    caption = gr.Markdown()
+    caption = gr.Markdown(elem_id="sample-caption")
     grid = gr.Image(label="Samples", format="png", type="numpy", interactive=False)
     samples_zip = gr.File(label="Samples (zip)")
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 import hmac
 import os
 import threading
+from collections.abc import AsyncIterator
 import time
 from urllib.parse import urlencode
 
 import gradio as gr
 
 from app import sample_tab, views
+from app.errors import log_refusal, refused
 from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed
 from core import data, devices, uploads
@@ -36,18 +38,24 @@ LIVE_PANEL = """
     <img alt="Samples from fixed noise" hidden></div>
   <div class="live-side">
     <div class="live-status">No run yet. Pick a dataset and press <b>Start</b>.</div>
-    <div class="live-chart"><h4>Losses</h4><svg data-chart="losses" viewBox="0 0 600 240"></svg>
-      <div class="legend"></div></div>
-    <div class="live-chart"><h4>Discriminator view</h4><svg data-chart="extra" viewBox="0 0 600 240"></svg>
-      <div class="legend"></div></div>
+    <div class="live-controls"><label>Smoothing <input class="live-smoothing" type="range" min="0" max="0.99"
+      step="0.01" value="0.6"></label> <label><input class="live-log" type="checkbox"> log scale</label></div>
+    <div class="live-chart"><h4>Losses</h4><svg data-chart="losses" viewBox="0 0 600 260"></svg>
+      <div class="legend"></div><p class="healthy"></p></div>
+    <div class="live-chart"><h4>What the discriminator sees</h4><svg data-chart="extra" viewBox="0 0 600 260"></svg>
+      <div class="legend"></div><p class="healthy"></p></div>
     <div class="live-chart"><h4>Quality: distance to real images (lower is better)</h4>
-      <svg data-chart="quality" viewBox="0 0 600 240"></svg><div class="legend"></div></div>
+      <svg data-chart="quality" viewBox="0 0 600 260"></svg><div class="legend"></div><p class="healthy"></p></div>
     <details class="live-diagnostics"><summary>Diagnostics</summary><table><tbody></tbody></table></details>
   </div>
 </div>"""
-# The whole page's CSS: the student's view hides the host's controls.
+# The whole page's CSS: the student's view hides the host's controls; once a run exists the live
+# panel comes first (above the form), and the intro gives way to it.
 PAGE_CSS = """
 body.blink-watch .blink-host-only { display: none !important; }
+body.blink-presenting #blink-controls, body.blink-presenting #blink-message { order: -2; }
+body.blink-presenting #live { order: -1; }
+body.blink-presenting .blink-intro { display: none !important; }
 """
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 
@@ -150,6 +158,43 @@ def check_data_path(dataset: str, data_path: str) -> str:
         raise ConfigError(str(exc)) from exc
 
 
+# Images per second (per critic update) of the fast CPU model on this project's 2-core benchmark
+# machine (bench/README.md: ~21 steps/s at batch 64, DCGAN): the estimate before any run here.
+CPU_FAST_IMAGES_PER_SECOND = 1350
+# Seconds per step beyond which a run crawls: loss points, grids and Stop all feel slow.
+CRAWL_SECONDS_PER_STEP = 1.0
+
+
+def measured_images_per_second(runs_root: str, kind: str, preset: str, gan: str) -> float | None:
+    """The newest measured speed of a run on this server with the same device kind, model and loss."""
+    from core.rundir import list_runs
+    for run in list_runs(runs_root)[:20]:
+        status = run.read_status()
+        if (status.get("device_kind"), status.get("preset"), status.get("gan")) == (kind, preset, gan) \
+                and status.get("images_per_second"):
+            return float(status["images_per_second"]) / max(int(status.get("cores") or 1), 1)
+    return None
+
+
+def estimate_note(config: TrainConfig, info: devices.DeviceInfo, runs_root: str) -> str:
+    """The time a run will take here, and a warning when its settings will crawl, before Start."""
+    from core.models import resolve_preset
+    preset, _ = resolve_preset(config.preset, info.kind)
+    n_critic = validate(config).n_critic
+    measured = measured_images_per_second(runs_root, info.kind, preset, config.gan)
+    speed, source = measured, "measured on this server"
+    if measured is None and info.kind == "cpu" and preset == "fast":
+        speed, source = CPU_FAST_IMAGES_PER_SECOND / (2.5 if config.gan == "wgan-gp" else 1), "rough"
+    if speed is None:
+        return "Time estimate: shown once the run has measured its speed."
+    per_step = config.batch_size * n_critic / speed   # replicas run in parallel, each its own batch
+    note = f"About **{views.duration(per_step * config.steps)}** for {config.steps:,} steps on this {info.kind.upper()} ({source})."
+    if per_step > CRAWL_SECONDS_PER_STEP:
+        note += (f"  \n⚠️ About {per_step:.1f} s a step at batch {config.batch_size}: the curves and grids will "
+                 f"crawl. A smaller batch (128 on a CPU) shows learning much sooner.")
+    return note
+
+
 # Wait after each wrong host key: slow enough that guessing gets nowhere, short for a typo.
 WRONG_KEY_SECONDS = 0.5
 
@@ -157,6 +202,7 @@ WRONG_KEY_SECONDS = 0.5
 def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
               host_key: str | None = None) -> gr.Blocks:
     job = job or Job()
+    feed = LiveFeed(job)      # one watcher of the run for every viewer (app/live.py)
     device_cache = device_cache or DeviceCache()
     info = device_cache.get("auto")
     host_key = host_key if host_key is not None else os.environ.get("BLINK_HOST_KEY", "")
@@ -171,7 +217,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         if host_key and not hmac.compare_digest(str(key or "").encode(), host_key.encode()):
             with wrong_keys:
                 time.sleep(WRONG_KEY_SECONDS)
-            raise gr.Error("Only the host can start, stop, pause or resume runs, or change the generator everyone "
+            raise refused("Only the host can start, stop, pause or resume runs, or change the generator everyone "
                            "samples from, on this page (enter the host key). Everyone else watches the run live.",
                            title="Watch mode")
 
@@ -181,9 +227,9 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                          conditional=TrainConfig.conditional) -> TrainConfig:
         try:
             config = TrainConfig(dataset=str(dataset), data_path=check_data_path(str(dataset), data_path), gan=str(gan),
-                                 preset=str(preset), conditional=str(conditional), batch_size=whole_number(batch_size, "Batch size", 1, 4096),
+                                 preset=str(preset), conditional=str(conditional), batch_size=whole_number(batch_size, "Batch size", *INT_RANGES["batch_size"]),
                                  precision=str(precision), device=str(device),
-                                 steps=whole_number(steps, "Training length (steps)", 1, 1_000_000),
+                                 steps=whole_number(steps, "Training length (steps)", *INT_RANGES["steps"]),
                                  log_every=whole_number(log_every, "Log every", 1, 100_000),
                                  grid_every=whole_number(grid_every, "Grid every", 1, 100_000),
                                  checkpoint_every=whole_number(checkpoint_every, "Checkpoint every", 1, 1_000_000))
@@ -193,9 +239,9 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
             chosen = device_cache.get(device)
             validate(config, dataset_size=dataset_size(dataset, config.data_path), device_caps=chosen.to_dict())
         except ConfigError as exc:
-            raise gr.Error(str(exc), title="Check the settings")
+            raise refused(str(exc), title="Check the settings")
         except (TypeError, ValueError) as exc:
-            raise gr.Error(f"Invalid form value: {exc}", title="Check the settings")
+            raise refused(f"Invalid form value: {exc}", title="Check the settings")
         return config
 
     def start(dataset, data_path, gan, preset, batch_size, precision, device, steps,
@@ -203,14 +249,25 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
               checkpoint_every=TrainConfig.checkpoint_every, conditional=TrainConfig.conditional, key=""):
         require_host(key)
         if job.is_active():   # answer at once, before the settings are checked (a device probe can take seconds)
-            raise gr.Error(job.busy_message(), title="A run is going")
+            raise refused(job.busy_message(), title="A run is going")
         config = config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
                                   log_every, grid_every, checkpoint_every, conditional)
         try:
             run = job.start(config)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
-            raise gr.Error(str(exc), title="A run is going")
+            raise refused(str(exc), title="A run is going")
         return f"Started run `{run.name}`."
+
+    def estimate(gan, preset, batch_size, device, steps):
+        """Before Start: how long the chosen run takes here, and whether it will crawl."""
+        try:
+            config = TrainConfig(gan=str(gan), preset=str(preset), device=str(device),
+                                 batch_size=whole_number(batch_size, "Batch size", *INT_RANGES["batch_size"]),
+                                 steps=whole_number(steps, "Training length (steps)", *INT_RANGES["steps"]))
+            info = device_cache.get(device) if device in DEVICES else None
+            return estimate_note(config, info, job.runs_root) if info else ""
+        except ConfigError:
+            return ""    # Start says what to change; an estimate of invalid settings means nothing
 
     def stop(key=""):
         require_host(key)
@@ -235,9 +292,9 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
             steps = whole_number(resume_steps or 0, "Resume to step", *INT_RANGES["resume_steps"])
             run = job.resume(steps or None)
         except (ConfigError, ResumeRefused) as exc:
-            raise gr.Error(str(exc), title="Cannot resume")
+            raise refused(str(exc), title="Cannot resume")
         except JobBusy as exc:
-            raise gr.Error(str(exc), title="A run is going")
+            raise refused(str(exc), title="A run is going")
         return f"Resuming run `{run.name}` from its checkpoint."
 
     def use_upload(path):
@@ -247,7 +304,10 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         try:
             kept = uploads.keep_upload(path, TrainConfig.max_image_mb)
         except DatasetError as exc:
-            raise gr.Error(str(exc), title="Upload refused")
+            # Said in the dataset note and left there: raising would mark every output of this
+            # event (the Dataset dropdown, the folder box) as an error until each is dismissed.
+            log_refusal("Upload refused", str(exc))
+            return gr.skip(), gr.skip(), f"⚠️ Upload refused: {exc}"
         return "folder", kept["path"], kept["message"]
 
     def show_dataset(dataset, data_path):
@@ -274,6 +334,11 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                            "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path,
                            "host_key_required": bool(host_key)})
 
+    async def watch_api() -> AsyncIterator[dict]:
+        """The run's status once now, then once per change until it ends (for scripts that watch)."""
+        async for status in feed.changes():
+            yield status
+
     def on_run_end():
         """The live panel saw the run it watched end well: to the Sample tab (refreshed by show_on)."""
         return gr.Tabs(selected="sample")
@@ -298,62 +363,62 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         return views.join_html(page_url(request))
 
     with gr.Blocks(title="Blink: watch a GAN learn", delete_cache=(3600, 3600)) as demo:
-        gr.Markdown(elem_classes=["blink-host-only"], value="# Blink\nPick a dataset, press **Start**, and watch a GAN learn. "
+        gr.Markdown(elem_classes=["blink-host-only", "blink-intro"], value="# Blink\nPick a dataset, press **Start**, and watch a GAN learn. "
                     f"Device: **{info.name}**" + (f" — {info.notice}" if info.notice else "") +
                     ("\n\nOne run at a time: everyone who opens this page watches it live."
                      + (" Only the host (with the host key) can start or stop it." if host_key else "")))
         with gr.Tabs(selected="train") as tabs:
             with gr.Tab("Train", id="train"):
                 with gr.Column(elem_classes=["blink-host-only"]):   # hidden in the student view
-                    setup_note = gr.Markdown(elem_id="setup-note")
-                    with gr.Row():
-                        dataset = gr.Dropdown([(DATASET_LABELS[d], d) for d in DATASETS], value="bundled-mnist",
-                                              label="Dataset")
-                        data_path = gr.Textbox(label="Image folder or zip (for 'My images')", value="")
-                        gan = gr.Dropdown([(GAN_LABELS[g], g) for g in GANS], value="dcgan", label="GAN type")
-                        preset = gr.Dropdown(list(PRESETS), value="auto", label="Model size",
-                                             info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
-                    with gr.Row():
-                        batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size", minimum=1,
-                                               maximum=4096)
-                        precision = gr.Radio(precision_choices(info), value="fp32", label="Precision",
-                                             info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
-                        device = gr.Dropdown(list(DEVICES), value="auto", label="Device")
-                        steps = gr.Number(value=TrainConfig.steps, precision=0, label="Training length (steps)",
-                                          minimum=1, maximum=1_000_000)
-                    gr.Markdown(precision_notes(info), elem_id="precision-notes")
-                    with gr.Accordion("Dataset: upload your images, preview real ones", open=False):
+                    # Folded once a run starts: the run, not the form, is what the room watches.
+                    with gr.Accordion("Settings", open=True, elem_id="blink-settings") as settings:
+                        setup_note = gr.Markdown(elem_id="setup-note")
                         with gr.Row():
-                            upload = gr.File(label="Zip of PNG/JPEG images", file_types=[".zip"], type="filepath")
-                            with gr.Column():
-                                dataset_note = gr.Markdown(elem_id="dataset-note")
-                                preview = gr.Image(label="Real images from the dataset", format="png", type="numpy",
-                                                   interactive=False, elem_id="dataset-preview")
-                    with gr.Accordion("Advanced: labels; how often to log, draw a grid and save", open=False):
-                        conditional = gr.Radio(
-                            [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
-                             ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
-                            label="Labels", info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
-                                                 "class-conditional GAN by default: digits appear in about half the steps")
+                            dataset = gr.Dropdown([(DATASET_LABELS[d], d) for d in DATASETS], value="bundled-mnist",
+                                                  label="Dataset")
+                            data_path = gr.Textbox(label="Image folder or zip (for 'My images')", value="")
+                            gan = gr.Dropdown([(GAN_LABELS[g], g) for g in GANS], value="dcgan", label="GAN type")
+                            preset = gr.Dropdown(list(PRESETS), value="auto", label="Model size",
+                                                 info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
                         with gr.Row():
-                            log_every = gr.Number(value=TrainConfig.log_every, precision=0, minimum=1, label="Log every (steps)",
-                                                  info="also how often Stop/Pause are noticed")
-                            grid_every = gr.Number(value=TrainConfig.grid_every, precision=0, minimum=1,
-                                                   label="Grid every (steps)")
-                            checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0, minimum=1,
-                                                         label="Checkpoint every (steps)")
+                            batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size")
+                            precision = gr.Radio(precision_choices(info), value="fp32", label="Precision",
+                                                 info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
+                            device = gr.Dropdown(list(DEVICES), value="auto", label="Device")
+                            steps = gr.Number(value=TrainConfig.steps, precision=0, label="Training length (steps)")
+                        gr.Markdown(precision_notes(info), elem_id="precision-notes")
+                        with gr.Accordion("Dataset: upload your images, preview real ones", open=False):
+                            with gr.Row():
+                                upload = gr.File(label="Zip of PNG/JPEG images", file_types=[".zip"], type="filepath")
+                                with gr.Column():
+                                    dataset_note = gr.Markdown(elem_id="dataset-note")
+                                    preview = gr.Image(label="Real images from the dataset", format="png", type="numpy",
+                                                       interactive=False, elem_id="dataset-preview")
+                        with gr.Accordion("Advanced: labels; how often to log, draw a grid and save", open=False):
+                            conditional = gr.Radio(
+                                [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
+                                 ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
+                                label="Labels", info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
+                                                     "class-conditional GAN by default: digits appear in about half the steps")
+                            with gr.Row():
+                                log_every = gr.Number(value=TrainConfig.log_every, precision=0, label="Log every (steps)",
+                                                      info="loss points and status updates (Stop and Pause are heard within a second)")
+                                grid_every = gr.Number(value=TrainConfig.grid_every, precision=0,
+                                                       label="Grid every (steps)")
+                                checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0,
+                                                             label="Checkpoint every (steps)")
                     share = gr.Markdown(elem_id="share-link")
-                    with gr.Row():
-                        key = gr.Textbox(label="Host key", type="password", value="", visible=bool(host_key),
-                                         placeholder="only the host needs this", scale=2)
-                        resume_steps = gr.Number(value=0, precision=0, minimum=0, maximum=1_000_000, scale=1,
-                                                 label="Resume to step (0: the run's own length)")
-                    with gr.Row():
-                        start_button = gr.Button("Start", variant="primary")
-                        pause_button = gr.Button("Pause")
-                        resume_button = gr.Button("Resume")
-                        stop_button = gr.Button("Stop", variant="stop")
-                message = gr.Markdown(elem_classes=["blink-host-only"])
+                    resume_steps = gr.Number(value=0, precision=0, label="Resume to step (0: the run's own length)")
+                    estimate_note_md = gr.Markdown(elem_id="estimate")
+                # The host's controls: above the live panel once a run is presented (PAGE_CSS).
+                with gr.Row(elem_id="blink-controls", elem_classes=["blink-host-only"], equal_height=True):
+                    key = gr.Textbox(label="Host key", type="password", value="", visible=bool(host_key),
+                                     placeholder="only the host needs this", scale=2)
+                    start_button = gr.Button("Start", variant="primary")
+                    pause_button = gr.Button("Pause")
+                    resume_button = gr.Button("Resume")
+                    stop_button = gr.Button("Stop", variant="stop")
+                message = gr.Markdown(elem_id="blink-message", elem_classes=["blink-host-only"])
                 live = gr.HTML(LIVE_PANEL, js_on_load=_static("live.js"), css_template=_static("live.css"),
                                elem_id="live", apply_default_css=False)
                 join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
@@ -365,13 +430,21 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
                 checkpoint_every, conditional]
         query_form = [dataset, gan, preset, batch_size, precision, steps, device]   # QUERY_FIELDS order
-        start_button.click(start, form + [key], message, api_name="start")
+        start_button.click(start, form + [key], message, api_name="start").success(
+            lambda: gr.Accordion(open=False), None, settings, api_visibility="private", show_progress="hidden")
+        # A page opened (or reloaded) during a run presents the run, not the form.
+        demo.load(lambda: gr.Accordion(open=not job.is_active()), None, settings, api_visibility="private",
+                  show_progress="hidden")
+        estimate_inputs = [gan, preset, batch_size, device, steps]
+        gr.on([demo.load] + [c.change for c in estimate_inputs], estimate, estimate_inputs, estimate_note_md,
+              api_visibility="private", show_progress="hidden")
         stop_button.click(stop, key, message, api_name="stop", concurrency_limit=None)
         pause_button.click(pause, key, message, api_name="pause", concurrency_limit=None)
         resume_button.click(resume, [resume_steps, key], message, api_name="resume")
         live.click(on_run_end, None, tabs, api_visibility="private", show_progress="hidden")
         demo.load(join_link, None, join, api_visibility="private")
         gr.api(status_api, api_name="status", concurrency_limit=None)
+        gr.api(watch_api, api_name="watch", concurrency_limit=None)
         # The Sample tab is alive the moment the page opens, and shows the newest generators (the
         # live run's checkpoint, new runs to pick) whenever it is opened and when a run ends.
         sampler["show_on"]([demo.load, sample_page.select, live.click])
@@ -383,5 +456,5 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         gr.on([c.change for c in query_form], share_link, query_form, share, api_visibility="private",
               concurrency_limit=None, show_progress="hidden")
     demo.blink_job = job    # tests and app.py reach the job through the app
-    demo.blink_feed = LiveFeed(job)   # app.py mounts its routes (/live/...) when it launches
+    demo.blink_feed = feed    # app.py mounts its routes (/live/...) when it launches
     return demo

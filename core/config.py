@@ -109,7 +109,12 @@ class TrainConfig:
 
 
 def whole_number(value, name: str, low: int, high: int) -> int:
-    """A number from the page or a query string, checked here (clients can send anything)."""
+    """A number from the page or a query string, checked here (clients can send anything).
+
+    The page's number boxes have no minimum or maximum of their own, so that this message, which
+    names the field, is the one a student sees."""
+    if value is None or str(value).strip() == "":
+        raise ConfigError(f"{name} is empty: type a whole number from {low:,} to {high:,}.")
     try:
         number = float(value)
     except (TypeError, ValueError):

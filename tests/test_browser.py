@@ -72,7 +72,7 @@ def test_host_and_students_watch_one_run_then_sample_tab(tmp_path):
             # The host lands on Sample with fresh samples from the run's final generator.
             expect(host.get_by_role("tab", name="Sample")).to_have_attribute("aria-selected", "true",
                                                                              timeout=400_000)
-            expect(host.get_by_text("generator from step 150")).to_be_visible(timeout=30_000)
+            expect(host.locator("#sample-caption")).to_contain_text("at step 150", timeout=30_000)
             host.get_by_role("tab", name="Train").click()
             for page, before in zip(viewers, early):
                 final = panel_state(page)
