@@ -27,7 +27,7 @@ from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed
 from core import data, devices, uploads
 from core.data import DatasetError
-from core.rundir import FINAL_STATES, grid_image
+from core.rundir import FINAL_STATES, DiskRefused, grid_image
 from core.config import (DATASETS, DEVICES, GANS, PRECISIONS, PRESETS, ConfigError, TrainConfig, validate,
                          whole_number)
 
@@ -248,7 +248,9 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
               log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
               checkpoint_every=TrainConfig.checkpoint_every, conditional=TrainConfig.conditional, key=""):
         require_host(key)
-        if job.is_active():   # answer at once, before the settings are checked (a device probe can take seconds)
+        # Answered at once, before the settings are checked (a device probe can take seconds). A
+        # trainer that has written its final status may take a moment to exit: job.start waits.
+        if job.is_active() and job.snapshot().status.get("state") not in FINAL_STATES:
             raise refused(job.busy_message(), title="A run is going")
         config = config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
                                   log_every, grid_every, checkpoint_every, conditional)
@@ -256,6 +258,8 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
             run = job.start(config)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
             raise refused(str(exc), title="A run is going")
+        except DiskRefused as exc:
+            raise refused(str(exc), title="Cannot start")
         return f"Started run `{run.name}`."
 
     def estimate(gan, preset, batch_size, device, steps):
