@@ -31,6 +31,7 @@ import json
 import os
 import random
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -197,6 +198,7 @@ def client_main(url: str, workers: int, out: str, max_entries: int) -> None:
         stop.wait(0.5)
     with lock, open(out, "w") as f:
         json.dump({"kinds": result, "skipped": skipped}, f)
+    shutil.rmtree(scratch, ignore_errors=True)
     os._exit(0)   # in-flight predictions hold non-daemon executor threads: do not wait for them
 
 
