@@ -50,6 +50,20 @@ def quiet_queue_when_idle(demo) -> None:
     demo._queue.progress_update_sleep_when_free = 0.25
 
 
+def share_the_cores_with_the_trainer() -> None:
+    """The UI process's own torch work (sampling for a viewer) uses one thread: the trainer's two
+    threads run 5-6x slower when anything takes one of the two cores (bench/README.md). And glibc
+    gives each thread that allocates its own malloc arena, where freed memory stays: Gradio's
+    worker threads grew the app past 1.5 GB in the issue-13 soak. Two arenas bound that."""
+    import ctypes
+    import torch
+    torch.set_num_threads(1)
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-8, 2)   # M_ARENA_MAX (glibc only; elsewhere nothing to do)
+    except (OSError, AttributeError):
+        pass
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Blink: watch a GAN learn.")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
@@ -75,6 +89,7 @@ def main() -> None:
     share = page_needs_share_link(args.share, args.no_share)
     host_key = args.host_key or room_host_key(args.host, share)
 
+    share_the_cores_with_the_trainer()
     from app.job import Job
     from app.ui import PAGE_CSS, build_app
     from core.config import TrainConfig

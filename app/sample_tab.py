@@ -37,6 +37,7 @@ import torch
 
 from core.config import ConfigError, whole_number
 from core.data import DatasetError
+from app import viewer_work
 from app.errors import refused
 from app.job import SHIPPED_GENERATOR
 from core import sample as sampling
@@ -98,12 +99,15 @@ def for_viewer(handler):
     The viewer's choice is set in a context variable for this one call (private to the thread that
     runs it, and reset after), so `current_dir()` under any handler sees it without every handler
     taking it as a parameter."""
-    def handle(view, *inputs):
+    def call(view, *inputs):
         token = _VIEWED.set(view or FOLLOW)
         try:
             return handler(*inputs)
         finally:
             _VIEWED.reset(token)
+
+    def handle(view, *inputs):
+        return viewer_work.run(call, view, *inputs)   # behind the trainer, a few at a time
     # Gradio reads the signature to check the inputs and to name the API's parameters.
     handle.__signature__ = inspect.Signature([inspect.Parameter("view", inspect.Parameter.POSITIONAL_ONLY),
                                               *inspect.signature(handler).parameters.values()])
@@ -491,7 +495,14 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         files = [os.path.join(directory, n) for n in ("generator.safetensors", "generator.json")]
         if not all(os.path.exists(f) for f in files):
             raise refused("No generator has been saved yet.")
-        return files
+        # Copied into this tab's own output folder: Gradio serves only files under the temp folder
+        # or the app's folder, and BLINK_RUNS_DIR may be anywhere (a /data disk, a private TMPDIR).
+        copies = []
+        for path in files:
+            copy = out_path(os.path.basename(path))
+            shutil.copyfile(path, copy)
+            copies.append(copy)
+        return copies
 
     def upload_generator(files, key=""):
         if require_host:   # the generator everyone on the server samples from: the host's to change

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
-from app import sample_tab, views
+from app import sample_tab, viewer_work, views
 from app.errors import log_refusal, refused
 from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed
@@ -302,6 +302,9 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         return f"Resuming run `{run.name}` from its checkpoint."
 
     def use_upload(path):
+        return viewer_work.run(check_upload, path)
+
+    def check_upload(path):
         """Check an uploaded zip on the server (size, entries, images) and train from it."""
         if not path:
             return gr.skip(), gr.skip(), gr.skip()
@@ -315,6 +318,9 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         return "folder", kept["path"], kept["message"]
 
     def show_dataset(dataset, data_path):
+        return viewer_work.run(preview_dataset, dataset, data_path)
+
+    def preview_dataset(dataset, data_path):
         """What the chosen dataset holds, and a grid of its real images, before training."""
         try:
             data_path = check_data_path(str(dataset), data_path)

@@ -22,6 +22,8 @@ Viewer kinds:
 
     python bench/bench_viewers.py --kind sse --counts 0 10 30 50 --window 60
     python bench/bench_viewers.py --kind browser --counts 0 10 30 50 --window 60
+    python bench/bench_viewers.py --kind browser --replay --counts 0 10 30 50 --window 45
+        # the run's writes replayed at the default run's pace: pages cannot slow the changes
     python bench/bench_viewers.py --idle 30                  # the server with no page and no run
     python bench/bench_viewers.py --kind sse --soak 600 --counts 50   # memory and errors over 10 min
     BLINK_BENCH_CLIENTS=normal python bench/bench_viewers.py --kind sse --soak 600 --counts 50
@@ -213,6 +215,41 @@ def client_main(url: str, kind: str, count: int, runs_root: str, out: str) -> No
         thread.join(30 if kind == "browser" else 2)
     with lock, open(out, "w") as f:
         json.dump(result, f)
+    os._exit(0)   # gradio_client's own threads (its stream readers) would keep the process alive
+
+
+# ---- a replayed run: the trainer's writes without the trainer's CPU ------------------------------
+REPLAY_STEPS_PER_S = 22.0    # the default CPU run on this machine (the 0-viewer rows above)
+
+
+def replay_main(run_path: str) -> None:
+    """Write into a run directory what the default run writes, at its rate: a status and a loss
+    point every 25 steps, grids on the trainer's schedule, a quality point every 200 steps.
+
+    With pages on the same two cores as a real trainer, the pages' own rendering slows the run
+    and so the changes the server sends (bench/README.md); replayed, the writes keep their pace
+    whatever the pages do, so the server's cost per page is that of watching a full-speed run."""
+    import numpy as np
+    from core.config import TrainConfig
+    from core.rundir import RunDir
+    from core.train import grid_due
+    run, config, rng = RunDir(run_path), TrainConfig(steps=1_000_000), np.random.default_rng(0)
+    started, step = time.time(), 0
+    while True:
+        step += 1
+        time.sleep(max(0.0, started + step / REPLAY_STEPS_PER_S - time.time()))
+        if grid_due(step, config):
+            run.save_grid(rng.uniform(-1, 1, (60, 1, 28, 28)).astype(np.float32), step, columns=10)
+        if step == 1 or step % config.log_every == 0:
+            run.append_event({"step": step, "time": round(time.time() - started, 3),
+                              **{k: float(rng.uniform(0.2, 1.5)) for k in ("loss_d", "loss_g", "d_real", "d_fake")}})
+            run.write_status("running", "Training...", step=step, steps=config.steps, pid=os.getpid(), gan="dcgan",
+                             device="CPU (2 cores)", device_kind="cpu", cores=1, preset="fast", classes=10,
+                             steps_per_second=REPLAY_STEPS_PER_S, images_per_second=REPLAY_STEPS_PER_S * 128,
+                             seconds_left=(config.steps - step) / REPLAY_STEPS_PER_S, elapsed=time.time() - started)
+        if step % 200 == 0:
+            run.append_event({"step": step, "time": round(time.time() - started, 3),
+                              "quality_fd": float(rng.uniform(10, 100)), "quality_confident": 0.5})
 
 
 # ---- the driver ----------------------------------------------------------------------------
@@ -268,6 +305,9 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--replayer":
+        replay_main(sys.argv[2])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kind", choices=("sse", "status", "gradio", "watch", "browser"), default="sse")
     parser.add_argument("--counts", type=int, nargs="+", default=[0, 10, 30, 50])
@@ -275,8 +315,17 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=0.0, help="only measure an idle server for this long")
     parser.add_argument("--soak", type=float, default=0.0, help="one long window at the last count")
     parser.add_argument("--port", type=int, default=7931)
+    parser.add_argument("--replay", action="store_true",
+                        help="no trainer: a replayer writes the default run's files at its pace (see replay_main)")
     args = parser.parse_args()
     runs_root = tempfile.mkdtemp(prefix="bench-viewers-")
+    replayer = None
+    if args.replay:   # the run exists before the app starts, so the app attaches to it as its current run
+        from core.config import TrainConfig
+        from core.rundir import RunDir
+        run = RunDir.create(TrainConfig(steps=1_000_000), runs_root)
+        replayer = subprocess.Popen([sys.executable, __file__, "--replayer", run.path], cwd=ROOT)
+        time.sleep(3)
     app, url = start_app(runs_root, args.port)
     try:
         time.sleep(15)   # the warm standby trainer finishes its imports
@@ -286,8 +335,9 @@ def main() -> None:
                   f"RSS {row['rss_mb']:.0f} MB")
             return
         from gradio_client import Client
-        Client(url, verbose=False).predict("bundled-mnist", "", "dcgan", "auto", 128, "fp32", "auto", 1_000_000,
-                                           api_name="/start")
+        if not args.replay:
+            Client(url, verbose=False).predict("bundled-mnist", "", "dcgan", "auto", 128, "fp32", "auto", 1_000_000,
+                                               api_name="/start")
         while status(url).get("state") != "running":
             time.sleep(0.5)
         time.sleep(5)
@@ -304,7 +354,8 @@ def main() -> None:
             rows.append(row)
             print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
         priority = "normal" if os.environ.get("BLINK_BENCH_CLIENTS") == "normal" else "idle"
-        print(f"\n{args.kind} viewers, {seconds:.0f} s windows, default run (batch 128, CPU); scripted clients at "
+        run_kind = "a replayed default run (no trainer)" if args.replay else "default run (batch 128, CPU)"
+        print(f"\n{args.kind} viewers, {seconds:.0f} s windows, {run_kind}; scripted clients at "
               f"{priority} CPU priority, browsers at normal")
         print("| viewers | server ms/s | per viewer ms/s | trainer steps/s | ratio | loss p95 s | grid p95 s | "
               "errors | server RSS MB |")
@@ -315,6 +366,8 @@ def main() -> None:
                   f"{r['steps_per_s']:.2f} | {cell(r['trainer_ratio'], '{:.3f}')} | {cell(r.get('status_p95_s'))} | "
                   f"{cell(r.get('grid_p95_s'))} | {r.get('errors', 0)} | {r['rss_mb']:.0f} |")
     finally:
+        if replayer is not None:
+            replayer.kill()
         app.send_signal(signal.SIGINT)
         try:
             app.wait(90)
