@@ -20,6 +20,7 @@ from dataclasses import fields
 
 from core.config import ConfigError, TrainConfig, validate
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, pid_alive, writable_problem
+from core.step import GanStep
 
 GRID_SIZE = 64        # the seed's 64 fixed noise vectors
 DIVERGED_LOGS = 40    # consecutive log points with D winning outright before we warn
@@ -260,9 +261,8 @@ class Loop:
         fused = {"fused": True} if info.kind in ("cpu", "cuda") else {}
         self.opt_g = torch.optim.Adam(self.G.parameters(), lr=config.lr_g, betas=betas, **fused)
         self.opt_d = torch.optim.Adam(self.D.parameters(), lr=config.lr_d, betas=betas, **fused)
-        self.scaler_g = self.rt.make_scaler(config.precision)
-        self.scaler_d = self.rt.make_scaler(config.precision)
-        self.loss = losses.make_loss(config.gan, config.gp_weight)
+        self.train_step = GanStep(self.G, self.D, self.opt_g, self.opt_d, losses.make_loss(config.gan, config.gp_weight),
+                                  self.rt, config.n_critic, config.z_dim, config.precision)
 
         # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device.
         cpu_noise = torch.Generator().manual_seed(config.seed)
@@ -283,8 +283,6 @@ class Loop:
         self.values_finite = True
         self.d_wins_streak = 0
         self.warning = ""
-        self.data_seconds = 0.0
-        _install_nan_fault(self)
         self.quality, self._make_quality = None, None
         if self.master and config.quality_every:
             from core import quality
@@ -310,7 +308,7 @@ class Loop:
         self.D.load_state_dict(state["D"])
         self.opt_g.load_state_dict(state["opt_g"])
         self.opt_d.load_state_dict(state["opt_d"])
-        for scaler, key in ((self.scaler_g, "scaler_g"), (self.scaler_d, "scaler_d")):
+        for scaler, key in ((self.train_step.scaler_g, "scaler_g"), (self.train_step.scaler_d, "scaler_d")):
             if scaler is not None and state.get(key):
                 scaler.load_state_dict(state[key])
         self.fixed_noise = state["fixed_noise"]
@@ -333,43 +331,17 @@ class Loop:
             "elapsed": self.elapsed_before + (time.perf_counter() - self.t_start),
             "G": g_state, "D": rt.cpu_state_dict(self.D),
             "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
-            "scaler_g": self.scaler_g.state_dict() if self.scaler_g else None,
-            "scaler_d": self.scaler_d.state_dict() if self.scaler_d else None,
+            **{key: scaler.state_dict() if scaler else None for key, scaler in
+               (("scaler_g", self.train_step.scaler_g), ("scaler_d", self.train_step.scaler_d))},
             "fixed_noise": self.fixed_noise,
         })
         meta = {"spec": self.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
                 "preset": self.preset, "format": "blink-generator-v1"}
         self.run_dir.save_generator(g_state, meta)
 
-    # ---- one generator update ------------------------------------------------------------
     def step(self) -> dict:
-        """n_critic discriminator updates, then one generator update. Returns tensors only.
-
-        The critic schedule is a Python loop over a fixed count, not a tensor condition, so
-        XLA traces the same graph every step (fixed phases).
-        """
-        import torch
-        cfg, rt = self.config, self.rt
-        for _ in range(cfg.n_critic):
-            t0 = time.perf_counter()
-            real, labels = self.stream.next_with_labels()
-            self.data_seconds += time.perf_counter() - t0
-            z = torch.randn(cfg.batch_size, cfg.z_dim, 1, 1, device=rt.device)
-            with rt.autocast(cfg.precision):
-                fake = self.G(z, labels)   # a conditional G draws the real batch's classes
-                loss_d, stats = self.loss.discriminator_loss(self.D, real, fake, labels)
-            self.opt_d.zero_grad(set_to_none=True)
-            rt.backward_and_step(loss_d, self.opt_d, self.scaler_d)
-        # The generator learns from the last critic step's fake batch, as in the seed's DCGAN.
-        # D's weight gradients are not needed for G's update (D's next step starts from zero):
-        # freezing D here skips computing them.
-        self.D.requires_grad_(False)
-        with rt.autocast(cfg.precision):
-            loss_g, g_stats = self.loss.generator_loss(self.D, fake, labels)
-        self.opt_g.zero_grad(set_to_none=True)
-        rt.backward_and_step(loss_g, self.opt_g, self.scaler_g)
-        self.D.requires_grad_(True)
-        return {"loss_d": loss_d.detach(), "loss_g": loss_g.detach(), **stats, **g_stats}
+        """One generator update (core/step.py GanStep) on this replica's batches; tensors only."""
+        return self.train_step(self.stream)
 
     # ---- the loop --------------------------------------------------------------------------
     def run(self) -> None:
@@ -414,9 +386,8 @@ class Loop:
         self.agreed = {k: values.pop(k) > 0 for k in CONTROL_FLAGS}
         self.values_finite = all(math.isfinite(v) for v in values.values())
         self.last_values = values
-        if "d_real" in values and self.config.gan == "dcgan":
-            won = values["d_real"] > 0.99 and values["d_fake"] < 0.01
-            self.d_wins_streak = self.d_wins_streak + 1 if won else 0
+        if self.config.gan == "dcgan":
+            self.d_wins_streak = self.d_wins_streak + 1 if d_has_won(values) else 0
         if self.master:
             event = {"step": step, "time": round(self._elapsed(), 3), **_rounded(values)}
             if self.rt.is_xla:   # the graph counters, read after this step's graph ran
@@ -424,17 +395,11 @@ class Loop:
             self._replica0_work("writing the loss log", lambda: self.run_dir.append_event(event))
 
     def _after_log(self) -> None:
-        cfg = self.config
-        if not self.values_finite:
-            bad = ", ".join(k for k, v in self.last_values.items() if not math.isfinite(v))
-            kept = (f"The last good checkpoint (step {self.saved_step}) is kept."
-                    if self.saved_step else "No checkpoint had been saved yet.")
-            advice = ("fp16 overflowed: train in fp32 or bf16. " if cfg.precision == "fp16" else "")
-            raise Stop("failed", f"Training diverged at step {self.step_count}: {bad} became NaN or infinite. {kept} "
-                                 f"{advice}Try a lower learning rate, or WGAN-GP, which is more stable.")
+        diverged = divergence_message(self.last_values, self.step_count, self.saved_step, self.config.precision)
+        if diverged:
+            raise Stop("failed", diverged)
         if self.d_wins_streak == DIVERGED_LOGS:
-            self.warning = ("The discriminator has won outright for a long stretch (D(x)~1, D(G(z))~0): the "
-                            "generator gets no useful gradient. Consider restarting with WGAN-GP or hinge loss.")
+            self.warning = D_WINS_WARNING
         self._act_on(self.agreed)
         if self.agreed["control_pause"]:
             self._pause()
@@ -542,7 +507,7 @@ class Loop:
             "graph_executions": rt.execution_count(), "all_reduces": rt.all_reduce_count(),
             "compile_seconds": round(rt.compile_seconds(), 2) if rt.is_xla else None,
             "matmul_precision": self.matmul_precision,
-            "data_wait_share": round(self.data_seconds / elapsed, 4) if elapsed > 0 else None,
+            "data_wait_share": round(self.train_step.data_seconds / elapsed, 4) if elapsed > 0 else None,
             "data_load_seconds": round(self.data_load_seconds, 2),
             "unreadable_images_skipped": self.images_skipped,
             "first_step_seconds": round(self.first_step_seconds, 2) if self.first_step_seconds else None,
@@ -591,49 +556,34 @@ class Loop:
         self.run_dir.clear_request()
 
 
+# ---- rules on the logged values (pure: unit-tested without a Loop) -----------------------
+D_WINS_WARNING = ("The discriminator has won outright for a long stretch (D(x)~1, D(G(z))~0): the generator "
+                  "gets no useful gradient. Consider restarting with WGAN-GP or hinge loss.")
+
+
+def d_has_won(values: dict) -> bool:
+    """A non-saturating D that calls the real images real and the fakes fake, outright (D(x), D(G(z))
+    are probabilities only for that loss: the caller asks for dcgan runs only)."""
+    return "d_real" in values and values["d_real"] > 0.99 and values["d_fake"] < 0.01
+
+
+def divergence_message(values: dict, step: int, saved_step: int, precision: str) -> str | None:
+    """What a student reads when a logged value is NaN or infinite (None while all are finite):
+    which values, what is kept, what to change."""
+    bad = ", ".join(k for k, v in values.items() if not math.isfinite(v))
+    if not bad:
+        return None
+    kept = (f"The last good checkpoint (step {saved_step}) is kept." if saved_step
+            else "No checkpoint had been saved yet.")
+    advice = "fp16 overflowed: train in fp32 or bf16. " if precision == "fp16" else ""
+    return (f"Training diverged at step {step}: {bad} became NaN or infinite. {kept} "
+            f"{advice}Try a lower learning rate, or WGAN-GP, which is more stable.")
+
+
 def grid_due(step: int, cfg: TrainConfig) -> bool:
     """Grids at step 1, every EARLY_GRID_EVERY steps at first, then every grid_every, and at the end."""
     early = step <= EARLY_GRID_STEPS and step % min(EARLY_GRID_EVERY, cfg.grid_every) == 0
     return step == 1 or early or step % cfg.grid_every == 0 or step == cfg.steps
-
-
-# ---- test hook: a forced divergence through the real code path ---------------------------
-FAULT_NAN_ENV = "BLINK_FAULT_NAN_AT_STEP"
-
-
-class _NanAtStep:
-    """Wraps the batch stream: the real batch(es) of step N come out as NaN (a test hook).
-
-    Set BLINK_FAULT_NAN_AT_STEP=N (N >= 2) in the trainer's environment and the step N batch is
-    poisoned; the losses become NaN and the loop's own divergence check ends the run at the next
-    log step, exactly as a real divergence would. Not a config field: it never reaches a
-    checkpoint, so a resumed run is not poisoned again unless the variable is still set.
-    """
-
-    def __init__(self, stream, loop, at_step: int):
-        self._stream, self._loop, self._at = stream, loop, at_step
-
-    def __iter__(self):
-        return self
-
-    def next_with_labels(self):
-        batch, labels = self._stream.next_with_labels()
-        if self._loop.step_count + 1 == self._at:   # step_count is incremented after the step
-            batch = batch * float("nan")
-        return batch, labels
-
-    def __next__(self):
-        return self.next_with_labels()[0]
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
-def _install_nan_fault(loop) -> None:
-    """Wrap the loop's batch stream if the test hook asks for a NaN at a step still to come."""
-    value = os.environ.get(FAULT_NAN_ENV, "").strip()
-    if value.isdigit() and int(value) > loop.step_count:
-        loop.stream = _NanAtStep(loop.stream, loop, int(value))
 
 
 def _as_tensor(step: int, like: dict):
@@ -671,10 +621,25 @@ def _parser() -> argparse.ArgumentParser:
         # From the annotation ("int | None" is an int flag), not the default: a None default says nothing.
         kind = {"int": int, "float": float, "str": str}[str(f.type).split(" ")[0]]
         parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=kind, default=default,
-                            help=f"(default: {default})")
+                            help=_flag_help(f.metadata, default))
     parser.add_argument("--run-dir", help="run directory to create (default: runs/<time>-<gan>-<dataset>)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped or finished run")
     return parser
+
+
+def _flag_help(spec: dict, default) -> str:
+    """A flag's help from its TrainConfig field: what it is, its choices or range, its default.
+    The choices are listed, not enforced by argparse: validate() refuses a wrong one with the
+    message the page shows too."""
+    text = spec["help"]
+    if spec["choices"]:
+        text += "; one of: " + ", ".join(spec["choices"])
+    elif spec["range"]:
+        low, high = spec["range"]
+        text += f"; {low:,} to {high:,}" if high is not None else f"; at least {low:,}"
+    if default not in (None, ""):
+        text += f" (default: {default})"
+    return text.replace("%", "%%")   # argparse formats help with %
 
 
 def main(argv: list[str] | None = None) -> int:

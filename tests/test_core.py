@@ -171,6 +171,58 @@ def test_cli_refuses_a_bad_config_before_training(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_cli_help_the_page_and_validate_hold_each_fields_declared_choices_and_limits(tmp_path):
+    """Choices and ranges are declared once, on the TrainConfig fields: --help lists them, and
+    validate, the page's number checks and its query-string presets keep the same limits."""
+    from dataclasses import fields
+    from app.ui import CHOICE_FIELDS, setup_from_query
+    from core.config import form_number, spec
+    # Wide enough that argparse does not wrap a help text (it breaks "wgan-gp" at the hyphen); one
+    # entry per flag, its help after the flag's name on the same line or the next.
+    help_text = subprocess.run([sys.executable, "-m", "core.train", "--help"], cwd=ROOT, capture_output=True,
+                               text=True, check=True, env={**os.environ, "COLUMNS": "500"}).stdout
+    flag_help = [" ".join(entry.split()) for entry in help_text.split("\n  --")]
+    declared = {f.name: f.metadata for f in fields(TrainConfig)}
+    choice_fields = [name for name, meta in declared.items() if meta["choices"]]
+    assert {"dataset", "gan", "preset", "precision", "device"} <= set(choice_fields)
+    for name, meta in declared.items():
+        line = next(entry for entry in flag_help if entry.startswith(f"{name.replace('_', '-')} "))
+        if meta["choices"]:
+            assert "one of: " + ", ".join(meta["choices"]) in line
+            with pytest.raises(ConfigError, match=f"'nonsense' is not supported; choose one of: "
+                                                  f"{', '.join(meta['choices'])}"):
+                validate(TrainConfig(**{name: "nonsense"}))
+        if meta["range"]:
+            low, high = meta["range"]
+            assert (f"{low:,} to {high:,}" if high is not None else f"at least {low:,}") in line
+            validate(TrainConfig(**{name: low}))
+            with pytest.raises(ConfigError, match=name):
+                validate(TrainConfig(**{name: low - 1}))
+            if high is not None:
+                validate(TrainConfig(**{name: high}))
+                with pytest.raises(ConfigError, match=f"{name} must be between {low:,} and {high:,}"):
+                    validate(TrainConfig(**{name: high + 1}))
+    for name in ("batch_size", "steps", "log_every", "grid_every", "checkpoint_every"):   # the page's boxes
+        low, high = spec(name)["range"]
+        assert form_number(str(high), name) == high
+        with pytest.raises(ConfigError, match=f"{spec(name)['label']} must be between {low:,} and {high:,}"):
+            form_number(str(high + 1), name)
+    for name, choices in CHOICE_FIELDS.items():                  # "Share this setup" links
+        assert choices == spec(name)["choices"]
+        assert all(setup_from_query({name: choice}) == ({name: choice}, []) for choice in choices)
+    for name in ("batch_size", "steps"):
+        high = spec(name)["range"][1]
+        assert setup_from_query({name: str(high)}) == ({name: high}, [])
+        values, notes = setup_from_query({name: str(high + 1)})
+        assert values == {} and f"must be between 1 and {high:,}" in notes[0]
+    # The CLI refuses past a limit with validate's message, before it writes anything.
+    high = spec("log_every")["range"][1]
+    result = subprocess.run([sys.executable, "-m", "core.train", "--log-every", str(high + 1),
+                             "--run-dir", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and f"log_every must be between 1 and {high:,}" in result.stderr
+    assert not (tmp_path / "r").exists()
+
+
 def test_cli_trains_then_sample_cli_writes_images(tmp_path):
     run_path = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "core.train", "--steps", "30", "--batch-size", "32", "--log-every", "10",
@@ -196,3 +248,44 @@ def test_cli_trains_then_sample_cli_writes_images(tmp_path):
     images = np.load(out)
     assert images.shape == (5, 1, 28, 28) and images.dtype == np.float32
     assert images.min() >= -1 and images.max() <= 1 and images.std() > 0.01
+
+
+# ---- the trainer's rules on logged values, without a Loop --------------------------------------
+def test_d_has_won_only_when_it_calls_both_batches_outright():
+    from core.train import d_has_won
+    assert d_has_won({"loss_d": 0.01, "d_real": 0.999, "d_fake": 0.001})
+    assert not d_has_won({"d_real": 0.999, "d_fake": 0.02})      # fakes still fool it sometimes
+    assert not d_has_won({"d_real": 0.98, "d_fake": 0.001})
+    assert not d_has_won({"wasserstein": 5.0, "gp": 0.1})         # a critic reports no probabilities
+
+
+def test_divergence_message_names_the_values_what_is_kept_and_what_to_change():
+    from core.train import divergence_message
+    assert divergence_message({"loss_d": 0.7, "loss_g": 1.2}, 15, 10, "fp32") is None
+    message = divergence_message({"loss_d": 0.7, "loss_g": float("nan"), "d_fake": float("inf")}, 15, 10, "fp16")
+    assert "diverged at step 15: loss_g, d_fake became NaN or infinite" in message
+    assert "last good checkpoint (step 10) is kept" in message and "train in fp32 or bf16" in message
+    message = divergence_message({"loss_d": float("nan")}, 3, 0, "fp32")
+    assert "No checkpoint had been saved yet" in message and "fp16" not in message
+
+
+def test_gan_step_updates_d_n_critic_times_then_g_with_d_frozen():
+    """The one production step on the real models and losses, with no Loop around it."""
+    from core import data, devices, losses
+    from core.step import GanStep
+    torch.manual_seed(0)
+    G, D = build("wgan-gp", "fast", 1, 28, 16)
+    opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+    step = GanStep(G, D, opt_g, opt_d, losses.make_loss("wgan-gp"), devices.Runtime(devices.probe("cpu")),
+                   n_critic=3, z_dim=16)
+    stream = data.BatchStream(data.load("bundled-mnist").images, 8, torch.device("cpu"), seed=0)
+    d_grads = []   # D's gradients as each optimizer step sees them
+    opt_d.register_step_post_hook(lambda *_: d_grads.append([p.grad.clone() for p in D.parameters()]))
+    opt_g.register_step_post_hook(lambda *_: d_grads.append([p.grad for p in D.parameters()]))
+    values = step(stream)
+    assert len(d_grads) == 4                                    # 3 critic updates, then G's
+    # G's update added nothing to D's gradients (D frozen): they are still the last critic step's.
+    assert all(torch.equal(a, b) for a, b in zip(d_grads[2], d_grads[3]))
+    assert all(p.requires_grad for p in D.parameters())         # unfrozen for the next critic step
+    assert set(values) == {"loss_d", "loss_g", "wasserstein", "gp"}
+    assert all(isinstance(v, torch.Tensor) and not v.requires_grad for v in values.values())
