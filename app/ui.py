@@ -27,9 +27,11 @@ from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed
 from core import data, devices, uploads
 from core.data import DatasetError
-from core.rundir import FINAL_STATES, DiskRefused, grid_image
-from core.config import (DATASETS, DEVICES, GANS, PRECISIONS, PRESETS, ConfigError, TrainConfig, validate,
-                         whole_number)
+from core.images import grid_image
+from core.rundir import FINAL_STATES, DiskRefused
+from core import gans
+from core.config import (DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError, TrainConfig, form_number, spec,
+                         validate, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
 LIVE_PANEL = """
@@ -64,7 +66,6 @@ def _static(name: str) -> str:
     with open(os.path.join(STATIC, name)) as f:
         return f.read()
 
-GAN_LABELS = {"dcgan": "DCGAN (non-saturating)", "wgan-gp": "WGAN-GP", "hinge": "Hinge + spectral norm (SNGAN)"}
 DATASET_LABELS = {"bundled-mnist": "MNIST (bundled, offline)", "mnist": "MNIST (full, torchvision)",
                   "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "celeba": "CelebA 64x64",
                   "folder": "My images (folder or zip)"}
@@ -106,8 +107,7 @@ def dataset_size(dataset: str, data_path: str) -> int | None:
 
 # URL query parameters that may preset the form (a teacher's "Share this setup" link).
 QUERY_FIELDS = ("dataset", "gan", "preset", "batch_size", "precision", "steps", "device")
-CHOICE_FIELDS = {"dataset": DATASETS, "gan": GANS, "preset": PRESETS, "precision": PRECISIONS, "device": DEVICES}
-INT_RANGES = {"batch_size": (1, 4096), "steps": (1, 1_000_000), "resume_steps": (0, 1_000_000)}
+CHOICE_FIELDS = {name: spec(name)["choices"] for name in QUERY_FIELDS if spec(name)["choices"]}
 
 
 def setup_from_query(params: dict) -> tuple[dict, list[str]]:
@@ -124,7 +124,7 @@ def setup_from_query(params: dict) -> tuple[dict, list[str]]:
                 notes.append(f"`{key}={raw[:40]}` ignored: choose one of {', '.join(CHOICE_FIELDS[key])}.")
         else:
             try:
-                values[key] = whole_number(raw, key, *INT_RANGES[key])
+                values[key] = whole_number(raw, key, *spec(key)["range"])
             except ConfigError as exc:
                 notes.append(f"`{key}={raw[:40]}` ignored: {exc}")
     return values, notes
@@ -184,7 +184,7 @@ def estimate_note(config: TrainConfig, info: devices.DeviceInfo, runs_root: str)
     measured = measured_images_per_second(runs_root, info.kind, preset, config.gan)
     speed, source = measured, "measured on this server"
     if measured is None and info.kind == "cpu" and preset == "fast":
-        speed, source = CPU_FAST_IMAGES_PER_SECOND / (2.5 if config.gan == "wgan-gp" else 1), "rough"
+        speed, source = CPU_FAST_IMAGES_PER_SECOND / gans.get(config.gan).cpu_cost, "rough"
     if speed is None:
         return "Time estimate: shown once the run has measured its speed."
     per_step = config.batch_size * n_critic / speed   # replicas run in parallel, each its own batch
@@ -227,12 +227,11 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                          conditional=TrainConfig.conditional) -> TrainConfig:
         try:
             config = TrainConfig(dataset=str(dataset), data_path=check_data_path(str(dataset), data_path), gan=str(gan),
-                                 preset=str(preset), conditional=str(conditional), batch_size=whole_number(batch_size, "Batch size", *INT_RANGES["batch_size"]),
-                                 precision=str(precision), device=str(device),
-                                 steps=whole_number(steps, "Training length (steps)", *INT_RANGES["steps"]),
-                                 log_every=whole_number(log_every, "Log every", 1, 100_000),
-                                 grid_every=whole_number(grid_every, "Grid every", 1, 100_000),
-                                 checkpoint_every=whole_number(checkpoint_every, "Checkpoint every", 1, 1_000_000))
+                                 preset=str(preset), conditional=str(conditional), batch_size=form_number(batch_size, "batch_size"),
+                                 precision=str(precision), device=str(device), steps=form_number(steps, "steps"),
+                                 log_every=form_number(log_every, "log_every"),
+                                 grid_every=form_number(grid_every, "grid_every"),
+                                 checkpoint_every=form_number(checkpoint_every, "checkpoint_every"))
             if device not in DEVICES:   # checked before the probe, which would run for any string
                 raise ConfigError(f"Device '{device}' is not supported; choose one of: {', '.join(DEVICES)}.")
             validate(config)            # static checks first: cheap, and before any probe
@@ -266,8 +265,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         """Before Start: how long the chosen run takes here, and whether it will crawl."""
         try:
             config = TrainConfig(gan=str(gan), preset=str(preset), device=str(device),
-                                 batch_size=whole_number(batch_size, "Batch size", *INT_RANGES["batch_size"]),
-                                 steps=whole_number(steps, "Training length (steps)", *INT_RANGES["steps"]))
+                                 batch_size=form_number(batch_size, "batch_size"), steps=form_number(steps, "steps"))
             info = device_cache.get(device) if device in DEVICES else None
             return estimate_note(config, info, job.runs_root) if info else ""
         except ConfigError:
@@ -293,7 +291,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                 return job.request("resume")
             return "The run is training already (Resume continues a paused or stopped run)."
         try:
-            steps = whole_number(resume_steps or 0, "Resume to step", *INT_RANGES["resume_steps"])
+            steps = whole_number(resume_steps or 0, "Resume to step", 0, spec("steps")["range"][1])
             run = job.resume(steps or None)
         except (ConfigError, ResumeRefused) as exc:
             raise refused(str(exc), title="Cannot resume")
@@ -387,7 +385,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                             dataset = gr.Dropdown([(DATASET_LABELS[d], d) for d in DATASETS], value="bundled-mnist",
                                                   label="Dataset")
                             data_path = gr.Textbox(label="Image folder or zip (for 'My images')", value="")
-                            gan = gr.Dropdown([(GAN_LABELS[g], g) for g in GANS], value="dcgan", label="GAN type")
+                            gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value="dcgan", label="GAN type")
                             preset = gr.Dropdown(list(PRESETS), value="auto", label="Model size",
                                                  info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
                         with gr.Row():

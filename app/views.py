@@ -3,36 +3,20 @@ from __future__ import annotations
 
 import math
 
+from core import gans
+
 LOSS_SERIES = {"loss_d": "D loss", "loss_g": "G loss"}
 QUALITY_PREFIX = "quality_"
 # The distance each meter reports (lower is better): one curve on one scale.
 QUALITY_DISTANCES = {"quality_fd": "Frechet distance (MNIST classifier features)",
                      "quality_swd": "sliced Wasserstein distance x1e3"}
-
-
-# One line under each live plot: what healthy curves look like for the chosen loss.
-HEALTHY = {
-    "dcgan": {
-        "losses": "Healthy: D loss around 0.5-1.4 and G loss around 0.7-3, wobbling with no trend. "
-                  "D loss sliding to 0 while G loss climbs means D has won.",
-        "extra": "Healthy: D(x) around 0.5-0.8 and D(G(z)) around 0.2-0.5. Pinned at 1 and 0: D has won.",
-    },
-    "wgan-gp": {
-        "losses": "Healthy: the critic's loss is negative and shrinks toward 0 as G improves; "
-                  "a steady climb or wild swings mean trouble.",
-        "extra": "Healthy: the Wasserstein estimate (-30...+40 early) falls toward a few units; "
-                 "the gradient penalty stays small (below ~1).",
-    },
-    "hinge": {
-        "losses": "Healthy: D loss around 0.5-2 (2: D cannot tell real from fake; 0: D wins outright), "
-                  "G loss around 0-1.5.",
-        "extra": "Healthy: D(x) logit above 0 and D(G(z)) logit below 0, drawing closer as G improves.",
-    },
-}
 HEALTHY_QUALITY = "Healthy: falls fast in the first few hundred steps, then slowly. A rise: the samples got worse."
 
+
 def healthy_lines(gan: str) -> dict[str, str]:
-    return {**HEALTHY.get(gan, {}), "quality": HEALTHY_QUALITY}
+    """One line under each live plot: what healthy curves look like for the chosen loss."""
+    row = gans.BY_NAME.get(gan)
+    return {**(row.healthy if row else {}), "quality": HEALTHY_QUALITY}
 
 
 def quality_summary(events: list[dict]) -> str:

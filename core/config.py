@@ -12,34 +12,30 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from core import gans
+
 DATASETS = ("bundled-mnist", "mnist", "fashion-mnist", "cifar10", "celeba", "folder")
-GANS = ("dcgan", "wgan-gp", "hinge")
+GANS = gans.NAMES
 PRESETS = ("auto", "fast", "dcgan64")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "tpu", "xla-cpu", "cuda", "cpu")
 CONDITIONAL = ("auto", "off")   # auto: class-conditional when the dataset has labels
+MAX_STEPS = 1_000_000           # a demo's longest run; also the most any step interval may be
 
-# Each GAN type trains best with its paper's optimizer settings; a user who leaves the
-# learning rates and betas at None gets these.
-GAN_DEFAULTS: dict[str, dict[str, Any]] = {
-    # Radford et al. 2015 (the seed's DCGAN): Adam lr 2e-4, betas (0.5, 0.999), one D step per G step.
-    "dcgan": dict(lr_g=2e-4, lr_d=2e-4, beta1=0.5, beta2=0.999, n_critic=1),
-    # Gulrajani et al. 2017: Adam(0, 0.9), 5 critic steps per generator step, lambda 10.
-    "wgan-gp": dict(lr_g=1e-4, lr_d=1e-4, beta1=0.0, beta2=0.9, n_critic=5),
-    # Miyato et al. 2018 (SNGAN, hinge): Adam 2e-4, betas (0.0, 0.9), n_dis 1 for the DCGAN-sized nets.
-    "hinge": dict(lr_g=2e-4, lr_d=2e-4, beta1=0.0, beta2=0.9, n_critic=1),
-}
-
-
-# The CPU preset's own values, measured (bench/README.md, "Conditional"): the small native-size
-# DCGAN at batch 128 learns fastest per second with lr 2e-3; at the paper's 2e-4 it needs ~3x the
-# steps. The seed's 64x64 DCGAN keeps the paper's values: nothing here measured it otherwise.
-FAST_PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
-    "dcgan": dict(lr_g=2e-3, lr_d=2e-3),
-}
+# Each GAN type trains best with its paper's optimizer settings (core/gans.py); a user who leaves
+# the learning rates and betas at None gets these.
+GAN_DEFAULTS: dict[str, dict[str, Any]] = {gan.name: gan.defaults for gan in gans.GAN_TYPES}
 # Latent size: the seed's 100 for its 64x64 DCGAN; 16 for the CPU preset, where the conditional
 # GAN reached recognisable digits in ~600 steps against ~1,000 at 100 (bench/README.md, "Conditional").
 Z_DIM = {"default": 100, "fast": 16}
+
+
+def option(default, help: str, label: str = "", choices: tuple[str, ...] = (),
+           range: tuple[int, int | None] | None = None):
+    """A TrainConfig field with what `validate`, the page, its query-string presets and the CLI's
+    --help read about it: `choices`, or a whole-number `range` (low, high; high None: no upper
+    limit), `label` (the page's name for it) and `help`."""
+    return field(default=default, metadata=dict(help=help, label=label, choices=choices, range=range))
 
 
 class ConfigError(ValueError):
@@ -48,37 +44,43 @@ class ConfigError(ValueError):
 
 @dataclass
 class TrainConfig:
-    dataset: str = "bundled-mnist"      # one of DATASETS
-    data_path: str = ""                 # folder or zip of images, for dataset="folder"
-    gan: str = "dcgan"                  # loss family: dcgan (non-saturating), wgan-gp, hinge
-    preset: str = "auto"                # network size: fast (CPU, native size), dcgan64 (seed's 64x64)
-    conditional: str = "auto"           # auto: a class-conditional GAN when the dataset has labels; off
-    batch_size: int = 128               # per replica (per TPU core); the seed's 128, also fastest on CPU
-    precision: str = "fp32"             # fp32 | bf16 | fp16
-    device: str = "auto"                # auto | tpu | xla-cpu | cuda | cpu
-    steps: int = 2000                   # generator updates
-    lr_g: float | None = None           # None: the GAN type's default (GAN_DEFAULTS, FAST_PRESET_DEFAULTS)
-    lr_d: float | None = None
-    beta1: float | None = None
-    beta2: float | None = None
-    n_critic: int | None = None         # D steps per G step
-    gp_weight: float = 10.0             # WGAN-GP penalty weight (lambda)
-    z_dim: int | None = None            # None: the seed's 100, or 16 for the fast preset (Z_DIM)
-    seed: int = 0
-    log_every: int = 25                 # steps between loss points / status updates
-    grid_every: int = 100               # steps between fixed-noise grids
-    checkpoint_every: int = 500         # steps between checkpoints (also at stop and end)
-    quality_every: int = 200            # steps between quality measurements (0: off; each ~0.25 s on CPU)
-    num_cores: int = 0                  # TPU replicas; 0 = all cores present
-    max_image_mb: int = 200             # upload size limit for own images
+    dataset: str = option("bundled-mnist", "the images to learn", "Dataset", DATASETS)
+    data_path: str = option("", "folder or zip of images, for dataset folder")
+    gan: str = option("dcgan", "the loss family (core/gans.py)", "GAN type", GANS)
+    preset: str = option("auto", "network size: fast (CPU, native size), dcgan64 (the seed's 64x64)",
+                         "Model preset", PRESETS)
+    conditional: str = option("auto", "auto: a class-conditional GAN when the dataset has labels; off",
+                              "Class-conditional", CONDITIONAL)
+    # The seed's 128, also fastest on CPU; 4,096 is beyond any chip's memory at 64x64.
+    batch_size: int = option(128, "images per replica (per TPU core) and step", "Batch size", range=(1, 4096))
+    precision: str = option("fp32", "number format of the forward and backward passes", "Precision", PRECISIONS)
+    device: str = option("auto", "where to train; auto picks a TPU, then CUDA, then the CPU", "Device", DEVICES)
+    steps: int = option(2000, "generator updates", "Training length (steps)", range=(1, MAX_STEPS))
+    lr_g: float | None = option(None, "generator learning rate; default: the GAN type's")
+    lr_d: float | None = option(None, "discriminator learning rate; default: the GAN type's")
+    beta1: float | None = option(None, "Adam beta1; default: the GAN type's")
+    beta2: float | None = option(None, "Adam beta2; default: the GAN type's")
+    # 20: beyond it the generator barely moves (5 is WGAN-GP's default).
+    n_critic: int | None = option(None, "D steps per G step; default: the GAN type's", range=(1, 20))
+    gp_weight: float = option(10.0, "WGAN-GP penalty weight (lambda)")
+    z_dim: int | None = option(None, "latent size; default: the seed's 100, or 16 for the fast preset",
+                               range=(1, None))
+    seed: int = option(0, "random seed")
+    log_every: int = option(25, "steps between loss points and status updates", "Log every", range=(1, 100_000))
+    grid_every: int = option(100, "steps between fixed-noise grids", "Grid every", range=(1, 100_000))
+    checkpoint_every: int = option(500, "steps between checkpoints (also at stop and end)", "Checkpoint every",
+                                   range=(1, MAX_STEPS))
+    quality_every: int = option(200, "steps between quality measurements (0: off; each ~0.25 s on CPU)",
+                                range=(0, MAX_STEPS))
+    num_cores: int = option(0, "TPU replicas; 0: all cores present", range=(0, None))
+    max_image_mb: int = option(200, "upload size limit for own images, in MB", range=(1, 2000))
 
     # ---- derived values ---------------------------------------------------------------
     def resolved(self, preset: str | None = None) -> "TrainConfig":
         """A copy with None hyper-parameters replaced by the GAN type's defaults, and by the fast
-        preset's where `preset` (the preset 'auto' became on this device) is "fast"."""
-        defaults = dict(GAN_DEFAULTS.get(self.gan, GAN_DEFAULTS["dcgan"]))
-        if preset == "fast":
-            defaults.update(FAST_PRESET_DEFAULTS.get(self.gan, {}))
+        preset's where `preset` (the preset 'auto' became on this device) is "fast" (core/gans.py)."""
+        gan = gans.BY_NAME.get(self.gan, gans.BY_NAME["dcgan"])
+        defaults = {**gan.defaults, **(gan.fast_defaults if preset == "fast" else {})}
         values = {k: (defaults[k] if getattr(self, k) is None else getattr(self, k)) for k in defaults}
         if self.z_dim is None:
             values["z_dim"] = Z_DIM.get(preset, Z_DIM["default"])
@@ -108,13 +110,14 @@ class TrainConfig:
         return [f.name for f in fields(self) if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)]
 
 
-def whole_number(value, name: str, low: int, high: int) -> int:
+def whole_number(value, name: str, low: int, high: int | None) -> int:
     """A number from the page or a query string, checked here (clients can send anything).
 
     The page's number boxes have no minimum or maximum of their own, so that this message, which
-    names the field, is the one a student sees."""
+    names the field, is the one a student sees. `high` None: no upper limit."""
+    within = f"between {low:,} and {high:,}" if high is not None else f"at least {low:,}"
     if value is None or str(value).strip() == "":
-        raise ConfigError(f"{name} is empty: type a whole number from {low:,} to {high:,}.")
+        raise ConfigError(f"{name} is empty: type a whole number {within}.")
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -122,9 +125,19 @@ def whole_number(value, name: str, low: int, high: int) -> int:
     if not math.isfinite(number) or number != int(number):
         raise ConfigError(f"{name} must be a whole number (got {value!r}).")
     number = int(number)
-    if not low <= number <= high:
-        raise ConfigError(f"{name} must be between {low:,} and {high:,} (got {number:,}).")
+    if number < low or (high is not None and number > high):
+        raise ConfigError(f"{name} must be {within} (got {number:,}).")
     return number
+
+
+def spec(name: str) -> dict[str, Any]:
+    """What TrainConfig declares about field `name`: help, label, choices and range (see `option`)."""
+    return TrainConfig.__dataclass_fields__[name].metadata
+
+
+def form_number(value, name: str) -> int:
+    """Field `name` from the page or a query string: a whole number in its range, named by its label."""
+    return whole_number(value, spec(name)["label"] or name, *spec(name)["range"])
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -141,28 +154,17 @@ def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dic
     static checks always, the dataset and device checks when the caller knows them (the UI
     knows both before it starts a process).
     """
-    _choice("Dataset", cfg.dataset, DATASETS)
-    _choice("GAN type", cfg.gan, GANS)
-    _choice("Model preset", cfg.preset, PRESETS)
-    _choice("Precision", cfg.precision, PRECISIONS)
-    _choice("Device", cfg.device, DEVICES)
-    _choice("Class-conditional", cfg.conditional, CONDITIONAL)
-    ints = dict(batch_size=cfg.batch_size, steps=cfg.steps, log_every=cfg.log_every, grid_every=cfg.grid_every,
-                checkpoint_every=cfg.checkpoint_every, z_dim=cfg.resolved(preset).z_dim)
-    for name, value in ints.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{name} must be a whole number of at least 1 (got {value!r}).")
-    if cfg.batch_size > 4096:
-        raise ConfigError(f"batch_size {cfg.batch_size} is too large; use at most 4096 (64-256 is typical).")
-    if cfg.steps > 1_000_000:
-        raise ConfigError(f"steps {cfg.steps} is too many for a demo; use at most 1,000,000.")
-    if not 1 <= cfg.max_image_mb <= 2000:
-        raise ConfigError(f"max_image_mb {cfg.max_image_mb} must be between 1 and 2000.")
-    if cfg.quality_every < 0 or cfg.num_cores < 0:
-        raise ConfigError("quality_every and num_cores must be 0 or more.")
+    resolved = cfg.resolved(preset)   # None hyper-parameters take their defaults, checked like the rest
+    for f in fields(TrainConfig):
+        value, choices, limits = getattr(resolved, f.name), f.metadata["choices"], f.metadata["range"]
+        if choices:
+            _choice(f.metadata["label"], value, choices)
+        if limits:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{f.name} must be a whole number (got {value!r}).")
+            whole_number(value, f.name, *limits)
     if cfg.dataset == "folder" and not cfg.data_path:
         raise ConfigError("Dataset 'folder' needs a folder or zip of images: set data_path (or upload a zip).")
-    resolved = cfg.resolved(preset)
     for name in ("lr_g", "lr_d"):
         lr = getattr(resolved, name)
         if not (0 < lr <= 1e-1):
@@ -171,8 +173,6 @@ def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dic
         b = getattr(resolved, name)
         if not (0 <= b < 1):
             raise ConfigError(f"{name} {b} must be in [0, 1).")
-    if not (1 <= resolved.n_critic <= 20):
-        raise ConfigError(f"n_critic {resolved.n_critic} must be between 1 and 20 (5 is WGAN-GP's default).")
     if resolved.gp_weight < 0:
         raise ConfigError("gp_weight must be 0 or more (10 is WGAN-GP's default).")
     if dataset_size is not None and cfg.batch_size > dataset_size:

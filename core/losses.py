@@ -20,14 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# What the plot shows for each loss, beyond loss_d and loss_g (name -> label). The names are
-# exactly the stats keys the loss returns (tests/test_losses.py holds them to that), because the
-# trainer logs every stats key into events.jsonl and the UI plots these names from there.
-EXTRA_SERIES = {
-    "dcgan": {"d_real": "D(x)", "d_fake": "D(G(z))"},
-    "wgan-gp": {"wasserstein": "Wasserstein estimate", "gp": "gradient penalty"},
-    "hinge": {"d_real": "D(x) logit", "d_fake": "D(G(z)) logit"},
-}
+from core import gans
+
+# What the plot shows for each loss, beyond loss_d and loss_g (name -> label), from core/gans.py.
+# The names are exactly the stats keys the loss returns (tests/test_losses.py holds them to that),
+# because the trainer logs every stats key into events.jsonl and the UI plots these names from there.
+EXTRA_SERIES = {gan.name: gan.series for gan in gans.GAN_TYPES}
 
 
 def gradient_penalty(D: nn.Module, real: torch.Tensor, fake: torch.Tensor,
@@ -118,11 +116,7 @@ class Hinge:
 
 
 def make_loss(gan: str, gp_weight: float = 10.0):
-    """The loss object for a GAN type (config.GANS)."""
-    if gan == "wgan-gp":
-        return WGANGP(gp_weight)
-    if gan == "dcgan":
-        return NonSaturating()
-    if gan == "hinge":
-        return Hinge()
-    raise ValueError(f"unknown GAN type '{gan}'; choose one of: {', '.join(EXTRA_SERIES)}")
+    """The loss object for a GAN type (its row in core/gans.py names the class)."""
+    row = gans.get(gan)
+    loss = globals()[row.loss]
+    return loss(gp_weight) if row.gradient_penalty else loss()

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from core import gans
+
 # Network width per preset. "fast" is sized for a 2-core CPU at the data's native resolution
 # (chosen by bench/bench_speed.py); "dcgan64" is the seed's DCGAN (ngf = ndf = 64 at 64x64).
 PRESET_WIDTH = {"fast": 32, "dcgan64": 64}
@@ -229,8 +231,9 @@ def init_weights(module: nn.Module) -> None:
 
 
 def discriminator_norm(gan: str) -> tuple[str, bool]:
-    """(norm, spectral) per GAN type: WGAN-GP needs no batch statistics, hinge uses SN."""
-    return {"dcgan": ("batch", False), "wgan-gp": ("layer", False), "hinge": ("none", True)}[gan]
+    """(norm, spectral) per GAN type (core/gans.py): WGAN-GP needs no batch statistics, hinge uses SN."""
+    row = gans.get(gan)
+    return row.d_norm, row.spectral
 
 
 def build(gan: str, preset: str, channels: int, resolution: int, z_dim: int,

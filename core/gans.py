@@ -1,0 +1,78 @@
+"""The GAN types, one row each: everything the config, the models, the losses and the page know
+about a loss family. Adding a loss means adding a row here and its class in core/losses.py.
+
+No torch here: the UI process reads labels, plotted series and healthy ranges from this module
+without paying for the trainer's imports.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GanType:
+    name: str                   # the config's and the CLI's value
+    label: str                  # the page's choice
+    loss: str                   # the loss class in core/losses.py
+    defaults: dict[str, Any]    # the paper's Adam settings and critic steps, for hyper-parameters left None
+    d_norm: str                 # the discriminator's normalisation: batch | layer | none
+    series: dict[str, str]      # the loss's stats keys -> plot labels, beyond loss_d and loss_g
+    healthy: dict[str, str]     # one line under the "losses" and "extra" plots: what healthy curves look like
+    spectral: bool = False      # spectral norm on the discriminator's layers
+    gradient_penalty: bool = False   # the loss takes gp_weight
+    fast_defaults: dict[str, Any] = field(default_factory=dict)   # the CPU "fast" preset's own values
+    cpu_cost: float = 1.0       # time per image against DCGAN's on a CPU, for the estimate before any run
+
+
+GAN_TYPES = (
+    GanType(
+        name="dcgan", label="DCGAN (non-saturating)", loss="NonSaturating",
+        # Radford et al. 2015 (the seed's DCGAN): Adam lr 2e-4, betas (0.5, 0.999), one D step per G step.
+        defaults=dict(lr_g=2e-4, lr_d=2e-4, beta1=0.5, beta2=0.999, n_critic=1),
+        # Measured (bench/README.md, "Conditional"): the small native-size DCGAN at batch 128 learns
+        # fastest per second with lr 2e-3; at the paper's 2e-4 it needs ~3x the steps. The seed's
+        # 64x64 DCGAN keeps the paper's values: nothing here measured it otherwise.
+        fast_defaults=dict(lr_g=2e-3, lr_d=2e-3),
+        d_norm="batch",
+        series={"d_real": "D(x)", "d_fake": "D(G(z))"},
+        healthy={
+            "losses": "Healthy: D loss around 0.5-1.4 and G loss around 0.7-3, wobbling with no trend. "
+                      "D loss sliding to 0 while G loss climbs means D has won.",
+            "extra": "Healthy: D(x) around 0.5-0.8 and D(G(z)) around 0.2-0.5. Pinned at 1 and 0: D has won.",
+        }),
+    GanType(
+        name="wgan-gp", label="WGAN-GP", loss="WGANGP",
+        # Gulrajani et al. 2017: Adam(0, 0.9), 5 critic steps per generator step, lambda 10.
+        defaults=dict(lr_g=1e-4, lr_d=1e-4, beta1=0.0, beta2=0.9, n_critic=5),
+        d_norm="layer",   # the penalty needs per-sample gradients: no batch statistics in the critic
+        gradient_penalty=True,
+        cpu_cost=2.5,     # the penalty's second backward pass
+        series={"wasserstein": "Wasserstein estimate", "gp": "gradient penalty"},
+        healthy={
+            "losses": "Healthy: the critic's loss is negative and shrinks toward 0 as G improves; "
+                      "a steady climb or wild swings mean trouble.",
+            "extra": "Healthy: the Wasserstein estimate (-30...+40 early) falls toward a few units; "
+                     "the gradient penalty stays small (below ~1).",
+        }),
+    GanType(
+        name="hinge", label="Hinge + spectral norm (SNGAN)", loss="Hinge",
+        # Miyato et al. 2018 (SNGAN, hinge): Adam 2e-4, betas (0.0, 0.9), n_dis 1 for the DCGAN-sized nets.
+        defaults=dict(lr_g=2e-4, lr_d=2e-4, beta1=0.0, beta2=0.9, n_critic=1),
+        d_norm="none", spectral=True,
+        series={"d_real": "D(x) logit", "d_fake": "D(G(z)) logit"},
+        healthy={
+            "losses": "Healthy: D loss around 0.5-2 (2: D cannot tell real from fake; 0: D wins outright), "
+                      "G loss around 0-1.5.",
+            "extra": "Healthy: D(x) logit above 0 and D(G(z)) logit below 0, drawing closer as G improves.",
+        }),
+)
+BY_NAME = {gan.name: gan for gan in GAN_TYPES}
+NAMES = tuple(BY_NAME)
+
+
+def get(name: str) -> GanType:
+    """The row of a GAN type, or a ValueError that lists the ones there are."""
+    if name not in BY_NAME:
+        raise ValueError(f"unknown GAN type '{name}'; choose one of: {', '.join(NAMES)}")
+    return BY_NAME[name]
