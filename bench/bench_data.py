@@ -30,37 +30,33 @@ MNIST_DIR = os.path.join(os.path.dirname(ROOT), "shared", "data", "mnist")
 
 
 class Trainer:
-    """One DCGAN step = one D + one G update, as core.train.Loop; times next(batches) apart."""
+    """The trainer's own step (core/step.py GanStep: one D and one G update, D frozen for G's),
+    fed from one pipeline; the step's wait for the next batch is timed apart."""
 
     def __init__(self, batches, preset: str, channels: int, resolution: int):
         import torch
-        from core import losses, models
+        from core import devices, losses, models
+        from core.step import GanStep
         torch.manual_seed(0)
         self.batches, self.shape = batches, (channels, resolution, resolution)
-        self.G, self.D = models.build("dcgan", preset, channels, resolution, 100)
-        self.opt_g = torch.optim.Adam(self.G.parameters(), 2e-4, betas=(0.5, 0.999))
-        self.opt_d = torch.optim.Adam(self.D.parameters(), 2e-4, betas=(0.5, 0.999))
-        self.loss = losses.make_loss("dcgan")
+        G, D = models.build("dcgan", preset, channels, resolution, 100)
+        opt_g = torch.optim.Adam(G.parameters(), 2e-4, betas=(0.5, 0.999))
+        opt_d = torch.optim.Adam(D.parameters(), 2e-4, betas=(0.5, 0.999))
+        self.step_fn = GanStep(G, D, opt_g, opt_d, losses.make_loss("dcgan"), devices.Runtime(devices.probe("cpu")))
         self.data_s = self.total_s = 0.0
         self.steps = 0
 
-    def step(self, timed: bool) -> None:
-        import torch
-        t0 = time.perf_counter()
+    def next_with_labels(self):
+        """The batch source GanStep reads: unlabelled batches from any iterator of tensors."""
         real = next(self.batches)
-        t1 = time.perf_counter()
         assert real.shape[1:] == self.shape, real.shape
-        fake = self.G(torch.randn(real.shape[0], 100, 1, 1))
-        loss_d, _ = self.loss.discriminator_loss(self.D, real, fake)
-        self.opt_d.zero_grad(set_to_none=True)
-        loss_d.backward()
-        self.opt_d.step()
-        loss_g, _ = self.loss.generator_loss(self.D, fake)
-        self.opt_g.zero_grad(set_to_none=True)
-        loss_g.backward()
-        self.opt_g.step()
+        return real, None
+
+    def step(self, timed: bool) -> None:
+        t0, waited = time.perf_counter(), self.step_fn.data_seconds
+        self.step_fn(self)
         if timed:
-            self.data_s += t1 - t0
+            self.data_s += self.step_fn.data_seconds - waited
             self.total_s += time.perf_counter() - t0
             self.steps += 1
 

@@ -68,13 +68,15 @@ print("BENCH " + json.dumps(marks), flush=True)
 sys.exit(code)
 """
 
-# The bare loop: the same objects the trainer builds, stepped with nothing else around them.
+# The bare loop: the same objects the trainer builds and its own step (core/step.py GanStep),
+# stepped with nothing else around them.
 BARE_CHILD = r"""
 import json, os, sys, time
 sys.path.insert(0, os.getcwd())
 import torch
-from core import data, losses, models
+from core import data, devices, losses, models
 from core.config import TrainConfig, validate
+from core.step import GanStep
 steps, warmup = int(sys.argv[2]), int(sys.argv[3])
 preset, _ = models.resolve_preset(json.loads(sys.argv[1]).get("preset", "auto"), "cpu")
 cfg = validate(TrainConfig(**json.loads(sys.argv[1])), preset=preset)
@@ -89,22 +91,13 @@ G.to(memory_format=torch.channels_last)   # as core/train.py Loop does on CPU
 D.to(memory_format=torch.channels_last)
 opt_g = torch.optim.Adam(G.parameters(), lr=cfg.lr_g, betas=(cfg.beta1, cfg.beta2), fused=True)
 opt_d = torch.optim.Adam(D.parameters(), lr=cfg.lr_d, betas=(cfg.beta1, cfg.beta2), fused=True)
-loss = losses.make_loss(cfg.gan, cfg.gp_weight)
-def step():   # core/train.py Loop.step without its bookkeeping
-    for _ in range(cfg.n_critic):
-        real, labels = stream.next_with_labels()
-        fake = G(torch.randn(cfg.batch_size, cfg.z_dim, 1, 1), labels)
-        ld, _ = loss.discriminator_loss(D, real, fake, labels)
-        opt_d.zero_grad(set_to_none=True); ld.backward(); opt_d.step()
-    D.requires_grad_(False)
-    lg, _ = loss.generator_loss(D, fake, labels)
-    opt_g.zero_grad(set_to_none=True); lg.backward(); opt_g.step()
-    D.requires_grad_(True)
+gan_step = GanStep(G, D, opt_g, opt_d, losses.make_loss(cfg.gan, cfg.gp_weight), devices.Runtime(devices.probe("cpu")),
+                   cfg.n_critic, cfg.z_dim, cfg.precision)
 for _ in range(warmup):
-    step()
+    gan_step(stream)
 t0 = time.perf_counter()
 for _ in range(steps):
-    step()
+    gan_step(stream)
 print("BENCH " + json.dumps({"steps_per_second": steps / (time.perf_counter() - t0)}), flush=True)
 """
 
@@ -225,26 +218,26 @@ def matmul_peak(n: int = 2048, repeats: int = 7) -> float:
 
 
 def step_flops() -> tuple[int, dict]:
-    """FLOPs of one default training step (D on real and fake, backward; G fwd and backward)."""
+    """FLOPs of one default training step: the trainer's own step (core/step.py GanStep) on
+    bundled MNIST, its optimizer updates included (FlopCounterMode counts the convolutions and
+    matrix products, which are nearly all of it)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
-    from core import data, losses, models
+    from core import data, devices, losses, models
     from core.config import TrainConfig, validate
+    from core.step import GanStep
     preset, _ = models.resolve_preset(TrainConfig().preset, "cpu")
     cfg = validate(TrainConfig(), preset=preset)
+    ds = data.load("bundled-mnist")
     classes = 10 if cfg.conditional == "auto" else 0     # bundled MNIST's labels
     G, D = models.build(cfg.gan, preset, 1, 28, cfg.z_dim, classes)
-    loss = losses.make_loss(cfg.gan, cfg.gp_weight)
-    real = torch.rand(cfg.batch_size, 1, 28, 28) * 2 - 1
-    labels = torch.arange(cfg.batch_size) % 10 if classes else None
+    stream = data.BatchStream(ds.images, cfg.batch_size, torch.device("cpu"), seed=0,
+                              labels=ds.labels if classes else None)
+    step = GanStep(G, D, torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters()),
+                   losses.make_loss(cfg.gan, cfg.gp_weight), devices.Runtime(devices.probe("cpu")),
+                   cfg.n_critic, cfg.z_dim, cfg.precision)
     with FlopCounterMode(display=False) as counter:
-        for _ in range(cfg.n_critic):
-            fake = G(torch.randn(cfg.batch_size, cfg.z_dim, 1, 1), labels)
-            ld, _ = loss.discriminator_loss(D, real, fake, labels)
-            ld.backward()
-        D.requires_grad_(False)   # as the trainer: no weight gradients for D in G's update
-        lg, _ = loss.generator_loss(D, fake, labels)
-        lg.backward()
+        step(stream)
     info = {"preset": preset, "classes": classes, "width": models.PRESET_WIDTH[preset], "batch": cfg.batch_size,
             "G_params": models.count_parameters(G), "D_params": models.count_parameters(D)}
     return counter.get_total_flops(), info
