@@ -4,9 +4,9 @@
         [--gan dcgan|hinge] [--lr 1e-3] [--betas 0.5,0.999] [--smooth 0.9] [--extra-conv]
         [--steps 1150] [--at 300,500,650,800,1000,1150]
 
-The step is core/train.py Loop.step's (n_critic D updates on a fresh fake, then G on the same
-fake), with core.models / core.losses objects and the same BatchStream, so steps-to-quality match
-the trainer's. Extras the trainer lacks, measured here first:
+The step is the trainer's own (core/step.py GanStep: a D update on a fresh fake, then G on the
+same fake with D frozen), with core.models / core.losses objects and the same BatchStream, so
+steps-to-quality match the trainer's. Extras the trainer lacks, measured here first:
   --gw/--dw     separate G and D widths
   --extra-conv  G ends 7->14->28 with ConvT to width/2 channels, BN, ReLU, then a 3x3 conv to nc
   --smooth p    one-sided label smoothing: D's real target p instead of 1 (non-saturating loss)
@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core import data, losses, models, quality
+from core import data, devices, losses, models, quality
+from core.step import GanStep
 
 
 class ExtraConvGenerator(models.Generator):
@@ -52,22 +53,20 @@ class SmoothedNonSaturating(losses.NonSaturating):
     def __init__(self, real_label: float):
         self.real_label = real_label
 
-    def discriminator_loss(self, D, real, fake):
+    def discriminator_loss(self, D, real, fake, labels=None):   # unconditional: labels unused
         real_logits, fake_logits = D(real).float(), D(fake.detach()).float()
         loss = (F.binary_cross_entropy_with_logits(real_logits, torch.full_like(real_logits, self.real_label))
                 + F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits)))
         return loss, {}
 
 
-def flops_per_step(G, D, loss, batch, z_dim, real):
+def flops_per_step(G, D, loss, rt, batches):
+    """FLOPs of one step (FlopCounterMode) on copies of G and D, so training starts untouched."""
     from torch.utils.flop_counter import FlopCounterMode
     G, D = copy.deepcopy(G), copy.deepcopy(D)
+    step = GanStep(G, D, torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters()), loss, rt)
     with FlopCounterMode(display=False) as counter:
-        fake = G(torch.randn(batch, z_dim, 1, 1))
-        ld, _ = loss.discriminator_loss(D, real, fake)
-        ld.backward()
-        lg, _ = loss.generator_loss(D, fake)
-        lg.backward()
+        step(batches)
     return counter.get_total_flops()
 
 
@@ -112,7 +111,9 @@ def main() -> None:
     loss = SmoothedNonSaturating(a.smooth) if a.smooth is not None else losses.make_loss(a.gan)
     opt_g = torch.optim.Adam(G.parameters(), lr=a.lr, betas=betas)
     opt_d = torch.optim.Adam(D.parameters(), lr=a.lr_d or a.lr, betas=betas)
-    flops = flops_per_step(G, D, loss, a.batch, 100, next(iter(data.BatchStream(ds.images, a.batch, "cpu", seed=99))))
+    rt = devices.Runtime(devices.probe("cpu"))
+    flops = flops_per_step(G, D, loss, rt, data.BatchStream(ds.images, a.batch, "cpu", seed=99))
+    gan_step = GanStep(G, D, opt_g, opt_d, loss, rt, z_dim=100)
     emas = {d: copy.deepcopy(G) for d in (0.99, 0.995)}
     meter = quality.default_mnist_meter()
     latents = meter.latents(100)
@@ -120,18 +121,13 @@ def main() -> None:
     train_s = 0.0
     for step in range(1, a.steps + 1):
         ts = time.perf_counter()
-        real = next(stream)
-        fake = G(torch.randn(a.batch, 100, 1, 1))
-        ld, _ = loss.discriminator_loss(D, real, fake)
-        opt_d.zero_grad(set_to_none=True); ld.backward(); opt_d.step()
-        lg, _ = loss.generator_loss(D, fake)
-        opt_g.zero_grad(set_to_none=True); lg.backward(); opt_g.step()
+        values = gan_step(stream)
         for d, e in emas.items():
             ema_update(e, G, d)
         train_s += time.perf_counter() - ts
         if step in at:
             row = {"name": a.name, "step": step, "gflop_per_step": flops / 1e9, "train_s": round(train_s, 1),
-                   "loss_d": float(ld), "loss_g": float(lg)}
+                   "loss_d": float(values["loss_d"]), "loss_g": float(values["loss_g"])}
             for label, net in (("G", G), *((f"ema{d}", e) for d, e in emas.items())):
                 v = meter.score_samples(quality.generate(net, latents, "cpu"))
                 row[label] = {k: round(v[k], 3) for k in ("confident", "classes", "fd")}
