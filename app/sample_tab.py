@@ -41,7 +41,8 @@ from app import viewer_work
 from app.errors import refused
 from app.job import SHIPPED_GENERATOR
 from core import sample as sampling
-from core.rundir import FINAL_STATES, RunDir, grid_image
+from core.images import gif_bytes, grid_image, to_model_range, to_uint8
+from core.rundir import FINAL_STATES, RunDir, write_atomic
 
 MAX_GRID = 256
 MAX_STRIP = 32
@@ -382,10 +383,10 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
 
     def interpolation_gif(seed_a, seed_b, steps, mode, class_a=SEED_CLASS, class_b=SEED_CLASS):
         images, (a, b, steps, mode) = _interpolation(seed_a, seed_b, steps, mode, class_a, class_b)
-        frames = list(sampling.to_uint8(images))
+        frames = list(to_uint8(images))
         frames = frames + frames[-2:0:-1]      # there and back, so the loop has no jump
-        path = sampling.write_gif(frames, out_path(f"blink-{mode}-{a}-to-{b}.gif"), duration_ms=90,
-                                  scale=_scale(images.shape[-1]))
+        path = out_path(f"blink-{mode}-{a}-to-{b}.gif")
+        write_atomic(path, gif_bytes(frames, duration_ms=90, scale=_scale(images.shape[-1])))
         return path, path
 
     # ---- directions, truncation and neighbours --------------------------------------------
@@ -418,7 +419,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         except (OSError, RuntimeError):   # unreadable cache or files: no errno or server path for the page
             raise refused("The training images could not be read on this server.", title="No neighbours")
         idx, dist = sampling.nearest_neighbours(image, pool, min(k, len(pool)))
-        real = pool[idx].numpy().astype(np.float32) / 127.5 - 1.0
+        real = to_model_range(pool[idx]).numpy()
         strip = grid_image(np.concatenate([image[None], real]), columns=len(idx) + 1)
         up = max(1, _scale(image.shape[-1]) // 2)
         caption = (f"Left: the generated image. Then its {len(idx)} nearest of {len(pool):,} {dataset} training images "
@@ -470,11 +471,10 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
             grids = [grids[i] for i in sorted(set(keep))]
         key = (run.path, tuple(s for s, _ in grids))
         if timelapse_cache.get("key") != key or not os.path.exists(timelapse_cache.get("path", "")):
-            from PIL import Image
-            frames = [_labelled(np.asarray(Image.open(p).convert("RGB")), f"step {s}") for s, p in grids]
+            frames = [_labelled(_read_png(p), f"step {s}") for s, p in grids]
             # Linger on the newest grid before looping (a long last frame: PIL merges repeated ones).
-            path = sampling.write_gif(frames, out_path(f"{run.name}-timelapse.gif"),
-                                      duration_ms=[150] * (len(frames) - 1) + [1500])
+            path = out_path(f"{run.name}-timelapse.gif")
+            write_atomic(path, gif_bytes(frames, duration_ms=[150] * (len(frames) - 1) + [1500]))
             timelapse_cache.update(key=key, path=path)
         newest_step, newest_path = run.grids()[-1]
         all_steps = [s for s, _ in run.grids()]

@@ -33,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.images import to_model_range
+
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 CLASSIFIER_WEIGHTS = os.path.join(ASSETS, "mnist_classifier.safetensors")
 CLASSIFIER_META = os.path.join(ASSETS, "mnist_classifier.json")
@@ -96,9 +98,7 @@ def to_classifier_input(images) -> torch.Tensor:
     """uint8 [0, 255] or float [-1, 1] images, (N, 28, 28) or (N, 1, H, W) -> float (N, 1, 28, 28)."""
     # torch.tensor copies: numpy arrays read from files are often read-only.
     x = images.detach().cpu() if isinstance(images, torch.Tensor) else torch.tensor(np.asarray(images))
-    if x.dtype == torch.uint8:
-        x = x.float().div(127.5).sub(1.0)
-    x = x.float()
+    x = to_model_range(x)
     if x.dim() == 3:
         x = x[:, None]
     if x.shape[1] == 3:                      # an RGB render of a digit: the classifier is greyscale
@@ -313,7 +313,7 @@ class SwdMeter:
         # Levels down to 16x16 (ProGAN stops at 16 px): 64 px -> 3 bands, 28/32 px -> 2.
         self.levels = max(1, int(np.log2(resolution / 16)) + 1)
         real = _reference_subset(torch.as_tensor(real_images), n_images)
-        real = real.float().div(127.5).sub(1.0) if real.dtype == torch.uint8 else real.float()
+        real = to_model_range(real)
         if real.shape[-1] != resolution:
             real = F.interpolate(real, size=(resolution, resolution), mode="bilinear", antialias=True,
                                  align_corners=False)
@@ -340,7 +340,7 @@ class SwdMeter:
 
     def score_samples(self, images) -> dict[str, float]:
         x = images if isinstance(images, torch.Tensor) else torch.tensor(np.asarray(images))
-        x = x.float().div(127.5).sub(1.0) if x.dtype == torch.uint8 else x.float()
+        x = to_model_range(x)
         desc = self._descriptors(x[: self.n_images])
         per_level = [1e3 * sliced_wasserstein(r, d, self.directions) for r, d in zip(self.real_desc, desc)]
         values = {f"swd_{self.resolution >> i}px": v for i, v in enumerate(per_level)}

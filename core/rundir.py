@@ -22,9 +22,9 @@ import math
 import os
 import shutil
 import time
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
-import numpy as np
+from core.images import grid_image, png_bytes
 
 STATES = ("starting", "compiling", "running", "paused", "done", "stopped", "failed")
 FINAL_STATES = ("done", "stopped", "failed")
@@ -83,15 +83,17 @@ def writable_problem(root: str) -> str:
     return str(disk_refusal(OSError(errno.EACCES, "not writable"), root))
 
 
-def write_atomic(path: str, data: bytes | BinaryIO) -> None:
-    """Write bytes (or copy an open file) to a temp file in the same folder, then rename: readers
-    see old or new, never half. A failed write removes its temp file: on a full disk, a leftover
-    would keep it full."""
+def write_atomic(path: str, data: bytes | BinaryIO | Callable[[BinaryIO], object]) -> None:
+    """Write bytes, copy an open file, or let a function write (e.g. torch.save of a dataset too big
+    to hold twice in memory) into a temp file in the same folder, then rename: readers see old or
+    new, never half. A failed write removes its temp file: on a full disk, a leftover would keep it full."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
             if isinstance(data, bytes):
                 f.write(data)
+            elif callable(data):
+                data(f)
             else:
                 shutil.copyfileobj(data, f)
         os.replace(tmp, path)
@@ -101,28 +103,6 @@ def write_atomic(path: str, data: bytes | BinaryIO) -> None:
         except OSError:
             pass
         raise
-
-
-def grid_image(images, columns: int = 8, padding: int = 2) -> np.ndarray:
-    """(N, C, H, W) floats in [-1, 1] -> one uint8 tiled image: (H', W') grey or (H', W', 3) colour."""
-    x = np.asarray(images, dtype=np.float32)
-    n, c, h, w = x.shape
-    rows = -(-n // columns)
-    canvas = np.zeros((rows * (h + padding) + padding, columns * (w + padding) + padding, c), np.uint8)
-    pixels = ((np.clip(x, -1, 1) + 1) * 127.5).round().astype(np.uint8).transpose(0, 2, 3, 1)
-    for i in range(n):
-        r, col = divmod(i, columns)
-        y0, x0 = padding + r * (h + padding), padding + col * (w + padding)
-        canvas[y0:y0 + h, x0:x0 + w] = pixels[i]
-    return canvas[..., 0] if c == 1 else canvas
-
-
-def png_bytes(image: np.ndarray) -> bytes:
-    import io
-    from PIL import Image
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def pid_alive(pid: int | None) -> bool:

@@ -11,10 +11,8 @@ same images on any device.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import struct
 import sys
 import zipfile
 
@@ -22,7 +20,9 @@ import numpy as np
 import torch
 
 from core import models
+from core.images import grid_image, png_bytes, to_model_range, to_uint8
 from core.models import Generator, GeneratorSpec
+from core.rundir import write_atomic
 
 MAX_SAMPLES = 1024
 # Upload limits. The largest generator Blink trains (dcgan64, RGB 64x64) is ~3.6M parameters,
@@ -88,52 +88,45 @@ def expected_shapes(spec: GeneratorSpec) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def read_safetensors_header(weights_path: str) -> dict:
-    """The safetensors JSON header, after checking the file really is one (not a pickle)."""
+def read_weight_index(weights_path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Every stored weight's (dtype, shape), read by safetensors from the file's header alone,
+    after refusing a file that is too large or is a pickle in disguise."""
+    from safetensors import SafetensorError, safe_open
     try:
         size = os.path.getsize(weights_path)
+        if size > MAX_WEIGHTS_MB * 2**20:
+            raise GeneratorFileError(f"The weights file is {size / 2**20:.1f} MB; the limit is {MAX_WEIGHTS_MB} MB.")
         with open(weights_path, "rb") as f:
-            head = f.read(9)
-            if size > MAX_WEIGHTS_MB * 2**20:
-                raise GeneratorFileError(f"The weights file is {size / 2**20:.1f} MB; the limit is {MAX_WEIGHTS_MB} MB.")
-            if head[:1] == bytes([PICKLE_OPCODE]) or head[:2] == b"PK":
-                raise GeneratorFileError("The weights file is a pickle / torch.save file, not safetensors. Blink never "
-                                         "loads pickles (unpickling can run code): export with safetensors.")
-            if len(head) < 9 or head[8:9] != b"{":
-                raise GeneratorFileError("The weights file is not a safetensors file (no JSON header).")
-            (header_len,) = struct.unpack("<Q", head[:8])
-            if header_len > min(size - 8, 10 * 2**20):
-                raise GeneratorFileError("The weights file is not a valid safetensors file (header length "
-                                         f"{header_len} does not fit in a {size}-byte file).")
-            f.seek(8)
-            header = json.loads(f.read(header_len))
+            head = f.read(2)
+        # Sniffed only for the message: safetensors would refuse a pickle too, in less helpful words.
+        if head[:1] == bytes([PICKLE_OPCODE]) or head == b"PK":
+            raise GeneratorFileError("The weights file is a pickle / torch.save file, not safetensors. Blink never "
+                                     "loads pickles (unpickling can run code): export with safetensors.")
+        with safe_open(weights_path, "pt") as weights:
+            return {name: (weights.get_slice(name).get_dtype(), tuple(weights.get_slice(name).get_shape()))
+                    for name in weights.keys()}
     except OSError as exc:
-        raise GeneratorFileError(f"The weights file cannot be read: {exc}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GeneratorFileError(f"The weights file is not a valid safetensors file: bad header ({exc}).")
-    if not isinstance(header, dict):
-        raise GeneratorFileError("The weights file is not a valid safetensors file: its header is not an object.")
-    header.pop("__metadata__", None)
-    return header
+        raise GeneratorFileError(f"The weights file cannot be read ({exc.strerror or exc}).")
+    except SafetensorError as exc:
+        raise GeneratorFileError(f"The weights file is not a valid safetensors file ({exc}).")
 
 
-def check_weights_match(header: dict, spec: GeneratorSpec) -> None:
+def check_weights_match(stored: dict[str, tuple[str, tuple[int, ...]]], spec: GeneratorSpec) -> None:
     """Strict match: the same names, the same shapes, floating-point dtypes only."""
     expected = expected_shapes(spec)
-    missing = sorted(set(expected) - set(header))
-    unexpected = sorted(set(header) - set(expected))
+    missing = sorted(set(expected) - set(stored))
+    unexpected = sorted(set(stored) - set(expected))
     if missing or unexpected:
         parts = ([f"missing {', '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")] if missing else []) + \
                 ([f"unexpected {', '.join(unexpected[:3])}" + (" ..." if len(unexpected) > 3 else "")] if unexpected else [])
         raise GeneratorFileError(f"The weights do not match the described generator ({'; '.join(parts)}).")
     for name, shape in expected.items():
-        entry = header[name]
-        if not isinstance(entry, dict) or tuple(entry.get("shape", ())) != shape:
-            got = entry.get("shape") if isinstance(entry, dict) else entry
-            raise GeneratorFileError(f"The weights do not match the described generator ({name}: shape {got}, "
+        dtype, got = stored[name]
+        if got != shape:
+            raise GeneratorFileError(f"The weights do not match the described generator ({name}: shape {list(got)}, "
                                      f"expected {list(shape)}).")
-        if entry.get("dtype") not in WEIGHT_DTYPES and not name.endswith("num_batches_tracked"):
-            raise GeneratorFileError(f"The weights file stores {name} as {entry.get('dtype')}; "
+        if dtype not in WEIGHT_DTYPES and not name.endswith("num_batches_tracked"):
+            raise GeneratorFileError(f"The weights file stores {name} as {dtype}; "
                                      f"expected one of {', '.join(WEIGHT_DTYPES)}.")
 
 
@@ -146,7 +139,7 @@ def load_generator(weights_path: str, meta_path: str, device: str = "cpu") -> tu
     if n_params > MAX_PARAMETERS:
         raise GeneratorFileError(f"The described generator has {n_params:,} parameters; the limit is "
                                  f"{MAX_PARAMETERS:,} (Blink's largest has ~3.6M).")
-    check_weights_match(read_safetensors_header(weights_path), spec)
+    check_weights_match(read_weight_index(weights_path), spec)
     try:
         state = load_file(weights_path)
     except (OSError, SafetensorError, ValueError) as exc:
@@ -330,7 +323,7 @@ def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int
     query = torch.as_tensor(image, dtype=torch.float32).flatten()
     best_d, best_i = torch.empty(0), torch.empty(0, dtype=torch.long)
     for start in range(0, len(pool), chunk):
-        block = pool[start:start + chunk].flatten(1).float().div_(127.5).sub_(1.0)
+        block = to_model_range(pool[start:start + chunk].flatten(1))
         d = ((block - query) ** 2).sum(1).sqrt()
         best_d = torch.cat([best_d, d])
         best_i = torch.cat([best_i, torch.arange(start, start + len(block))])
@@ -341,46 +334,11 @@ def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int
 
 
 # ==== exports ==================================================================================
-def to_uint8(images: np.ndarray) -> np.ndarray:
-    """(N, C, H, W) in [-1, 1] -> (N, H, W, C) uint8."""
-    return ((np.clip(images, -1, 1) + 1) * 127.5).round().astype(np.uint8).transpose(0, 2, 3, 1)
-
-
-def _pil(frame: np.ndarray, scale: int = 1):
-    from PIL import Image
-    img = Image.fromarray(frame[..., 0] if frame.ndim == 3 and frame.shape[-1] == 1 else frame)
-    return img.resize((img.width * scale, img.height * scale), Image.NEAREST) if scale > 1 else img
-
-
-def write_gif(frames: list[np.ndarray], path: str, duration_ms: int | list[int] = 80, scale: int = 1) -> str:
-    """An endlessly looping animated GIF from uint8 (H, W[, C]) frames, written atomically.
-    duration_ms: one value, or one per frame."""
-    if not frames:
-        raise ValueError("no frames to animate")
-    images = [_pil(f, scale).convert("RGB") for f in frames]
-    buffer = io.BytesIO()
-    # disposal=1 and optimize=False keep every frame: PIL would otherwise merge identical ones.
-    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=duration_ms,
-                   loop=0, disposal=1, optimize=False)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(buffer.getvalue())
-    os.replace(tmp, path)
-    return path
-
-
-def write_png(image: np.ndarray, path: str) -> str:
-    _pil(image).save(path, format="PNG")
-    return path
-
-
 def write_samples_zip(images: np.ndarray, path: str, prefix: str = "sample") -> str:
     """(N, C, H, W) in [-1, 1] -> a zip of N PNG files prefix_000.png ..."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:   # PNGs are compressed already
         for i, pixels in enumerate(to_uint8(images)):
-            buffer = io.BytesIO()
-            _pil(pixels).save(buffer, format="PNG")
-            archive.writestr(f"{prefix}_{i:03d}.png", buffer.getvalue())
+            archive.writestr(f"{prefix}_{i:03d}.png", png_bytes(pixels))
     return path
 
 
@@ -415,8 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     z = truncate(latents(args.seed, args.n, generator.z_dim), args.psi)
     images = generate(generator, z, labels).astype(np.float32)
     if args.out.endswith(".png"):
-        from core.rundir import grid_image
-        write_png(grid_image(images, columns=min(grid_columns(generator), args.n)), args.out)
+        write_atomic(args.out, png_bytes(grid_image(images, columns=min(grid_columns(generator), args.n))))
     elif args.out.endswith(".zip"):
         write_samples_zip(images, args.out, prefix=f"seed{args.seed}")
     else:

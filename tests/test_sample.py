@@ -18,6 +18,7 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from core import sample as S
+from core.images import gif_bytes, to_model_range, to_uint8
 from core.models import Generator, GeneratorSpec, init_weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,8 +114,7 @@ def test_slerp_endpoints_are_the_seeds_latents_and_keeps_the_norm():
 
 def test_gif_has_every_frame_and_zip_has_every_sample(tmp_path):
     frames = [np.full((28, 28, 1), 20 * i, np.uint8) for i in range(7)]
-    path = S.write_gif(frames, str(tmp_path / "a.gif"), scale=4)
-    with Image.open(path) as gif:
+    with Image.open(io.BytesIO(gif_bytes(frames, scale=4))) as gif:
         assert gif.n_frames == 7 and gif.size == (112, 112) and gif.info.get("loop") == 0
     images = np.random.default_rng(0).uniform(-1, 1, (5, 1, 28, 28)).astype(np.float32)
     with zipfile.ZipFile(S.write_samples_zip(images, str(tmp_path / "s.zip"), prefix="seed3")) as archive:
@@ -122,7 +122,16 @@ def test_gif_has_every_frame_and_zip_has_every_sample(tmp_path):
         assert names == [f"seed3_{i:03d}.png" for i in range(5)]
         decoded = np.asarray(Image.open(io.BytesIO(archive.read(names[2]))))
     assert decoded.shape == (28, 28)
-    assert np.array_equal(decoded, S.to_uint8(images)[2, ..., 0])   # lossless
+    assert np.array_equal(decoded, to_uint8(images)[2, ..., 0])   # lossless
+
+
+def test_every_grey_level_survives_the_model_range_and_back():
+    """Grids, downloads and the neighbour search all convert through core.images: one level off
+    would show as a neighbour distance that is never 0 for a memorised image."""
+    levels = torch.arange(256, dtype=torch.uint8).reshape(4, 1, 8, 8)
+    model = to_model_range(levels)
+    assert model.dtype == torch.float32 and model.min() == -1 and model.max() == 1
+    assert np.array_equal(to_uint8(model.numpy()), levels.numpy().transpose(0, 2, 3, 1))
 
 
 # ==== directions and truncation ===============================================================
@@ -322,7 +331,7 @@ def test_endpoints_sample_interpolate_gif_zip(app_client):
     client, run, generator = app_client
     image, caption = client.predict(3, 4, api_name="/sample")
     assert _png(image).shape == (32, 4 * 30 + 2) and "step 300" in caption
-    expected = S.to_uint8(S.generate(generator, S.latents(3, 4, 100)))[0, ..., 0]
+    expected = to_uint8(S.generate(generator, S.latents(3, 4, 100)))[0, ..., 0]
     assert np.array_equal(_png(image)[2:30, 2:30], expected)         # the seed's own image
     strip = client.predict(1, 2, 5, "spherical", api_name="/interpolate")
     assert _png(strip).shape == (32, 5 * 30 + 2)

@@ -18,7 +18,7 @@ from core.rundir import FINAL_STATES, RunDir
 from tests.apphelpers import ROOT, RunningApp, wait_for
 
 pytestmark = pytest.mark.slow
-TILE = 28 + 2          # core.rundir.grid_image: 28 px digits, 2 px apart
+TILE = 28 + 2          # core.images.grid_image: 28 px digits, 2 px apart
 with open(os.path.join(ROOT, "assets", "generator", "generator.json")) as f:
     SHIPPED_STEP = json.load(f)["step"]
 
