@@ -25,7 +25,6 @@ import json
 import os
 import pickle
 import random
-import shutil
 import socket
 import stat
 import tarfile
@@ -40,6 +39,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from filelock import FileLock
+
+from core.images import to_model_range
+from core.rundir import write_atomic
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 BUNDLED_MNIST = os.path.join(ASSETS, "mnist_subset.npz")
@@ -242,30 +245,32 @@ def _processed_path(key: str) -> str:
     return os.path.join(cache_dir(), "processed", f"{key}-v{PREP_VERSION}.pt")
 
 
-@contextlib.contextmanager
-def _file_lock(path: str):
-    """One process prepares a dataset while the others (TPU replicas) wait, then all read it."""
+def _file_lock(path: str) -> FileLock:
+    """One process prepares a dataset while the others (TPU replicas) wait, then all read it.
+    filelock rather than fcntl: it locks on Windows too."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "a") as handle:
-        try:
-            import fcntl
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except ImportError:          # Windows: no lock; the atomic rename still keeps files whole
-            pass
-        yield
+    return FileLock(path + ".lock")
 
 
 def _save_cached(path: str, images: torch.Tensor, labels: torch.Tensor | None, meta: dict) -> None:
-    """Write to a temporary name and rename: a reader never sees half a file."""
+    """Both files written atomically: a reader never sees half a file. The tensors are saved
+    straight into the temp file: a large dataset is not held in memory twice."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    torch.save({"images": images.contiguous(), "labels": labels}, tmp)
-    os.replace(tmp, path)
+
+    def save_tensors(f) -> None:
+        try:
+            torch.save({"images": images.contiguous(), "labels": labels}, f)
+        except RuntimeError as exc:
+            # torch reports a write the disk refused (full) as its own RuntimeError, with the
+            # OSError only as context; the callers handle a refused write as the OSError it is.
+            if isinstance(exc.__context__, OSError):
+                raise exc.__context__ from None
+            raise
+
+    write_atomic(path, save_tensors)
     meta = dict(meta, size=int(images.shape[0]), channels=int(images.shape[1]),
                 resolution=int(images.shape[-1]), version=PREP_VERSION)
-    with open(tmp, "w") as f:
-        json.dump(meta, f)
-    os.replace(tmp, path[:-3] + ".json")
+    write_atomic(path[:-3] + ".json", json.dumps(meta).encode())
 
 
 def _load_cached(path: str, name: str) -> ImageSet | None:
@@ -330,8 +335,8 @@ def _adopt_from(source: Source, root: str, data_path: str) -> None:
             dst = os.path.join(folder, variant)
             if os.path.isfile(src) and not os.path.exists(dst):
                 os.makedirs(folder, exist_ok=True)
-                shutil.copyfile(src, dst + ".tmp")
-                os.replace(dst + ".tmp", dst)
+                with open(src, "rb") as f:
+                    write_atomic(dst, f)
 
 
 def _missing_message(source: Source, root: str, missing: list[str], reason: str) -> str:
@@ -383,9 +388,8 @@ def _stage_raw(source: Source, root: str) -> None:
         for name in source.files:              # torchvision reads the extracted IDX files
             raw = os.path.join(folder, name[:-3])
             if not os.path.isfile(raw):
-                with gzip.open(os.path.join(folder, name), "rb") as src, open(raw + ".tmp", "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                os.replace(raw + ".tmp", raw)
+                with gzip.open(os.path.join(folder, name), "rb") as src:
+                    write_atomic(raw, src)
     elif source.key == "cifar10" and _missing_plain(folder, source.files):
         from torchvision.datasets.utils import extract_archive
         extract_archive(os.path.join(root, "cifar-10-python.tar.gz"), root)
@@ -846,11 +850,6 @@ def resize(images: torch.Tensor, resolution: int) -> torch.Tensor:
                           antialias=True, align_corners=False)
         out.append(x.round().clamp(0, 255).to(torch.uint8))
     return torch.cat(out)
-
-
-def to_model_range(batch: torch.Tensor) -> torch.Tensor:
-    """uint8 [0, 255] -> float [-1, 1], matching the generator's tanh."""
-    return batch.float().div(127.5).sub(1.0)
 
 
 class BatchStream:

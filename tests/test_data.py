@@ -20,7 +20,9 @@ import torch
 from PIL import Image
 
 from core import data
+from core.images import to_model_range
 from core.uploads import keep_upload
+from tests.test_disk import leftovers, mount  # noqa: F401  (mount: a fixture, a real small tmpfs)
 
 
 @pytest.fixture
@@ -181,7 +183,7 @@ def test_cifar10_pickles_load_through_torchvision(cache, monkeypatch):
     assert loaded.images.shape == (100, 3, 32, 32) and loaded.images.dtype == torch.uint8
     assert torch.equal(loaded.images, torch.from_numpy(rows.reshape(-1, 3, 32, 32)))
     assert loaded.labels.shape == (100,)
-    x = data.to_model_range(loaded.images)
+    x = to_model_range(loaded.images)
     assert x.min() >= -1 and x.max() <= 1
 
 
@@ -232,7 +234,7 @@ def test_image_folder_mixed_sizes_and_modes(cache, tmp_path):
     loaded = data.load("folder", str(tmp_path / "mine"))
     assert loaded.images.shape == (expected["good"], 3, 64, 64) and loaded.images.dtype == torch.uint8
     assert loaded.skipped == expected["skipped"] and loaded.ignored == expected["ignored"]
-    x = data.to_model_range(loaded.images)
+    x = to_model_range(loaded.images)
     assert x.min() >= -1 and x.max() <= 1
     names = ["clear.png", "deep16.png", "sub/palette.png", "tall.jpg", "wide.png"]   # sorted load order
     by_name = dict(zip(names, loaded.images))
@@ -253,6 +255,18 @@ def test_all_grey_folder_keeps_one_channel(cache, tmp_path):
     loaded = data.load("folder", str(folder))
     assert loaded.images.shape == (3, 1, 64, 64)
     assert loaded.images[2].unique().tolist() == [40]
+
+
+def test_own_images_still_load_on_a_full_cache_disk_and_leave_no_temp_file(cache, tmp_path, monkeypatch, mount):
+    disk = mount("cache", "size=64k")            # the decoded images (147 KB) do not fit
+    monkeypatch.setenv("BLINK_DATA_DIR", disk)
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for i in range(12):
+        stripes(64, 64).save(folder / f"{i}.png")
+    loaded = data.load("folder", str(folder))
+    assert loaded.images.shape == (12, 3, 64, 64)   # training goes on; only the cache is lost
+    assert leftovers(disk) == []                    # a half-written cache would keep the disk full
 
 
 def test_folder_without_usable_images_says_what_to_do(cache, tmp_path):
