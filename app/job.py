@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from core.config import ConfigError, TrainConfig
+from core.config import MAX_STEPS, ConfigError, TrainConfig
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, disk_refusal, list_runs, pid_alive, \
     writable_problem
 
@@ -258,8 +258,8 @@ class Job:
             if total <= done_steps:
                 raise ResumeRefused(f"Run {run.name} already has {done_steps} steps: ask for more than that "
                                     f"(e.g. {done_steps + saved.steps}) to continue it.")
-            if total > 1_000_000:
-                raise ResumeRefused("At most 1,000,000 steps.")
+            if total > MAX_STEPS:
+                raise ResumeRefused(f"At most {MAX_STEPS:,} steps.")
             new_config = TrainConfig(**{**saved.to_dict(), "steps": total})
             from core.train import trim_events
             try:
