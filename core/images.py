@@ -14,7 +14,7 @@ import numpy as np
 
 def to_model_range(images):
     """uint8 [0, 255] tensor -> float32 [-1, 1]; a float tensor (already in range) comes back as float32."""
-    import torch
+    import torch   # here, not at the top: core.rundir imports this module, and its readers need no torch
     if images.dtype != torch.uint8:
         return images.float()
     return images.float().div(127.5).sub(1.0)
