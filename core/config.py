@@ -51,7 +51,7 @@ class TrainConfig:
                          "Model preset", PRESETS)
     conditional: str = option("auto", "auto: a class-conditional GAN when the dataset has labels; off",
                               "Class-conditional", CONDITIONAL)
-    # The seed's 128, also fastest on CPU; 4,096 is beyond any chip's memory at 64x64.
+    # The seed's 128, also the fastest on CPU.
     batch_size: int = option(128, "images per replica (per TPU core) and step", "Batch size", range=(1, 4096))
     precision: str = option("fp32", "number format of the forward and backward passes", "Precision", PRECISIONS)
     device: str = option("auto", "where to train; auto picks a TPU, then CUDA, then the CPU", "Device", DEVICES)
@@ -60,7 +60,6 @@ class TrainConfig:
     lr_d: float | None = option(None, "discriminator learning rate; default: the GAN type's")
     beta1: float | None = option(None, "Adam beta1; default: the GAN type's")
     beta2: float | None = option(None, "Adam beta2; default: the GAN type's")
-    # 20: beyond it the generator barely moves (5 is WGAN-GP's default).
     n_critic: int | None = option(None, "D steps per G step; default: the GAN type's", range=(1, 20))
     gp_weight: float = option(10.0, "WGAN-GP penalty weight (lambda)")
     z_dim: int | None = option(None, "latent size; default: the seed's 100, or 16 for the fast preset",
