@@ -2,10 +2,13 @@
 
     OMP_NUM_THREADS=1 python bench/proto_fast.py NAME [options] [--steps 1200] [--at 400,800,1200]
 
-A bare loop with its own small G and D so that structure can vary freely; the step is
-core/train.py Loop.step's (D on a fresh fake, then G on the same fake with D frozen), the data
-is core.data's BatchStream over the bundled MNIST, and scoring is the shipped classifier
-(core.quality, eval-mode BatchNorm, the meter's fixed latents). Options:
+A bare loop with its own small G and D so that structure can vary freely; the step is the
+trainer's own (core/step.py GanStep: D on a fresh fake, then G on the same fake with D frozen),
+with the candidate's loss (ProtoLoss: augmentation, R1) as its loss object; the data is
+core.data's BatchStream over the bundled MNIST, and scoring is the shipped classifier
+(core.quality, eval-mode BatchNorm, the meter's fixed latents). With --cond the fakes draw the
+real batch's classes, as the trainer's step does (before core/step.py this bench drew them
+apart, uniformly: figures from then are not comparable for --cond). Options:
   --gw/--dw        G and D widths (G: 2gw ch at 7x7 -> gw at 14x14 -> 1 at 28x28; D mirrors)
   --dnorm          D's normalisation after its second conv: batch | none | layer
   --d-extra        a third D conv (3x3 stride 2 to 4*dw channels at 4x4, BN) before the logit
@@ -35,7 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core import data, models, quality
+from core import data, devices, models, quality
+from core.step import GanStep
 
 
 class G(nn.Module):
@@ -116,6 +120,43 @@ def init(m):
         nn.init.zeros_(m.bias)
 
 
+class ProtoLoss:
+    """The candidates' losses in core.losses' contract, so GanStep can train with them."""
+
+    def __init__(self, kind: str, aug, r1_gamma: float = 0.0, r1_every: int = 1):
+        self.kind, self.aug, self.r1_gamma, self.r1_every = kind, aug, r1_gamma, r1_every
+        self.steps = 0   # discriminator updates so far: the lazy R1 runs every r1_every of them
+
+    def discriminator_loss(self, D, real, fake, labels=None):
+        self.steps += 1
+        rl, fl = D(self.aug(real), labels).float(), D(self.aug(fake.detach()), labels).float()
+        if self.kind == "hinge":
+            loss = (1 - rl).clamp_min(0).mean() + (1 + fl).clamp_min(0).mean()
+        else:
+            loss = F.softplus(-rl).mean() + F.softplus(fl).mean()
+        if self.r1_gamma and self.steps % self.r1_every == 0:
+            x = real.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(D(self.aug(x), labels).sum(), x, create_graph=True)
+            loss = loss + 0.5 * self.r1_gamma * self.r1_every * grad.pow(2).flatten(1).sum(1).mean()
+        return loss, {}
+
+    def generator_loss(self, D, fake, labels=None):
+        logits = D(self.aug(fake), labels).float()
+        return (-logits.mean() if self.kind == "hinge" else F.softplus(-logits).mean()), {}
+
+
+class LabelledSamples:
+    """Random labelled batches of the bundled MNIST (with replacement), for --cond."""
+
+    def __init__(self, images, labels, batch: int, seed: int):
+        self.images, self.labels, self.batch = images, labels, batch
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def next_with_labels(self):
+        idx = torch.randint(0, len(self.images), (self.batch,), generator=self.generator)
+        return data.to_model_range(self.images[idx]), self.labels[idx]
+
+
 @torch.no_grad()
 def ema_update(ema, model, decay):
     for e, p in zip(ema.parameters(), model.parameters()):
@@ -154,15 +195,10 @@ def main() -> None:
     betas = tuple(float(b) for b in a.betas.split(","))
     torch.manual_seed(a.seed)
     ds = data.load("bundled-mnist")
-    stream = data.BatchStream(ds.images, a.batch, torch.device("cpu"), seed=a.seed)
     nc = 10 if a.cond else 0
+    batches = (LabelledSamples(ds.images, ds.labels, a.batch, a.seed) if nc
+               else data.BatchStream(ds.images, a.batch, torch.device("cpu"), seed=a.seed))
     g, d = G(a.zdim, a.gw, a.extra_conv, nc), D(a.dw, a.dnorm, a.sn, a.dropout, a.mbstd, a.d_extra, nc)
-    labels_all = ds.labels
-    gen = torch.Generator().manual_seed(a.seed)
-
-    def labelled_batch():
-        idx = torch.randint(0, len(ds.images), (a.batch,), generator=gen)
-        return data.to_model_range(ds.images[idx]), labels_all[idx]
     g.apply(init)
     d.apply(init)
     opt_g = torch.optim.Adam(g.parameters(), lr=a.lr, betas=betas)
@@ -173,6 +209,8 @@ def main() -> None:
         scheds = [torch.optim.lr_scheduler.LambdaLR(o, f) for o in (opt_g, opt_d)]
     r1_gamma, r1_every = (float(a.r1.split(",")[0]), int((a.r1.split(",") + ["1"])[1])) if a.r1 else (0.0, 1)
     aug = translate if a.aug == "translate" else (lambda x: x)
+    gan_step = GanStep(g, d, opt_g, opt_d, ProtoLoss(a.loss, aug, r1_gamma, r1_every),
+                       devices.Runtime(devices.probe("cpu")), z_dim=a.zdim)
     ema = copy.deepcopy(g)
     meter = quality.default_mnist_meter()
     latents = meter.latents(a.zdim)
@@ -180,38 +218,14 @@ def main() -> None:
     train_s = 0.0
     for step in range(1, a.steps + 1):
         ts = time.perf_counter()
-        if nc:
-            real, yr = labelled_batch()
-            yf = torch.randint(0, nc, (a.batch,))
-        else:
-            real, yr, yf = next(stream), None, None
-        fake = g(torch.randn(a.batch, a.zdim), yf)
-        rl, fl = d(aug(real), yr).float(), d(aug(fake.detach()), yf).float()
-        if a.loss == "hinge":
-            ld = (1 - rl).clamp_min(0).mean() + (1 + fl).clamp_min(0).mean()
-        else:
-            ld = F.softplus(-rl).mean() + F.softplus(fl).mean()
-        if r1_gamma and step % r1_every == 0:
-            x = real.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(d(aug(x), yr).sum(), x, create_graph=True)
-            ld = ld + 0.5 * r1_gamma * r1_every * grad.pow(2).flatten(1).sum(1).mean()
-        opt_d.zero_grad(set_to_none=True)
-        ld.backward()
-        opt_d.step()
-        d.requires_grad_(False)
-        gl = d(aug(fake), yf).float()
-        lg = -gl.mean() if a.loss == "hinge" else F.softplus(-gl).mean()
-        opt_g.zero_grad(set_to_none=True)
-        lg.backward()
-        opt_g.step()
-        d.requires_grad_(True)
+        values = gan_step(batches)
         for s in scheds:
             s.step()
         ema_update(ema, g, a.ema)
         train_s += time.perf_counter() - ts
         if step in at:
             row = {"name": a.name, "step": step, "train_s": round(train_s, 1),
-                   "loss_d": round(float(ld), 3), "loss_g": round(float(lg), 3)}
+                   "loss_d": round(float(values["loss_d"]), 3), "loss_g": round(float(values["loss_g"]), 3)}
             for label, net in (("G", g), ("ema", ema)):
                 if nc:
                     ys = torch.arange(len(latents)) % nc
