@@ -560,7 +560,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         sample_button = gr.Button("Sample", variant="primary")
         zip_button = gr.Button("Download samples (zip of PNGs)")
     caption = gr.Markdown(elem_id="sample-caption")
-    grid = gr.Image(label="Samples", format="png", type="numpy", interactive=False)
+    grid = gr.Image(label="Samples", format="png", type="numpy", interactive=False, elem_id="sample-grid")
     samples_zip = gr.File(label="Samples (zip)")
 
     with gr.Accordion("Interpolate between two seeds", open=True):

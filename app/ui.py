@@ -438,6 +438,8 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
                 checkpoint_every, conditional]
         query_form = [dataset, gan, preset, batch_size, precision, steps, device]   # QUERY_FIELDS order
+        # In the browser only: the last message goes at once, so a refusal is not shown beside it.
+        start_button.click(None, None, message, js="() => ''", api_visibility="private")
         start_button.click(start, form + [key], message, api_name="start").success(
             lambda: gr.Accordion(open=False), None, settings, api_visibility="private", show_progress="hidden")
         # A page opened (or reloaded) during a run presents the run, not the form.

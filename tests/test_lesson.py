@@ -1,11 +1,14 @@
 """The lesson as a teacher and a phone see it, in real chromium pages on the real app: before
 Start an estimate; after Start the grid is the big thing on both screens; Stop is heard between
-log steps; a refused zip leaves the form usable."""
+log steps; the Sample tab names its generator and draws the digit asked for; a refused zip leaves
+the form usable."""
+import io
 import os
 import shutil
-import zipfile
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from tests.apphelpers import RunningApp
 from tests.test_browser import BROWSER_ARGS, CHROMIUM
@@ -14,6 +17,19 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(CHROMIUM) or shutil.which("chromium") is None,
                                  reason="Debian's chromium is not installed (apt-get install chromium)")]
 LOG_EVERY = 1000
+
+
+def grid_classes(png: bytes) -> np.ndarray:
+    """What the shipped classifier calls each 28 px tile of a sample grid (2 px padding)."""
+    from core import quality
+    with Image.open(io.BytesIO(png)) as image:
+        pixels = np.asarray(image.convert("L"))
+    tile = 28 + 2
+    rows, columns = (pixels.shape[0] - 2) // tile, (pixels.shape[1] - 2) // tile
+    tiles = np.stack([pixels[2 + r * tile:2 + r * tile + 28, 2 + c * tile:2 + c * tile + 28]
+                      for r in range(rows) for c in range(columns)])
+    tiles = tiles[tiles.reshape(len(tiles), -1).max(1) > 0]       # the grid's empty cells are black
+    return quality.classify(quality.load_classifier(), tiles)[1].argmax(1)
 
 
 def grid_box(page) -> dict:
@@ -88,6 +104,20 @@ def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_k
             stopped = int(panel.get_attribute("data-step"))
             assert 0 < stopped < LOG_EVERY, stopped          # not at a log step: between them
             assert panel.get_attribute("data-grid").endswith(f"/{stopped}")
+
+            # The run ended well, so the host's page went to Sample, whose caption names the generator
+            # it shows: the live run's, saved at the stopped step.
+            expect(host.locator("#sample-caption")).to_contain_text(f"at step {stopped}", timeout=60_000)
+            # Ask for a digit (of the shipped generator: this short run draws no digits yet).
+            host.get_by_label("Or pick a generator").click()
+            host.get_by_role("option", name="The shipped generator (pre-trained)").click()
+            expect(host.locator("#sample-caption")).to_contain_text("the shipped generator", timeout=60_000)
+            host.get_by_label("Class", exact=True).click()
+            host.get_by_role("option", name="7", exact=True).click()
+            expect(host.locator("#sample-caption")).to_contain_text("Every sample is class 7", timeout=60_000)
+            source = host.locator("#sample-grid img").get_attribute("src")
+            digits = grid_classes(host.request.get(source).body())
+            assert len(digits) >= 10 and (digits == 7).mean() >= 0.8, digits
             browser.close()
     finally:
         app.stop()
