@@ -324,15 +324,15 @@ class Loop:
 
     def _write_checkpoint(self) -> None:
         """Replica 0's copy: the replicas hold identical weights, one copy to the host is enough."""
-        rt = self.rt
+        rt, scaler_g, scaler_d = self.rt, self.train_step.scaler_g, self.train_step.scaler_d
         g_state = rt.cpu_state_dict(self.G)
         self.run_dir.save_checkpoint({
             "version": 1, "config": self.config.to_dict(), "step": self.step_count,
             "elapsed": self.elapsed_before + (time.perf_counter() - self.t_start),
             "G": g_state, "D": rt.cpu_state_dict(self.D),
             "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
-            **{key: scaler.state_dict() if scaler else None for key, scaler in
-               (("scaler_g", self.train_step.scaler_g), ("scaler_d", self.train_step.scaler_d))},
+            "scaler_g": scaler_g.state_dict() if scaler_g else None,
+            "scaler_d": scaler_d.state_dict() if scaler_d else None,
             "fixed_noise": self.fixed_noise,
         })
         meta = {"spec": self.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
