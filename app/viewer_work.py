@@ -1,12 +1,15 @@
 """Work that viewers trigger (samples, GIFs, neighbours, timelapses, dataset previews): few at a
-time, and behind the trainer for CPU.
+time, at a lower CPU priority than the trainer.
 
 On two cores the trainer needs both: when a viewer's request takes a core, its two threads wait
 on each other and it runs 5-6x slower (bench/README.md, bench_threads and the issue-13 soak). So
-the UI process runs such work in a small pool of its own threads, each at a lower CPU priority
-(Linux nice values are per thread), and never more than VIEWER_WORKERS at once, which also bounds
-the memory the work can hold however many viewers ask. Everything else (status, the live view,
-Start/Stop) stays at normal priority on Gradio's own threads.
+the UI process runs such work in a small pool of its own threads, each at nice 10 (Linux nice
+values are per thread), never more than VIEWER_WORKERS at once, which also bounds the memory the
+work can hold however many viewers ask. Everything else (status, the live view, Start/Stop) stays
+at normal priority on Gradio's own threads. This shrinks the work's share but does not stop it
+costing the trainer (the soak: still 0.2x under a flood of requests). SCHED_IDLE would, but an
+idle thread descheduled while it holds the GIL stalls the live view too; the real fix is this
+work in a process of its own.
 """
 from __future__ import annotations
 
