@@ -25,16 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from core.rundir import RunDir  # noqa: E402
-
-
-def wait_for(predicate, timeout: float, every: float = 0.01):
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise TimeoutError
+from tests.apphelpers import wait_for  # noqa: E402
 
 
 def one_trial(batch: int, action: str, log_every: int, warm_steps: int) -> tuple[float, int]:
@@ -44,12 +35,12 @@ def one_trial(batch: int, action: str, log_every: int, warm_steps: int) -> tuple
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Well into training: past the first log step, so the step time is the steady one.
-        wait_for(lambda: run.read_status().get("step", 0) >= warm_steps, 300, every=0.05)
+        wait_for(lambda: run.read_status().get("step", 0) >= warm_steps, 300, interval=0.05, what="the warm-up steps")
         time.sleep(random.uniform(0, 2))   # the request lands at an arbitrary point between log steps
         t0 = time.perf_counter()
         run.request(action)
         state = "stopped" if action == "stop" else "paused"
-        status = wait_for(lambda: (s := run.read_status()).get("state") == state and s, 300)
+        status = wait_for(lambda: (s := run.read_status()).get("state") == state and s, 300, interval=0.01, what=state)
         seconds = time.perf_counter() - t0
         if action == "pause":
             run.request("stop")
