@@ -96,8 +96,11 @@ def main() -> None:
     from core.config import TrainConfig
     job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, standby=True)
     demo = build_app(job, host_key=host_key)
+    from app import viewer_work
+    viewer_work.warm_up()
     # Closing the app ends its trainer (with a checkpoint) rather than leaving an orphan.
     atexit.register(job.shutdown)
+    atexit.register(viewer_work.shutdown)
 
     def stop_trainer_then_exit(signum, frame):
         # Ctrl-C or SIGTERM (docker stop, systemd, a Space restart): stop the trainer first,
@@ -105,6 +108,7 @@ def main() -> None:
         # instead left the trainer running for as long as Gradio took to close (a minute, seen
         # under load), and a supervisor's SIGKILL in that window lost the final checkpoint.
         job.shutdown()
+        viewer_work.shutdown()
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop_trainer_then_exit)

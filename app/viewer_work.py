@@ -1,42 +1,108 @@
-"""Work that viewers trigger (samples, GIFs, neighbours, timelapses, dataset previews): few at a
-time, at a lower CPU priority than the trainer.
+"""Work that viewers trigger (samples, GIFs, neighbours, timelapses, dataset previews), run in a
+process of its own that only gets the CPU the trainer leaves.
 
 On two cores the trainer needs both: when a viewer's request takes a core, its two threads wait
-on each other and it runs 5-6x slower (bench/README.md, bench_threads and the issue-13 soak). So
-the UI process runs such work in a small pool of its own threads, each at nice 10 (Linux nice
-values are per thread), never more than VIEWER_WORKERS at once, which also bounds the memory the
-work can hold however many viewers ask. Everything else (status, the live view, Start/Stop) stays
-at normal priority on Gradio's own threads. This shrinks the work's share but does not stop it
-costing the trainer (the soak: still 0.2x under a flood of requests). SCHED_IDLE would, but an
-idle thread descheduled while it holds the GIL stalls the live view too; the real fix is this
-work in a process of its own.
+on each other and it runs 5-6x slower (bench/README.md, bench_threads and the issue-13 soak). Nice
+10 threads in the UI process still cost it most of its speed under a flood of requests, and
+SCHED_IDLE threads there stalled the live view too: an idle thread descheduled while it holds the
+GIL blocks every other thread. A separate process at SCHED_IDLE has its own GIL: it runs when a
+core is free (the trainer waiting on data or on itself, or no run at all) and yields at once when
+the trainer wants it back. The UI process keeps only the cheap part of each request (checking the
+numbers, choosing the files), and its memory no longer holds the decoded images and generators.
+
+`run(fn, *args)`: fn must be a module-level function and its arguments and result plain picklable
+values; it may keep module-level caches, which live in the worker. At most VIEWER_WORKERS requests
+run at once, which bounds their memory however many viewers ask; each worker is replaced after
+TASKS_PER_WORKER requests, so what its caches and allocator hold is given back now and then.
 """
 from __future__ import annotations
 
-import contextvars
+import errno
+import multiprocessing
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from app.errors import refused
+from core.rundir import DISK_FULL
 
 VIEWER_WORKERS = 2
-VIEWER_NICE = 10          # CFS weight ~1/10 of the trainer's when both want a core
+TASKS_PER_WORKER = 200
+PARENT_CHECK_SECONDS = 1.0
 
-_pool: ThreadPoolExecutor | None = None
+_pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
 def _behind_the_trainer() -> None:
+    """A worker's set-up: idle priority, one torch thread, and gone when the app is."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), VIEWER_NICE)
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
-        pass   # not Linux, or not allowed: the pool still bounds how much runs at once
+        try:
+            os.nice(19)   # not Linux: the lowest priority there is
+        except (AttributeError, OSError):
+            pass
+    # Gone with the app, kill -9 included. (Not PR_SET_PDEATHSIG: that fires when the parent
+    # *thread* that started the worker exits, and Gradio's worker threads come and go.)
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+    import torch
+    torch.set_num_threads(1)
 
 
-def run(fn, *args):
-    """fn(*args) on a viewer-work thread, with the caller's context variables; its result or error."""
+def _exit_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(0)
+
+
+def _get_pool() -> ProcessPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(VIEWER_WORKERS, thread_name_prefix="viewer-work",
-                                       initializer=_behind_the_trainer)
-    return _pool.submit(contextvars.copy_context().run, fn, *args).result()
+            # spawn: fork would copy the UI's threads and locks mid-flight (and torch's can deadlock).
+            _pool = ProcessPoolExecutor(VIEWER_WORKERS, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_behind_the_trainer, max_tasks_per_child=TASKS_PER_WORKER)
+        return _pool
+
+
+def _discard(pool: ProcessPoolExecutor) -> None:
+    global _pool
+    with _pool_lock:
+        if _pool is pool:
+            _pool = None
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def warm_up() -> None:
+    """Start a worker now (imports take seconds), so the first viewer's request does not wait."""
+    _get_pool().submit(os.getpid)
+
+
+def shutdown() -> None:
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def run(fn, *args):
+    """fn(*args) in a viewer-work process; its result, or its error raised here."""
+    pool = _get_pool()
+    try:
+        return pool.submit(fn, *args).result()
+    except BrokenProcessPool:
+        # A worker died mid-request (out of memory, killed): a new pool serves the next one.
+        _discard(pool)
+        raise refused("That request stopped the sampler (too big for this server's memory?). "
+                      "Try again, with fewer images.", title="Not done")
+    except OSError as exc:
+        # The files a viewer asks for (GIFs, zips) go to the server's temporary folder: a full or
+        # read-only one is the host's to fix, said without its path or errno.
+        if exc.errno not in (*DISK_FULL, errno.EROFS):   # not EACCES: a read may raise that too
+            raise
+        raise refused("The server's disk is full or read-only, so this could not be made: tell the host "
+                      "(free space in the temporary folder, or point TMPDIR at a bigger disk).", title="Not done")

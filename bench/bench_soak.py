@@ -242,8 +242,12 @@ class Sampler(threading.Thread):
                 live = status(self.app.url)
                 row.update(live_status_s=time.time() - t0, state=live.get("state"), step=live.get("step") or 0)
                 pid = live.get("pid")
+                trainer = {pid, *children_of(pid)} if pid else set()
                 if pid and live.get("state") not in ("done", "stopped", "failed"):
-                    row["trainer_rss_mb"] = sum(rss_mb(p) for p in [pid, *children_of(pid)])
+                    row["trainer_rss_mb"] = sum(rss_mb(p) for p in trainer)
+                # The viewer-work processes (app/viewer_work.py), the standby trainer among them when
+                # one is waiting: every child of the UI that is not the running trainer.
+                row["work_rss_mb"] = sum(rss_mb(p) for p in children_of(self.app.process.pid) if p not in trainer)
             except Exception as exc:
                 row["live_status_error"] = repr(exc)
             for name, paths in self.folders.items():
@@ -276,7 +280,7 @@ def summarise(rows: list[dict], phase: str) -> dict:
     for key in ("status_s", "live_status_s"):
         values = [r[key] for r in picked if key in r]
         out[key] = {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95), "max": max(values, default=None)}
-    for key in ("ui_rss_mb", "trainer_rss_mb"):
+    for key in ("ui_rss_mb", "trainer_rss_mb", "work_rss_mb"):
         values = [r[key] for r in picked if key in r]
         out[key] = {"start": values[0] if values else None, "peak": max(values, default=None),
                     "end": values[-1] if values else None}
@@ -338,6 +342,9 @@ def table(report: dict) -> None:
     print("|---|---|---|")
     print(f"| UI RSS MB start / peak / end | {cell(ui['start'], '{:.0f}')} / {cell(ui['peak'], '{:.0f}')} / "
           f"{cell(ui['end'], '{:.0f}')} | < {RSS_TARGET_MB} |")
+    work = soak["work_rss_mb"]
+    print(f"| other children of the UI (viewer work, standby) RSS MB start / peak / end | "
+          f"{cell(work['start'], '{:.0f}')} / {cell(work['peak'], '{:.0f}')} / {cell(work['end'], '{:.0f}')} | |")
     print(f"| trainer RSS MB start / peak / end | {cell(trainer['start'], '{:.0f}')} / "
           f"{cell(trainer['peak'], '{:.0f}')} / {cell(trainer['end'], '{:.0f}')} | |")
     print(f"| uploads folder MB peak (files) | {soak['uploads_mb_peak']:.1f} ({soak['uploads_files_peak']}) | "
