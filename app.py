@@ -51,11 +51,11 @@ def quiet_queue_when_idle(demo) -> None:
 
 
 def share_the_cores_with_the_trainer() -> None:
-    """The UI process's own torch work (sampling for a viewer) uses one thread: the trainer's two
-    threads run 5-6x slower when anything takes one of the two cores (bench/README.md). And glibc
-    gives each thread that allocates its own malloc arena, where freed memory stays: Gradio's
-    worker threads grew the app to 1.6 GB in the issue-13 soak; with two arenas (and the
-    viewer-work pool) its peak was 1.13 GB."""
+    """The UI process's own torch work is small now (viewer work runs in app/viewer_work's
+    process) but keeps to one thread: the trainer's two threads run 5-6x slower when anything takes
+    one of the two cores (bench/README.md). And glibc gives each thread that allocates its own
+    malloc arena, where freed memory stays: Gradio's worker threads grew the app to 1.6 GB in the
+    issue-13 soak; with two arenas (and the viewer-work pool) its peak was 1.13 GB."""
     import ctypes
     import torch
     torch.set_num_threads(1)
