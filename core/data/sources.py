@@ -44,7 +44,7 @@ from filelock import FileLock
 from core.images import to_model_range
 from core.rundir import write_atomic
 
-ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
+ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets")
 BUNDLED_MNIST = os.path.join(ASSETS, "mnist_subset.npz")
 
 # Native (channels, resolution) of each dataset: the model adapts to these. A folder of
