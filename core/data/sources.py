@@ -1,205 +1,41 @@
-"""Datasets and the input pipeline.
+"""Where each dataset comes from: one Source row per dataset, carrying its own behaviour.
 
-The seed's lesson: a naive loader spent 37% of training time on data; preprocessing done once,
-cached and prefetched brought it under 5%. So every dataset here is decoded, resized and
-cropped once into one uint8 tensor (N, C, H, W), saved in the cache folder (the next load
-memory-maps it: TPU replica processes share its pages) and the trainer draws batches from it
-by index: per-replica disjoint shards, a fresh shuffle each epoch, fixed batch shapes
-(drop_last), and the uint8 -> [-1, 1] conversion done on the device.
+SOURCES is the table of every dataset a run can name. A row's fields say what the UI and the
+model need (title, native channels and resolution: the model adapts to these) and, for a
+torchvision set, where its files live and where to get them; its methods say how it loads, what
+dataset_info tells the UI before training, and how a preview is drawn. The row's class is the
+kind of source (the bundled subset, a torchvision file format, a student's own images), so a new
+dataset of a known kind is one more row.
 
-Where the files live (cache_dir(): BLINK_DATA_DIR, default ~/.cache/blink/datasets):
-    MNIST/raw/, FashionMNIST/raw/, cifar-10-batches-py/, celeba/   torchvision's own layout
-    processed/<dataset>-v<N>.pt (+ .json)                          decoded once, uint8
-    own/<fingerprint>-v<N>.pt (+ .json)                            a user's folder or zip, decoded once
-A dataset missing from the cache is downloaded by torchvision only when the machine is online
-(BLINK_OFFLINE != 1 and a 2 s connectivity probe succeeds); offline it is refused at once with
-the folder and the exact file names to put there. The bundled MNIST subset always works.
+A torchvision dataset missing from the cache is downloaded by torchvision only when the machine
+is online (BLINK_OFFLINE != 1 and a 2 s connectivity probe succeeds); offline it is refused at
+once with the folder and the exact file names to put there. The bundled MNIST subset always
+works. Torchvision's own layout under cache_dir(): MNIST/raw/, FashionMNIST/raw/,
+cifar-10-batches-py/, celeba/; the decoded set then goes to processed/ (see cache.py).
 """
 from __future__ import annotations
 
-import contextlib
 import gzip
-import hashlib
-import io
-import json
 import os
 import pickle
 import random
 import socket
-import stat
 import tarfile
-import tempfile
 import threading
 import time
-import zipfile
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from filelock import FileLock
 
-from core.images import to_model_range
+from core.data import own
+from core.data.cache import (DatasetError, ImageSet, availability, cache_dir, cache_file, file_lock, load_cached,
+                             read_meta, save_cached)
+from core.data.own import APP_FOLDER, DEFAULT_MAX_MB, OWN_RESOLUTION, Listing
 from core.rundir import write_atomic
 
-ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets")
-BUNDLED_MNIST = os.path.join(ASSETS, "mnist_subset.npz")
-
-# Native (channels, resolution) of each dataset: the model adapts to these. A folder of
-# greyscale images gives 1 channel instead of 3.
-NATIVE_SHAPE = {
-    "bundled-mnist": (1, 28), "mnist": (1, 28), "fashion-mnist": (1, 28),
-    "cifar10": (3, 32), "celeba": (3, 64), "folder": (3, 64),
-}
-
-# Bump when preprocessing changes: old cache files are then ignored, never silently reused.
-PREP_VERSION = 1
-OWN_RESOLUTION = 64                      # users' images and CelebA: shorter side -> 64, centre crop
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
-# Budgets that a small file cannot escape. PIL only warns at 89 Mpx; 24 Mpx (a DSLR photo) is
-# far beyond anything a 64x64 GAN needs. Checked on the header, before any pixel is decoded.
-MAX_PIXELS = 24_000_000
-MAX_IMAGE_BYTES = 32 * 2**20             # one image file, declared and actually read
-MAX_FILES = 50_000                       # entries of a zip, or files walked in a folder
-# Zips: the declared uncompressed size of the image entries (zipfile never reads past it) may be
-# at most this many times the limit.
-MAX_UNCOMPRESSED_RATIO = 4
-DEFAULT_MAX_MB = 200
-# Decoding holds ~16 bytes per pixel at its peak (PIL's 4-byte pixels, the converted copy, the
-# alpha composite). Every decode in this process, all viewers together, shares one allowance of
-# the largest image's worth: many small images decode side by side, a big one waits its turn.
-DECODE_BYTES_PER_PIXEL = 16
-DECODE_BUDGET_BYTES = MAX_IMAGE_BYTES + MAX_PIXELS * DECODE_BYTES_PER_PIXEL
-PREVIEW_SECONDS = 20.0                   # total decode time of one preview
-_GREY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
-
-
-class DatasetError(ValueError):
-    """A dataset that cannot be used; the message says what to do about it."""
-
-
-# ==== the one guard for paths a viewer names ===================================================
-def allowed_roots() -> list[str]:
-    """Folders whose images the server may read for a viewer, resolved (symlinks and all) here.
-
-    This app's upload areas (the dataset cache's uploads folder and Gradio's upload folder: the
-    only places under the temp folder), the app's own folder, and any folders an admin lists in
-    BLINK_DATA_ROOTS. Read at call time, so tests and admins can point them elsewhere."""
-    from core.uploads import uploads_dir     # uploads imports this module
-    roots = [uploads_dir(), os.environ.get("GRADIO_TEMP_DIR") or os.path.join(tempfile.gettempdir(), "gradio"),
-             os.path.dirname(ASSETS)]
-    roots += [r for r in os.environ.get("BLINK_DATA_ROOTS", "").split(os.pathsep) if r]
-    return [os.path.realpath(os.path.expanduser(r)) for r in roots]
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def guard_path(path: str) -> str:
-    """The resolved path of an image folder or zip a viewer named, if the server may read it.
-
-    Every link is resolved once, here, and callers read only the returned path: a link inside an
-    allowed folder cannot lead out of it. Messages name no server path."""
-    path = (path or "").strip()
-    if not path:
-        raise DatasetError("'My images' needs a folder or zip of images: upload a zip, or type a folder path.")
-    real = os.path.realpath(os.path.expanduser(path))
-    if not any(_inside(real, root) for root in allowed_roots()):
-        raise DatasetError("That image folder is outside the folders this server allows (uploads, the app's "
-                           "folder, or BLINK_DATA_ROOTS). Upload a zip of your images instead.")
-    if not os.path.exists(real):
-        raise DatasetError("That image folder or zip was not found on the server. Check the path, or upload a zip.")
-    return real
-
-
-class _DecodeBudget:
-    """The allowance of decoding memory shared by every thread of this process (see above)."""
-
-    def __init__(self, total: int):
-        self.total, self.used = total, 0
-        self._free = threading.Condition()
-
-    @contextlib.contextmanager
-    def hold(self, amount: int, timeout: float | None = None):
-        with self._free:
-            if not self._free.wait_for(lambda: self.used + amount <= self.total, timeout):
-                raise TimeoutError("out of decode time")
-            self.used += amount
-        try:
-            yield
-        finally:
-            with self._free:
-                self.used -= amount
-                self._free.notify_all()
-
-
-_DECODING = _DecodeBudget(DECODE_BUDGET_BYTES)
-
-
-@dataclass
-class ImageSet:
-    """A preprocessed dataset: uint8 images (N, C, H, W), optional labels, a display name."""
-    images: torch.Tensor
-    name: str
-    labels: torch.Tensor | None = None
-    skipped: int = 0          # unreadable image files left out (own images)
-    ignored: int = 0          # files that are not PNG/JPEG, not used (own images)
-
-    def __len__(self) -> int:
-        return self.images.shape[0]
-
-    @property
-    def channels(self) -> int:
-        return self.images.shape[1]
-
-    @property
-    def resolution(self) -> int:
-        return self.images.shape[-1]
-
-
-# ==== where things live ========================================================================
-def cache_dir() -> str:
-    """The dataset cache folder (read at call time, so tests and users can point it elsewhere)."""
-    return os.path.abspath(os.path.expanduser(
-        os.environ.get("BLINK_DATA_DIR") or os.path.join("~", ".cache", "blink", "datasets")))
-
-
-@dataclass(frozen=True)
-class Source:
-    """A torchvision dataset: where torchvision expects its files and where to get them."""
-    key: str
-    title: str
-    folder: str                     # relative to cache_dir(), torchvision's layout
-    files: tuple[str, ...]          # what must be in `folder` (see _present for accepted variants)
-    size: int                       # training images used
-    url: str                        # where a student can fetch the files by hand
-    download_mb: int
-    host: tuple[str, int]           # probed before any download attempt
-
-
-_MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
-_CIFAR_FILES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5",
-                "test_batch", "batches.meta")
-_CELEBA_TEXT = ("list_attr_celeba.txt", "identity_CelebA.txt", "list_bbox_celeba.txt",
-                "list_landmarks_align_celeba.txt", "list_eval_partition.txt")
-
-SOURCES = {
-    "mnist": Source("mnist", "MNIST", os.path.join("MNIST", "raw"), _MNIST_FILES, 60_000,
-                    "https://ossci-datasets.s3.amazonaws.com/mnist/", 12, ("ossci-datasets.s3.amazonaws.com", 443)),
-    "fashion-mnist": Source("fashion-mnist", "Fashion-MNIST", os.path.join("FashionMNIST", "raw"), _MNIST_FILES,
-                            60_000, "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/", 30,
-                            ("fashion-mnist.s3-website.eu-central-1.amazonaws.com", 80)),
-    "cifar10": Source("cifar10", "CIFAR-10", "cifar-10-batches-py", _CIFAR_FILES, 50_000,
-                      "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz (extract it here)", 163,
-                      ("www.cs.toronto.edu", 443)),
-    "celeba": Source("celeba", "CelebA", "celeba", ("img_align_celeba/ (or img_align_celeba.zip)",) + _CELEBA_TEXT,
-                     162_770, "https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (Align&Cropped images)", 1_400,
-                     ("drive.google.com", 443)),
-}
+BUNDLED_MNIST = os.path.join(APP_FOLDER, "assets", "mnist_subset.npz")
 
 
 def _verify_checksums() -> bool:
@@ -240,662 +76,370 @@ def network_allowed(host: tuple[str, int] = ("www.cs.toronto.edu", 443), timeout
     return bool(ok)
 
 
-# ==== the cache files ===========================================================================
-def _processed_path(key: str) -> str:
-    return os.path.join(cache_dir(), "processed", f"{key}-v{PREP_VERSION}.pt")
 
 
-def _file_lock(path: str) -> FileLock:
-    """One process prepares a dataset while the others (TPU replicas) wait, then all read it.
-    filelock rather than fcntl: it locks on Windows too."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    return FileLock(path + ".lock")
+@dataclass(frozen=True)
+class Source:
+    """One dataset a run can learn from: a row of SOURCES (see the module docstring)."""
+    key: str                        # the name a config, the CLI and the UI use
+    title: str
+    channels: int                   # native shape: the model adapts to it
+    resolution: int
+
+    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+        """The whole set at its native size, decoded once and cached; DatasetError with advice."""
+        raise NotImplementedError
+
+    def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
+        """What the UI shows before training, cheaply (see core.data.dataset_info)."""
+        raise NotImplementedError
+
+    def preview(self, data_path: str, n: int, rng: random.Random, max_mb: int = DEFAULT_MAX_MB) -> np.ndarray:
+        """n images (n, C, H, W) float32 in [-1, 1]; a cached set reads only those n."""
+        return self.load(data_path, max_mb).sample(n, rng)
 
 
-def _save_cached(path: str, images: torch.Tensor, labels: torch.Tensor | None, meta: dict) -> None:
-    """Both files written atomically: a reader never sees half a file. The tensors are saved
-    straight into the temp file: a large dataset is not held in memory twice."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+@dataclass(frozen=True)
+class BundledMnist(Source):
+    """The MNIST subset shipped in assets/: there online or not, with its labels."""
+    size: int
+    path: str = BUNDLED_MNIST
 
-    def save_tensors(f) -> None:
+    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+        with np.load(self.path) as npz:
+            images = torch.from_numpy(npz["images"].copy())[:, None]      # (N, 1, 28, 28)
+            labels = torch.from_numpy(npz["labels"].astype(np.int64))
+        return ImageSet(images, self.title, labels)
+
+    def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
+        return availability(True, self.size, self.channels, self.resolution, f"{self.title}: always available.", True)
+
+
+@dataclass(frozen=True)
+class OwnImages(Source):
+    """A student's folder or zip (data_path), read through the guards of own.py; 64x64, and one
+    channel instead of `channels` when every image is grey."""
+
+    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+        return own.load_own(data_path, max_mb)
+
+    def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
+        return own.own_info(data_path, max_mb)
+
+    def preview(self, data_path: str, n: int, rng: random.Random, max_mb: int = DEFAULT_MAX_MB) -> np.ndarray:
+        return own.preview_own(data_path, n, rng, max_mb)
+
+
+@dataclass(frozen=True)
+class TorchvisionSource(Source):
+    """A torchvision dataset: its files in torchvision's layout under cache_dir(), parsed by the
+    torchvision class itself (its checks included). The subclasses are the file formats: which
+    files count as present, how they are extracted and how the parsed set becomes tensors."""
+    folder: str                     # relative to cache_dir(), torchvision's layout
+    files: tuple[str, ...]          # what must be in `folder` (see has() for accepted variants)
+    size: int                       # training images used
+    url: str                        # where a student can fetch the files by hand
+    download_mb: int
+    host: tuple[str, int]           # probed before any download attempt
+    tv_class: str                   # the torchvision.datasets class that reads the files
+
+    # ---- what a format changes
+    def has(self, root: str, name: str) -> bool:
+        """Whether file `name` of `files` is in the cache (a format may accept other variants)."""
+        return os.path.isfile(os.path.join(root, self.folder, name))
+
+    def variants_hint(self, root: str) -> str:
+        """The accepted variants, in words, for the missing-files message."""
+        return ""
+
+    def found_in(self, data_path: str) -> bool:
+        """Whether a folder the user named holds every file, ready to be adopted into the cache."""
+        return False
+
+    def adopt(self, root: str, data_path: str) -> None:
+        """Copy the files from a folder the user named into the cache (formats that allow it)."""
+
+    def stage(self, root: str) -> None:
+        """Extract what torchvision's download step would extract, without touching the network."""
+
+    def training_split(self) -> dict:
+        """The torchvision arguments that select the training split."""
+        return {"train": True}
+
+    def dataset_class(self, verify: bool):
+        """The torchvision class; verify=False: one that skips only the md5 check (see below)."""
+        import torchvision.datasets as tvd
+        return getattr(tvd, self.tv_class)
+
+    def tensors(self, ds, root: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The parsed training split -> uint8 images (N, C, H, W) and labels (or None)."""
+        raise NotImplementedError
+
+    # ---- the same for every format
+    def cache_path(self) -> str:
+        return cache_file("processed", self.key)
+
+    def missing(self, root: str) -> list[str]:
+        """Files that are not in the cache (each accepted variant counts as present)."""
+        return [name for name in self.files if not self.has(root, name)]
+
+    def missing_message(self, root: str, missing: list[str], reason: str) -> str:
+        where = os.path.join(root, self.folder)
+        return (f"{self.title} is not in the dataset cache and {reason}. Put these files in {where}"
+                f"{self.variants_hint(root)}: {', '.join(missing)}. Get them from {self.url}, or set "
+                f"BLINK_DATA_DIR to a folder that has them. The bundled MNIST subset (dataset "
+                f"'bundled-mnist') always works offline.")
+
+    def offline_reason(self) -> str | None:
+        """None when a download may be tried, else why not (for the message)."""
+        if os.environ.get("BLINK_OFFLINE", "") == "1":
+            return "this machine is set to offline (BLINK_OFFLINE=1)"
+        if not network_allowed(self.host):
+            return f"{self.host[0]} cannot be reached (no network?)"
+        return None
+
+    def download(self, root: str) -> None:
+        """torchvision's own download, with a socket timeout so a stalled transfer fails, not hangs."""
+        import torchvision.datasets as tvd
+        previous = socket.getdefaulttimeout()
+        socket.setdefaulttimeout(60)
         try:
-            torch.save({"images": images.contiguous(), "labels": labels}, f)
-        except RuntimeError as exc:
-            # torch reports a write the disk refused (full) as its own RuntimeError, with the
-            # OSError only as context; the callers handle a refused write as the OSError it is.
-            if isinstance(exc.__context__, OSError):
-                raise exc.__context__ from None
-            raise
+            getattr(tvd, self.tv_class)(root, download=True, **self.training_split())
+        except Exception as exc:   # network errors, Google Drive quotas, missing gdown: all need the same advice
+            missing = self.missing(root) or list(self.files)
+            raise DatasetError(self.missing_message(root, missing, f"downloading it failed ({exc})")) from exc
+        finally:
+            socket.setdefaulttimeout(previous)
 
-    write_atomic(path, save_tensors)
-    meta = dict(meta, size=int(images.shape[0]), channels=int(images.shape[1]),
-                resolution=int(images.shape[-1]), version=PREP_VERSION)
-    write_atomic(path[:-3] + ".json", json.dumps(meta).encode())
+    def open(self, root: str):
+        """torchvision's dataset object (its parsers, its checks); md5 checks optional, see above."""
+        try:
+            return self.dataset_class(_verify_checksums())(root, download=False, **self.training_split())
+        except RuntimeError as exc:      # torchvision's "not found or corrupted"
+            raise DatasetError(
+                f"{self.title} files in {os.path.join(root, self.folder)} failed torchvision's check ({exc}). "
+                f"Delete that folder and download again from {self.url}.") from exc
 
+    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+        root = cache_dir()
+        path = self.cache_path()
+        cached = load_cached(path, self.title)
+        if cached is not None:
+            return cached
+        with file_lock(path):
+            cached = load_cached(path, self.title)       # another replica may have just built it
+            if cached is not None:
+                return cached
+            self.adopt(root, data_path)
+            missing = self.missing(root)
+            if missing:
+                reason = self.offline_reason()
+                if reason:
+                    raise DatasetError(self.missing_message(root, missing, reason))
+                self.download(root)
+            try:
+                self.stage(root)
+                images, labels = self.tensors(self.open(root), root)
+            except DatasetError:
+                raise
+            except (OSError, EOFError, ValueError, TypeError, AssertionError, KeyError, zlib.error,
+                    pickle.UnpicklingError, tarfile.TarError) as exc:
+                # gzip/tar/pickle/IDX parsers fail in many ways on damaged files; the advice is the same.
+                raise DatasetError(f"{self.title} files in {os.path.join(root, self.folder)} could not be read "
+                                   f"({type(exc).__name__}: {exc}). Delete them and fetch them again from {self.url}.") from exc
+            try:
+                save_cached(path, images, labels, {"name": self.title})
+            except OSError:              # full or read-only disk: train from memory, decode again next time
+                return ImageSet(images, self.title, labels)
+        cached = load_cached(path, self.title)
+        return cached if cached is not None else ImageSet(images, self.title, labels)
 
-def _load_cached(path: str, name: str) -> ImageSet | None:
-    """The cached set, memory-mapped (cheap: pages are read as batches touch them)."""
-    meta = _read_meta(path)
-    if meta is None or not os.path.exists(path):
-        return None
-    try:
-        state = torch.load(path, mmap=True, weights_only=True)
-    except Exception:                # a damaged cache file is rebuilt, not fatal
-        return None
-    return ImageSet(state["images"], meta.get("name", name), state.get("labels"),
-                    meta.get("skipped", 0), meta.get("ignored", 0))
-
-
-def _read_meta(path: str) -> dict | None:
-    try:
-        with open(path[:-3] + ".json") as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return meta if meta.get("version") == PREP_VERSION else None
-
-
-# ==== bundled MNIST ===========================================================================
-def load_bundled_mnist() -> ImageSet:
-    with np.load(BUNDLED_MNIST) as npz:
-        images = torch.from_numpy(npz["images"].copy())[:, None]      # (N, 1, 28, 28)
-        labels = torch.from_numpy(npz["labels"].astype(np.int64))
-    return ImageSet(images, "MNIST (bundled 10k subset)", labels)
-
-
-# ==== torchvision datasets =====================================================================
-def _missing(source: Source, root: str) -> list[str]:
-    """Files of `source` that are not in the cache (each accepted variant counts as present)."""
-    folder = os.path.join(root, source.folder)
-    missing = []
-    for name in source.files:
-        if source.key in ("mnist", "fashion-mnist"):
-            ok = any(os.path.isfile(os.path.join(folder, n)) for n in (name, name[:-3]))   # .gz or raw
-        elif source.key == "cifar10":
-            ok = os.path.isfile(os.path.join(folder, name)) or \
-                os.path.isfile(os.path.join(root, "cifar-10-python.tar.gz"))
-        elif name.startswith("img_align_celeba"):
-            ok = os.path.isdir(os.path.join(folder, "img_align_celeba")) or \
-                os.path.isfile(os.path.join(folder, "img_align_celeba.zip"))
-        else:
-            ok = os.path.isfile(os.path.join(folder, name))
-        if not ok:
-            missing.append(name)
-    return missing
-
-
-def _adopt_from(source: Source, root: str, data_path: str) -> None:
-    """Copy MNIST-style IDX files from a folder the user named (data_path) into the cache."""
-    if not data_path or not os.path.isdir(data_path) or source.key not in ("mnist", "fashion-mnist"):
-        return
-    folder = os.path.join(root, source.folder)
-    for name in source.files:
-        for variant in (name, name[:-3]):
-            src = os.path.join(data_path, variant)
-            dst = os.path.join(folder, variant)
-            if os.path.isfile(src) and not os.path.exists(dst):
-                os.makedirs(folder, exist_ok=True)
-                with open(src, "rb") as f:
-                    write_atomic(dst, f)
+    def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
+        meta = read_meta(self.cache_path())
+        if meta and os.path.exists(self.cache_path()):
+            return availability(True, meta["size"], meta["channels"], meta["resolution"],
+                                f"{self.title}: {meta['size']:,} images, ready.", True)
+        root = cache_dir()
+        missing = self.missing(root)
+        if missing and self.found_in(data_path):
+            missing = []
+        if not missing:
+            return availability(True, self.size, self.channels, self.resolution,
+                                f"{self.title}: files found; decoded once into the cache when training starts.")
+        reason = self.offline_reason()
+        if reason:
+            return availability(False, None, self.channels, self.resolution,
+                                self.missing_message(root, missing, reason))
+        return availability(True, self.size, self.channels, self.resolution,
+                            f"{self.title} will be downloaded once (~{self.download_mb} MB) into {root} when training starts.")
 
 
-def _missing_message(source: Source, root: str, missing: list[str], reason: str) -> str:
-    where = os.path.join(root, source.folder)
-    extra = ""
-    if source.key in ("mnist", "fashion-mnist"):
-        extra = " (the .gz files or their extracted versions without .gz)"
-    elif source.key == "cifar10":
-        extra = f" (or put cifar-10-python.tar.gz in {root})"
-    return (f"{source.title} is not in the dataset cache and {reason}. Put these files in {where}{extra}: "
-            f"{', '.join(missing)}. Get them from {source.url}, or set BLINK_DATA_DIR to a folder that "
-            f"has them. The bundled MNIST subset (dataset 'bundled-mnist') always works offline.")
-
-
-def _offline_reason(source: Source) -> str | None:
-    """None when a download may be tried, else why not (for the message)."""
-    if os.environ.get("BLINK_OFFLINE", "") == "1":
-        return "this machine is set to offline (BLINK_OFFLINE=1)"
-    if not network_allowed(source.host):
-        return f"{source.host[0]} cannot be reached (no network?)"
+def _idx_file(folder: str, name: str) -> str | None:
+    """The IDX file `name` in `folder`, as the .gz or its extracted version without .gz."""
+    for variant in (name, name[:-3]):
+        if os.path.isfile(os.path.join(folder, variant)):
+            return variant
     return None
 
 
-def _download(source: Source, root: str) -> None:
-    """torchvision's own download, with a socket timeout so a stalled transfer fails, not hangs."""
-    import torchvision.datasets as tvd
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(60)
-    try:
-        if source.key == "mnist":
-            tvd.MNIST(root, train=True, download=True)
-        elif source.key == "fashion-mnist":
-            tvd.FashionMNIST(root, train=True, download=True)
-        elif source.key == "cifar10":
-            tvd.CIFAR10(root, train=True, download=True)
-        elif source.key == "celeba":
-            tvd.CelebA(root, split="train", target_type=[], download=True)
-    except Exception as exc:   # network errors, Google Drive quotas, missing gdown: all need the same advice
-        missing = _missing(source, root) or list(source.files)
-        raise DatasetError(_missing_message(source, root, missing, f"downloading it failed ({exc})")) from exc
-    finally:
-        socket.setdefaulttimeout(previous)
+@dataclass(frozen=True)
+class IdxSource(TorchvisionSource):
+    """MNIST-style IDX files (.gz or extracted), with labels; a student may name a folder of them."""
 
+    def has(self, root: str, name: str) -> bool:
+        return _idx_file(os.path.join(root, self.folder), name) is not None
 
-def _stage_raw(source: Source, root: str) -> None:
-    """Extract what torchvision's download step would extract, without touching the network."""
-    folder = os.path.join(root, source.folder)
-    if source.key in ("mnist", "fashion-mnist"):
-        for name in source.files:              # torchvision reads the extracted IDX files
+    def variants_hint(self, root: str) -> str:
+        return " (the .gz files or their extracted versions without .gz)"
+
+    def found_in(self, data_path: str) -> bool:
+        return bool(data_path) and os.path.isdir(data_path) and \
+            all(_idx_file(data_path, name) is not None for name in self.files)
+
+    def adopt(self, root: str, data_path: str) -> None:
+        if not data_path or not os.path.isdir(data_path):
+            return
+        folder = os.path.join(root, self.folder)
+        for name in self.files:
+            for variant in (name, name[:-3]):
+                src = os.path.join(data_path, variant)
+                dst = os.path.join(folder, variant)
+                if os.path.isfile(src) and not os.path.exists(dst):
+                    os.makedirs(folder, exist_ok=True)
+                    with open(src, "rb") as f:
+                        write_atomic(dst, f)
+
+    def stage(self, root: str) -> None:
+        folder = os.path.join(root, self.folder)
+        for name in self.files:              # torchvision reads the extracted IDX files
             raw = os.path.join(folder, name[:-3])
             if not os.path.isfile(raw):
                 with gzip.open(os.path.join(folder, name), "rb") as src:
                     write_atomic(raw, src)
-    elif source.key == "cifar10" and _missing_plain(folder, source.files):
-        from torchvision.datasets.utils import extract_archive
-        extract_archive(os.path.join(root, "cifar-10-python.tar.gz"), root)
-    elif source.key == "celeba" and not os.path.isdir(os.path.join(folder, "img_align_celeba")):
-        from torchvision.datasets.utils import extract_archive
-        extract_archive(os.path.join(folder, "img_align_celeba.zip"), folder)
 
-
-def _missing_plain(folder: str, names: tuple[str, ...]) -> bool:
-    return any(not os.path.isfile(os.path.join(folder, n)) for n in names)
-
-
-def _torchvision_dataset(source: Source, root: str):
-    """torchvision's dataset object (its parsers, its checks); md5 checks optional, see above."""
-    import torchvision.datasets as tvd
-    verify = _verify_checksums()
-    try:
-        if source.key == "mnist":
-            return tvd.MNIST(root, train=True, download=False)
-        if source.key == "fashion-mnist":
-            return tvd.FashionMNIST(root, train=True, download=False)
-        if source.key == "cifar10":
-            cls = tvd.CIFAR10 if verify else _cifar10_unverified()
-            return cls(root, train=True, download=False)
-        cls = tvd.CelebA if verify else _celeba_unverified()
-        return cls(root, split="train", target_type=[], download=False)
-    except RuntimeError as exc:      # torchvision's "not found or corrupted"
-        raise DatasetError(
-            f"{source.title} files in {os.path.join(root, source.folder)} failed torchvision's check ({exc}). "
-            f"Delete that folder and download again from {source.url}.") from exc
-
-
-def _cifar10_unverified():
-    import torchvision.datasets as tvd
-
-    class CIFAR10Unverified(tvd.CIFAR10):
-        """torchvision's CIFAR10 with md5 None: check_integrity then only checks that files exist."""
-        train_list = [[name, None] for name, _ in tvd.CIFAR10.train_list]
-        test_list = [[name, None] for name, _ in tvd.CIFAR10.test_list]
-        meta = dict(tvd.CIFAR10.meta, md5=None)
-    return CIFAR10Unverified
-
-
-def _celeba_unverified():
-    import torchvision.datasets as tvd
-
-    class CelebAUnverified(tvd.CelebA):
-        file_list = [(fid, None, name) for fid, _, name in tvd.CelebA.file_list]
-    return CelebAUnverified
-
-
-def _prepare_torchvision(source: Source, root: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-    ds = _torchvision_dataset(source, root)
-    if source.key in ("mnist", "fashion-mnist"):
+    def tensors(self, ds, root: str) -> tuple[torch.Tensor, torch.Tensor | None]:
         return ds.data[:, None].contiguous(), ds.targets.long()
-    if source.key == "cifar10":
+
+
+@dataclass(frozen=True)
+class CifarSource(TorchvisionSource):
+    """CIFAR's pickled batches, or the archive they come in (put in cache_dir() itself)."""
+    archive: str = "cifar-10-python.tar.gz"
+
+    def has(self, root: str, name: str) -> bool:
+        return super().has(root, name) or os.path.isfile(os.path.join(root, self.archive))
+
+    def variants_hint(self, root: str) -> str:
+        return f" (or put {self.archive} in {root})"
+
+    def stage(self, root: str) -> None:
+        if any(not os.path.isfile(os.path.join(root, self.folder, name)) for name in self.files):
+            from torchvision.datasets.utils import extract_archive
+            extract_archive(os.path.join(root, self.archive), root)
+
+    def dataset_class(self, verify: bool):
+        base = super().dataset_class(verify)
+        if verify:
+            return base
+
+        class Unverified(base):
+            """torchvision's class with md5 None: check_integrity then only checks that files exist."""
+            train_list = [[name, None] for name, _ in base.train_list]
+            test_list = [[name, None] for name, _ in base.test_list]
+            meta = dict(base.meta, md5=None)
+        return Unverified
+
+    def tensors(self, ds, root: str) -> tuple[torch.Tensor, torch.Tensor | None]:
         images = torch.from_numpy(np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)))   # HWC -> CHW
         return images, torch.tensor(ds.targets, dtype=torch.int64)
-    # CelebA: 178x218 aligned faces -> shorter side 64, centre crop 64x64 (the DCGAN recipe).
-    folder = os.path.join(root, source.folder, "img_align_celeba")
-    paths = [os.path.join(folder, name) for name in ds.filename]
-    arrays, _, bad = _decode_many(paths, _read_file)
-    if bad:
-        raise DatasetError(f"{len(bad)} CelebA images could not be read (first: {bad[0]}). "
-                           f"Extract img_align_celeba.zip again into {os.path.join(root, source.folder)}.")
-    return _stack(arrays, grey=False), None
 
 
-def _load_torchvision(source: Source, data_path: str) -> ImageSet:
-    root = cache_dir()
-    path = _processed_path(source.key)
-    cached = _load_cached(path, source.title)
-    if cached is not None:
-        return cached
-    with _file_lock(path):
-        cached = _load_cached(path, source.title)       # another replica may have just built it
-        if cached is not None:
-            return cached
-        _adopt_from(source, root, data_path)
-        missing = _missing(source, root)
-        if missing:
-            reason = _offline_reason(source)
-            if reason:
-                raise DatasetError(_missing_message(source, root, missing, reason))
-            _download(source, root)
-        try:
-            _stage_raw(source, root)
-            images, labels = _prepare_torchvision(source, root)
-        except DatasetError:
-            raise
-        except (OSError, EOFError, ValueError, TypeError, AssertionError, KeyError, zlib.error,
-                pickle.UnpicklingError, tarfile.TarError) as exc:
-            # gzip/tar/pickle/IDX parsers fail in many ways on damaged files; the advice is the same.
-            raise DatasetError(f"{source.title} files in {os.path.join(root, source.folder)} could not be read "
-                               f"({type(exc).__name__}: {exc}). Delete them and fetch them again from {source.url}.") from exc
-        try:
-            _save_cached(path, images, labels, {"name": source.title})
-        except OSError:              # full or read-only disk: train from memory, decode again next time
-            return ImageSet(images, source.title, labels)
-    cached = _load_cached(path, source.title)
-    return cached if cached is not None else ImageSet(images, source.title, labels)
+@dataclass(frozen=True)
+class CelebASource(TorchvisionSource):
+    """CelebA's aligned faces (a folder of JPEGs, or its zip) and text files; no labels used.
+    178x218 faces -> shorter side 64, centre crop 64x64 (the DCGAN recipe)."""
+    images_folder: str = "img_align_celeba"
+
+    def has(self, root: str, name: str) -> bool:
+        if not name.startswith(self.images_folder):
+            return super().has(root, name)
+        folder = os.path.join(root, self.folder)
+        return os.path.isdir(os.path.join(folder, self.images_folder)) or \
+            os.path.isfile(os.path.join(folder, self.images_folder + ".zip"))
+
+    def stage(self, root: str) -> None:
+        folder = os.path.join(root, self.folder)
+        if not os.path.isdir(os.path.join(folder, self.images_folder)):
+            from torchvision.datasets.utils import extract_archive
+            extract_archive(os.path.join(folder, self.images_folder + ".zip"), folder)
+
+    def training_split(self) -> dict:
+        return {"split": "train", "target_type": []}
+
+    def dataset_class(self, verify: bool):
+        base = super().dataset_class(verify)
+        if verify:
+            return base
+
+        class Unverified(base):
+            file_list = [(fid, None, name) for fid, _, name in base.file_list]
+        return Unverified
+
+    def tensors(self, ds, root: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        folder = os.path.join(root, self.folder, self.images_folder)
+        paths = [os.path.join(folder, name) for name in ds.filename]
+        arrays, _, bad = own.decode_many(paths, own.read_file)
+        if bad:
+            raise DatasetError(f"{len(bad)} {self.title} images could not be read (first: {bad[0]}). "
+                               f"Extract {self.images_folder}.zip again into {os.path.join(root, self.folder)}.")
+        return own.stack_images(arrays, grey=False), None
+
+    def preview(self, data_path: str, n: int, rng: random.Random, max_mb: int = DEFAULT_MAX_MB) -> np.ndarray:
+        """Before the set is decoded, only the n images shown are (decoding all takes minutes)."""
+        if read_meta(self.cache_path()) is not None:
+            return super().preview(data_path, n, rng, max_mb)
+        folder = os.path.join(cache_dir(), self.folder, self.images_folder)
+        if not os.path.isdir(folder):
+            self.load(data_path, max_mb)          # raises the offline message or downloads
+        names = sorted(f for f in os.listdir(folder) if f.lower().endswith(own.IMAGE_EXTENSIONS))
+        return own.preview_listing(Listing(folder, "folder", names, 0, ""), n, rng)
 
 
-# ==== the user's own images ====================================================================
-def _is_junk(name: str) -> bool:
-    """macOS and hidden entries that carry image extensions but are not images."""
-    parts = name.replace("\\", "/").split("/")
-    return any(p.startswith(".") or p == "__MACOSX" for p in parts if p) or os.path.basename(name).startswith("._")
+_MNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+_CIFAR_FILES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5",
+                "test_batch", "batches.meta")
+_CELEBA_TEXT = ("list_attr_celeba.txt", "identity_CelebA.txt", "list_bbox_celeba.txt",
+                "list_landmarks_align_celeba.txt", "list_eval_partition.txt")
+
+BUNDLED = BundledMnist("bundled-mnist", "MNIST (bundled 10k subset)", 1, 28, size=10_000)
+# Every dataset, in the order the choices are listed. A new dataset is one row here.
+SOURCES: dict[str, Source] = {source.key: source for source in (
+    BUNDLED,
+    IdxSource("mnist", "MNIST", 1, 28, os.path.join("MNIST", "raw"), _MNIST_FILES, 60_000,
+              "https://ossci-datasets.s3.amazonaws.com/mnist/", 12, ("ossci-datasets.s3.amazonaws.com", 443),
+              tv_class="MNIST"),
+    IdxSource("fashion-mnist", "Fashion-MNIST", 1, 28, os.path.join("FashionMNIST", "raw"), _MNIST_FILES, 60_000,
+              "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/", 30,
+              ("fashion-mnist.s3-website.eu-central-1.amazonaws.com", 80), tv_class="FashionMNIST"),
+    CifarSource("cifar10", "CIFAR-10", 3, 32, "cifar-10-batches-py", _CIFAR_FILES, 50_000,
+                "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz (extract it here)", 163,
+                ("www.cs.toronto.edu", 443), tv_class="CIFAR10"),
+    CelebASource("celeba", "CelebA", 3, OWN_RESOLUTION, "celeba",
+                 ("img_align_celeba/ (or img_align_celeba.zip)",) + _CELEBA_TEXT, 162_770,
+                 "https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (Align&Cropped images)", 1_400,
+                 ("drive.google.com", 443), tv_class="CelebA"),
+    OwnImages("folder", "own images", 3, OWN_RESOLUTION),
+)}
 
 
-def _escapes(name: str) -> bool:
-    """True for zip entries that would land outside the extraction folder (zip-slip)."""
-    norm = name.replace("\\", "/")
-    if norm.startswith("/") or (len(norm) > 1 and norm[1] == ":"):
-        return True
-    return ".." in norm.split("/")
-
-
-@dataclass
-class Listing:
-    """The image files of a folder or zip, before decoding."""
-    path: str
-    kind: str                      # "folder" | "zip"
-    names: list[str]               # relative names, sorted
-    ignored: int                   # files that are not PNG/JPEG
-    fingerprint: str               # changes when any image file changes
-
-    def reader(self):
-        """A function name -> bytes (per thread: one open zip handle per reading thread)."""
-        if self.kind == "folder":
-            return lambda name: _read_file(os.path.join(self.path, name))
-        local = threading.local()
-
-        def read(name: str) -> bytes:
-            if not hasattr(local, "zf"):
-                local.zf = zipfile.ZipFile(self.path)
-            info = local.zf.getinfo(name)
-            if info.file_size > MAX_IMAGE_BYTES:     # declared; zipfile never returns more than this
-                raise ValueError("image file too large")
-            with local.zf.open(info) as f:
-                return _read_capped(f)
-        return read
-
-
-def list_images(path: str, max_mb: int = DEFAULT_MAX_MB) -> Listing:
-    """PNG/JPEG files of a folder (recursively) or zip; refuses unsafe or oversized zips."""
-    if not path:
-        raise DatasetError("No images given: choose a folder or upload a zip of PNG/JPEG images.")
-    path = os.path.realpath(os.path.expanduser(path))
-    if os.path.isdir(path):
-        names, ignored, h = [], 0, hashlib.sha1(f"folder:{path}:{PREP_VERSION}".encode())
-        for dirpath, dirnames, filenames in os.walk(path):    # does not descend into linked folders
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__MACOSX")
-            if len(names) + ignored + len(filenames) > MAX_FILES:
-                raise _too_many_files()
-            for filename in sorted(filenames):
-                full = os.path.join(dirpath, filename)
-                rel = os.path.relpath(full, path)
-                # A linked file could lead anywhere on the server: links are never followed.
-                if _is_junk(rel) or not filename.lower().endswith(IMAGE_EXTENSIONS) or os.path.islink(full) \
-                        or not os.path.isfile(full):
-                    ignored += 1
-                    continue
-                st = os.stat(full)
-                names.append(rel)
-                h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-        return Listing(path, "folder", sorted(names), ignored, h.hexdigest()[:20])
-    if not os.path.isfile(path):
-        raise DatasetError("That image folder or zip was not found. Check the path, or upload a zip of images.")
-    size_mb = os.path.getsize(path) / 2**20
-    if size_mb > max_mb:
-        raise DatasetError(f"The zip is {size_mb:.0f} MB; the limit is {max_mb} MB (max_image_mb). "
-                           f"Use fewer or smaller images (64x64 is enough for this GAN).")
-    if not zipfile.is_zipfile(path):
-        raise DatasetError(f"{os.path.basename(path)} is not a zip file nor a folder. Upload a .zip of PNG/JPEG images.")
-    try:
-        with zipfile.ZipFile(path) as zf:
-            infos = zf.infolist()
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise DatasetError(f"The zip {os.path.basename(path)} is damaged. Create it again.") from exc
-    if len(infos) > MAX_FILES:
-        raise _too_many_files()
-    names, ignored, total = [], 0, 0
-    h = hashlib.sha1(f"zip:{PREP_VERSION}".encode())
-    for info in infos:
-        if _escapes(info.filename):
-            raise DatasetError(f"The zip contains a path that points outside its folder ({info.filename!r}); "
-                               f"it was refused for safety. Zip the images with relative names only.")
-        if info.is_dir():
-            continue
-        is_link = stat.S_ISLNK(info.external_attr >> 16)
-        if is_link or _is_junk(info.filename) or not info.filename.lower().endswith(IMAGE_EXTENSIONS):
-            ignored += 1
-            continue
-        names.append(info.filename)
-        total += info.file_size
-        # The CRC of every entry fingerprints the content without reading it: the same zip
-        # uploaded again (a new temp path) finds its cache.
-        h.update(f"{info.filename}\0{info.CRC}\0{info.file_size}\n".encode())
-    if total > MAX_UNCOMPRESSED_RATIO * max_mb * 2**20:
-        raise DatasetError(f"The zip's images unpack to {total / 2**20:.0f} MB, over {MAX_UNCOMPRESSED_RATIO}x the "
-                           f"{max_mb} MB limit (a zip bomb?). Zip the PNG/JPEG files as they are.")
-    return Listing(path, "zip", sorted(names), ignored, h.hexdigest()[:20])
-
-
-def _too_many_files() -> DatasetError:
-    return DatasetError(f"That is more than {MAX_FILES:,} files; use at most {MAX_FILES:,} images "
-                        f"(a few thousand are plenty for this GAN).")
-
-
-def _read_capped(f) -> bytes:
-    """At most MAX_IMAGE_BYTES, whatever the file's size claimed: a file may grow after a check."""
-    data = f.read(MAX_IMAGE_BYTES + 1)
-    if len(data) > MAX_IMAGE_BYTES:
-        raise ValueError("image file too large")
-    return data
-
-
-def _read_file(path: str) -> bytes:
-    """An image file's bytes; a link (swapped in after the listing, say) is refused, not followed."""
-    with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb") as f:
-        if os.fstat(f.fileno()).st_size > MAX_IMAGE_BYTES:
-            raise ValueError("image file too large")
-        return _read_capped(f)
-
-
-def decode_image(data: bytes, size: int = OWN_RESOLUTION, timeout: float | None = None) -> tuple[np.ndarray, bool]:
-    """PNG/JPEG bytes -> (uint8 array (size, size) if grey else (size, size, 3), is_grey).
-
-    Shorter side resized to `size` (antialiased), centre crop; EXIF rotation applied; transparent
-    pixels composited on white. Raises for anything unreadable, not PNG/JPEG, over MAX_IMAGE_BYTES
-    or MAX_PIXELS (read from the header, before decoding), or still waiting for decode memory
-    after `timeout` seconds.
-    """
-    from PIL import Image, ImageOps
-    if len(data) > MAX_IMAGE_BYTES:
-        raise ValueError("image file too large")
-    # formats=: no other decoder of PIL's ever parses a user's bytes.
-    with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "MPO")) as img:
-        w, h = img.size
-        if w < 1 or h < 1 or w * h > MAX_PIXELS:
-            raise ValueError(f"{w}x{h} pixels is outside 1..{MAX_PIXELS}")
-        if img.format in ("JPEG", "MPO"):
-            img.draft(img.mode, (size, size))        # JPEG decodes at 1/2..1/8 scale: much faster
-        w, h = img.size
-        with _DECODING.hold(len(data) + w * h * DECODE_BYTES_PER_PIXEL, timeout):
-            img = ImageOps.exif_transpose(img)
-            grey = img.mode in _GREY_MODES
-            img = _flatten(img, grey)
-            w, h = img.size
-            s = min(w, h)
-            box = ((w - s) / 2, (h - s) / 2, (w + s) / 2, (h + s) / 2)
-            img = img.resize((size, size), Image.Resampling.BICUBIC, box=box)
-            return np.asarray(img, dtype=np.uint8), grey
-
-
-def _flatten(img, grey: bool):
-    """Any PIL mode -> 'L' (grey) or 'RGB'; alpha composited on white, 16-bit grey scaled down."""
-    from PIL import Image
-    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
-        arr = np.asarray(img).astype(np.float32)       # exact for 16-bit values; half the memory of float64
-        top = 65535.0 if img.mode.startswith("I;16") or arr.max() > 255 else 255.0
-        return Image.fromarray(np.clip(arr * (255.0 / top), 0, 255).astype(np.uint8), "L")
-    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-        rgba = img.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        img = Image.alpha_composite(background, rgba)
-    return img.convert("L" if grey else "RGB")
-
-
-def _decode_many(names: list[str], read, size: int = OWN_RESOLUTION,
-                 deadline: float | None = None) -> tuple[list, list[bool], list[str]]:
-    """Decode in threads (PIL releases the GIL while decoding), in bounded chunks of bytes.
-
-    deadline (time.monotonic()): images not decoded by then count as unreadable."""
-    arrays, greys, bad = [], [], []
-
-    def one(name: str):
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            return None, name
-        try:
-            return decode_image(read(name), size, left), name
-        except Exception:        # corrupt, truncated, encrypted, bomb, out of time: counted, never fatal
-            return None, name
-
-    workers = max(1, min(8, os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
-        for start in range(0, len(names), 512):
-            for result, name in pool.map(one, names[start:start + 512]):
-                if result is None:
-                    bad.append(name)
-                else:
-                    arrays.append(result[0])
-                    greys.append(result[1])
-    return arrays, greys, bad
-
-
-def _stack(arrays: list[np.ndarray], grey: bool) -> torch.Tensor:
-    """HW / HWC arrays -> (N, C, H, W) uint8; grey images repeated to RGB when the set is colour."""
-    if grey:
-        return torch.from_numpy(np.stack(arrays)[:, None])
-    rgb = [a if a.ndim == 3 else np.repeat(a[:, :, None], 3, axis=2) for a in arrays]
-    return torch.from_numpy(np.ascontiguousarray(np.stack(rgb).transpose(0, 3, 1, 2)))
-
-
-def _nothing_usable(listing: Listing, bad: int) -> DatasetError:
-    return DatasetError(
-        f"No usable images in {os.path.basename(listing.path.rstrip(os.sep))}: {len(listing.names)} PNG/JPEG file(s) found, "
-        f"{bad} unreadable, {listing.ignored} other file(s) ignored. "
-        f"Use .png, .jpg or .jpeg images (any size, grey or colour).")
-
-
-def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
-    """A folder or zip of PNG/JPEG images -> 64x64 (RGB, or 1 channel if all are grey), cached."""
-    listing = list_images(path, max_mb)
-    title = f"own images ({os.path.basename(listing.path.rstrip(os.sep)) or listing.path})"
-    cache = os.path.join(cache_dir(), "own", f"{listing.fingerprint}-v{PREP_VERSION}.pt")
-    cached = _load_cached(cache, title)
-    if cached is not None:
-        return cached
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(_file_lock(cache))  # replicas wait for the first to decode
-        except OSError:                  # a read-only cache only costs speed next time
-            pass
-        cached = _load_cached(cache, title)
-        if cached is not None:
-            return cached
-        arrays, greys, bad = _decode_many(listing.names, listing.reader())
-        if not arrays:
-            raise _nothing_usable(listing, len(bad))
-        images = _stack(arrays, grey=all(greys))
-        try:
-            _save_cached(cache, images, None, {"name": title, "skipped": len(bad), "ignored": listing.ignored})
-        except OSError:
-            pass
-        return ImageSet(images, title, None, skipped=len(bad), ignored=listing.ignored)
-
-
-# ==== the entry points =========================================================================
-def load(dataset: str, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
-    """Load a dataset at its native size (see NATIVE_SHAPE).
-
-    data_path: for 'folder' the folder or zip of images; for mnist/fashion-mnist optionally a
-    folder holding the four IDX files, copied into the cache. max_mb: the zip size limit
-    (TrainConfig.max_image_mb).
-    """
-    if dataset == "bundled-mnist":
-        return load_bundled_mnist()
-    if dataset == "folder":
-        return load_own(data_path, max_mb)
-    if dataset in SOURCES:
-        return _load_torchvision(SOURCES[dataset], data_path)
-    raise DatasetError(f"Unknown dataset '{dataset}'; choose one of: {', '.join(NATIVE_SHAPE)}.")
-
-
-def dataset_info(dataset: str, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
-    """What the UI shows before training: cheap (no decoding of whole sets, no torch_xla).
-
-    Returns dict(available, size, channels, resolution, message, cached). `available` False
-    means training would be refused; `message` then says what to do. For a dataset not yet
-    downloaded this may wait up to 2 s once (the network probe; remembered for 5 minutes).
-    """
-    def info(available, size, channels, resolution, message, cached=False):
-        return dict(available=available, size=size, channels=channels, resolution=resolution,
-                    message=message, cached=cached)
-
-    if dataset == "bundled-mnist":
-        return info(True, 10_000, 1, 28, "MNIST (bundled 10k subset): always available.", True)
-    if dataset == "folder":
-        try:
-            listing = list_images(data_path, max_mb)
-        except DatasetError as exc:
-            return info(False, None, None, OWN_RESOLUTION, str(exc))
-        meta = _read_meta(os.path.join(cache_dir(), "own", f"{listing.fingerprint}-v{PREP_VERSION}.pt"))
-        if meta:
-            return info(True, meta["size"], meta["channels"], meta["resolution"],
-                        f"{meta['size']} images ready ({meta['skipped']} unreadable skipped, "
-                        f"{meta['ignored']} other files ignored).", True)
-        if not listing.names:
-            return info(False, 0, None, OWN_RESOLUTION, str(_nothing_usable(listing, 0)))
-        return info(True, len(listing.names), None, OWN_RESOLUTION,
-                    f"{len(listing.names)} PNG/JPEG files found ({listing.ignored} other files ignored); "
-                    f"they are resized and centre-cropped to 64x64 once, unreadable ones are skipped.")
+def source_of(dataset: str) -> Source:
+    """The row of a dataset name; DatasetError naming the choices for an unknown one."""
     if dataset not in SOURCES:
-        return info(False, None, None, None, f"Unknown dataset '{dataset}'; choose one of: {', '.join(NATIVE_SHAPE)}.")
-    source = SOURCES[dataset]
-    channels, resolution = (3, 64) if dataset == "celeba" else NATIVE_SHAPE[dataset]
-    meta = _read_meta(_processed_path(dataset))
-    if meta and os.path.exists(_processed_path(dataset)):
-        return info(True, meta["size"], meta["channels"], meta["resolution"],
-                    f"{source.title}: {meta['size']:,} images, ready.", True)
-    root = cache_dir()
-    missing = _missing(source, root)
-    if missing and data_path and dataset in ("mnist", "fashion-mnist") and os.path.isdir(data_path):
-        if all(os.path.isfile(os.path.join(data_path, n)) or os.path.isfile(os.path.join(data_path, n[:-3]))
-               for n in source.files):
-            missing = []
-    if not missing:
-        return info(True, source.size, channels, resolution,
-                    f"{source.title}: files found; decoded once into the cache when training starts.")
-    reason = _offline_reason(source)
-    if reason:
-        return info(False, None, channels, resolution, _missing_message(source, root, missing, reason))
-    return info(True, source.size, channels, resolution,
-                f"{source.title} will be downloaded once (~{source.download_mb} MB) into {root} when training starts.")
+        raise DatasetError(f"Unknown dataset '{dataset}'; choose one of: {', '.join(SOURCES)}.")
+    return SOURCES[dataset]
 
 
-def preview(dataset: str, data_path: str = "", n: int = 64, seed: int = 0,
-            max_mb: int = DEFAULT_MAX_MB) -> np.ndarray:
-    """n real images (n, C, H, W) float32 in [-1, 1] at native size, for the UI.
-
-    Cheap: cached sets are memory-mapped and only n images are read; an uncached folder, zip or
-    CelebA decodes only the images it shows. Raises DatasetError (with advice) if unavailable.
-    """
-    rng = random.Random(seed)
-    if dataset == "folder" or (dataset == "celeba" and _read_meta(_processed_path("celeba")) is None):
-        if dataset == "folder":
-            listing = list_images(data_path, max_mb)
-            cached = _load_cached(os.path.join(cache_dir(), "own", f"{listing.fingerprint}-v{PREP_VERSION}.pt"), "")
-        else:
-            folder = os.path.join(cache_dir(), "celeba", "img_align_celeba")
-            if not os.path.isdir(folder):
-                load("celeba")          # raises the offline message or downloads
-            names = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS))
-            listing, cached = Listing(folder, "folder", names, 0, ""), None
-        if cached is None:
-            # Only the n images shown are decoded, within PREVIEW_SECONDS: unreadable ones leave
-            # gaps rather than a search through a large (or hostile) set for readable ones.
-            shown = rng.sample(listing.names, min(n, len(listing.names)))
-            arrays, greys, _ = _decode_many(shown, listing.reader(), deadline=time.monotonic() + PREVIEW_SECONDS)
-            if not arrays:
-                raise DatasetError(f"None of the {len(shown)} images picked for the preview could be read "
-                                   f"({listing.ignored} other files ignored). Use .png, .jpg or .jpeg images.")
-            return to_model_range(_stack(arrays, all(greys))).numpy()
-        images = cached.images
-    else:
-        images = load(dataset, data_path, max_mb).images
-    idx = sorted(rng.sample(range(len(images)), min(n, len(images))))
-    return to_model_range(images[torch.tensor(idx)]).numpy()
-
-
-# ==== the pipeline ==============================================================================
-def resize(images: torch.Tensor, resolution: int) -> torch.Tensor:
-    """Resize uint8 images once (antialiased), e.g. 28 -> 64 for the seed's 64x64 DCGAN."""
-    if images.shape[-1] == resolution and images.shape[-2] == resolution:
-        return images
-    out = []
-    for chunk in images.split(2048):    # bounded memory for large sets
-        if chunk.dtype == torch.uint8:
-            # PyTorch's native uint8 path: 4x faster than via float (MNIST 28 -> 64: 60k images
-            # in ~3 s instead of ~12 s on 2 cores), within 1 grey level of the float result.
-            out.append(F.interpolate(chunk, size=(resolution, resolution), mode="bilinear",
-                                     antialias=True, align_corners=False))
-            continue
-        x = F.interpolate(chunk.float(), size=(resolution, resolution), mode="bilinear",
-                          antialias=True, align_corners=False)
-        out.append(x.round().clamp(0, 255).to(torch.uint8))
-    return torch.cat(out)
-
-
-class BatchStream:
-    """Endless batches of one replica's shard: disjoint shards, drop_last, reshuffled per epoch.
-
-    Replica r of w takes images r, r+w, r+2w, ...; every batch has exactly batch_size images,
-    so the step's graph never changes shape. On CUDA the whole uint8 set is moved to the GPU
-    once (MNIST: 47 MB), so a batch is an index on the device and the GPU never waits.
-    """
-
-    def __init__(self, images: torch.Tensor, batch_size: int, device, rank: int = 0, world_size: int = 1,
-                 seed: int = 0, keep_on_device: bool = False, labels: torch.Tensor | None = None):
-        shard = images[rank::world_size]
-        if len(shard) < batch_size:
-            raise DatasetError(f"Each replica needs at least one full batch: {len(shard)} images per replica "
-                               f"< batch size {batch_size}. Use a smaller batch size.")
-        self.device = torch.device(device) if isinstance(device, str) else device
-        self.keep_on_device = keep_on_device
-        self.shard = shard.to(self.device) if keep_on_device else shard.contiguous()
-        # Class labels travel with their images (a class-conditional GAN needs them).
-        self.labels = None if labels is None else labels[rank::world_size].to(self.shard.device)
-        self.batch_size = batch_size
-        self.batches_per_epoch = len(shard) // batch_size
-        self.generator = torch.Generator().manual_seed(seed * 1000 + rank)
-        self.epoch = 0
-        self._order = None
-        self._position = self.batches_per_epoch   # forces a shuffle on first use
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> torch.Tensor:
-        return self.next_with_labels()[0]
-
-    def next_with_labels(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(images in [-1, 1], their labels or None) of the next batch."""
-        if self._position >= self.batches_per_epoch:
-            self._order = torch.randperm(len(self.shard), generator=self.generator)
-            self._position = 0
-            self.epoch += 1
-        idx = self._order[self._position * self.batch_size:(self._position + 1) * self.batch_size]
-        self._position += 1
-        if self.keep_on_device:
-            idx = idx.to(self.device)
-            labels = None if self.labels is None else self.labels[idx]
-            return to_model_range(self.shard[idx]), labels
-        labels = None if self.labels is None else self.labels[idx].to(self.device, non_blocking=True)
-        # uint8 crosses to the device (4x fewer bytes than float); conversion runs there.
-        return to_model_range(self.shard[idx].to(self.device, non_blocking=True)), labels
+def load_bundled_mnist() -> ImageSet:
+    """The bundled subset, whatever the config (the quality classifier reads it too)."""
+    return BUNDLED.load()
