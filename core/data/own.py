@@ -109,6 +109,7 @@ class _DecodeBudget:
 _DECODING = _DecodeBudget(DECODE_BUDGET_BYTES)
 
 
+# ==== listing a folder or zip =================================================================
 def _is_junk(name: str) -> bool:
     """macOS and hidden entries that carry image extensions but are not images."""
     parts = name.replace("\\", "/").split("/")
@@ -215,6 +216,7 @@ def _too_many_files() -> DatasetError:
                         f"(a few thousand are plenty for this GAN).")
 
 
+# ==== reading and decoding within the budgets =================================================
 def _read_capped(f) -> bytes:
     """At most MAX_IMAGE_BYTES, whatever the file's size claimed: a file may grow after a check."""
     data = f.read(MAX_IMAGE_BYTES + 1)
@@ -311,6 +313,7 @@ def stack_images(arrays: list[np.ndarray], grey: bool) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(np.stack(rgb).transpose(0, 3, 1, 2)))
 
 
+# ==== the decoded set, its cache and its preview =============================================
 def _nothing_usable(listing: Listing, bad: int) -> DatasetError:
     return DatasetError(
         f"No usable images in {os.path.basename(listing.path.rstrip(os.sep))}: {len(listing.names)} PNG/JPEG file(s) found, "
