@@ -10,7 +10,9 @@ import gzip
 import io
 import os
 import pickle
+import shutil
 import struct
+import tarfile
 import time
 import zipfile
 
@@ -20,6 +22,7 @@ import torch
 from PIL import Image
 
 from core import data
+from core.data.sources import IdxSource
 from core.images import to_model_range
 from core.uploads import keep_upload
 from tests.test_disk import leftovers, mount  # noqa: F401  (mount: a fixture, a real small tmpfs)
@@ -194,6 +197,47 @@ def test_celeba_is_centre_cropped_to_64(cache, monkeypatch):
     assert loaded.images.shape == (n_train, 3, 64, 64)
     mean = loaded.images.float().mean(dim=(0, 2, 3))
     assert mean[2] > 240 and mean[0] < 15, mean          # only the blue centre square is kept
+
+
+def test_cifar10_archive_in_the_cache_is_found_extracted_and_loaded(cache, monkeypatch, tmp_path):
+    rows = write_cifar(tmp_path)
+    with tarfile.open(os.path.join(cache, "cifar-10-python.tar.gz"), "w:gz") as tar:
+        tar.add(tmp_path / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    info = data.dataset_info("cifar10")
+    assert info["available"] and not info["cached"] and "files found" in info["message"]
+    assert (info["channels"], info["resolution"]) == (3, 32)
+    monkeypatch.setenv("BLINK_VERIFY_CHECKSUMS", "0")
+    loaded = data.load("cifar10")
+    assert torch.equal(loaded.images, torch.from_numpy(rows.reshape(-1, 3, 32, 32)))
+
+
+def test_celeba_zip_is_found_and_extracted_and_preview_decodes_only_what_it_shows(cache, monkeypatch):
+    monkeypatch.setenv("BLINK_VERIFY_CHECKSUMS", "0")
+    n_train = write_celeba(cache)
+    preview = data.preview("celeba", n=3, seed=1)          # before decoding: only the 3 shown
+    assert preview.shape == (3, 3, 64, 64) and preview.min() >= -1 and preview.max() <= 1
+    assert not os.path.exists(os.path.join(cache, "processed"))
+    images = os.path.join(cache, "celeba", "img_align_celeba")
+    shutil.make_archive(images, "zip", os.path.join(cache, "celeba"), "img_align_celeba")
+    shutil.rmtree(images)
+    info = data.dataset_info("celeba")
+    assert info["available"] and "files found" in info["message"] and (info["channels"], info["resolution"]) == (3, 64)
+    assert data.load("celeba").images.shape == (n_train, 3, 64, 64)
+    assert data.preview("celeba", n=3, seed=1).shape == (3, 3, 64, 64)
+
+
+def test_a_new_dataset_in_a_known_format_is_one_row(cache):
+    # KMNIST ships the same IDX files as MNIST, in torchvision's KMNIST/raw.
+    kmnist = IdxSource("kmnist", "Kuzushiji-MNIST", 1, 28, os.path.join("KMNIST", "raw"),
+                       data.SOURCES["mnist"].files, 60_000, "https://github.com/rois-codh/kmnist", 20,
+                       ("codh.rois.ac.jp", 443), tv_class="KMNIST")
+    missing = kmnist.info()
+    assert not missing["available"] and os.path.join(cache, "KMNIST", "raw") in missing["message"]
+    images, labels = write_mnist(os.path.join(cache, "KMNIST", "raw"), gz=True)
+    loaded = kmnist.load()
+    assert torch.equal(loaded.images[:, 0], torch.from_numpy(images)) and loaded.name == "Kuzushiji-MNIST"
+    assert torch.equal(loaded.labels, torch.from_numpy(labels.astype(np.int64)))
+    assert kmnist.info()["cached"]
 
 
 @pytest.mark.parametrize("dataset,expect", [

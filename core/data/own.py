@@ -1,0 +1,391 @@
+"""A student's own images: a folder or zip of PNG/JPEG files, read safely and decoded once.
+
+Everything a viewer can point the server at passes through here, so the safety rules live here
+too: guard_path (which folders may be read at all; links resolved once), list_images (zip-slip,
+zip bombs, too many files, links never followed), and budgets that a small file cannot escape
+(bytes per image, pixels from the header, one decoding allowance per process, a time limit per
+preview). Decoded sets are cached under own/ (see cache.py), keyed by a fingerprint of the files.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import random
+import stat
+import tempfile
+import threading
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from core.data.cache import (PREP_VERSION, DatasetError, ImageSet, availability, cache_file, file_lock,
+                             load_cached, read_meta, save_cached)
+from core.images import to_model_range
+
+# The app's own folder: one of the folders a viewer may name (its assets, the bundled MNIST).
+APP_FOLDER = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OWN_RESOLUTION = 64                      # users' images and CelebA: shorter side -> 64, centre crop
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+# Budgets that a small file cannot escape. PIL only warns at 89 Mpx; 24 Mpx (a DSLR photo) is
+# far beyond anything a 64x64 GAN needs. Checked on the header, before any pixel is decoded.
+MAX_PIXELS = 24_000_000
+MAX_IMAGE_BYTES = 32 * 2**20             # one image file, declared and actually read
+MAX_FILES = 50_000                       # entries of a zip, or files walked in a folder
+# Zips: the declared uncompressed size of the image entries (zipfile never reads past it) may be
+# at most this many times the limit.
+MAX_UNCOMPRESSED_RATIO = 4
+DEFAULT_MAX_MB = 200
+# Decoding holds ~16 bytes per pixel at its peak (PIL's 4-byte pixels, the converted copy, the
+# alpha composite). Every decode in this process, all viewers together, shares one allowance of
+# the largest image's worth: many small images decode side by side, a big one waits its turn.
+DECODE_BYTES_PER_PIXEL = 16
+DECODE_BUDGET_BYTES = MAX_IMAGE_BYTES + MAX_PIXELS * DECODE_BYTES_PER_PIXEL
+PREVIEW_SECONDS = 20.0                   # total decode time of one preview
+_GREY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
+
+
+# ==== the one guard for paths a viewer names ===================================================
+def allowed_roots() -> list[str]:
+    """Folders whose images the server may read for a viewer, resolved (symlinks and all) here.
+
+    This app's upload areas (the dataset cache's uploads folder and Gradio's upload folder: the
+    only places under the temp folder), the app's own folder, and any folders an admin lists in
+    BLINK_DATA_ROOTS. Read at call time, so tests and admins can point them elsewhere."""
+    from core.uploads import uploads_dir     # uploads imports core.data
+    roots = [uploads_dir(), os.environ.get("GRADIO_TEMP_DIR") or os.path.join(tempfile.gettempdir(), "gradio"),
+             APP_FOLDER]
+    roots += [r for r in os.environ.get("BLINK_DATA_ROOTS", "").split(os.pathsep) if r]
+    return [os.path.realpath(os.path.expanduser(r)) for r in roots]
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def guard_path(path: str) -> str:
+    """The resolved path of an image folder or zip a viewer named, if the server may read it.
+
+    Every link is resolved once, here, and callers read only the returned path: a link inside an
+    allowed folder cannot lead out of it. Messages name no server path."""
+    path = (path or "").strip()
+    if not path:
+        raise DatasetError("'My images' needs a folder or zip of images: upload a zip, or type a folder path.")
+    real = os.path.realpath(os.path.expanduser(path))
+    if not any(_inside(real, root) for root in allowed_roots()):
+        raise DatasetError("That image folder is outside the folders this server allows (uploads, the app's "
+                           "folder, or BLINK_DATA_ROOTS). Upload a zip of your images instead.")
+    if not os.path.exists(real):
+        raise DatasetError("That image folder or zip was not found on the server. Check the path, or upload a zip.")
+    return real
+
+
+class _DecodeBudget:
+    """The allowance of decoding memory shared by every thread of this process (see above)."""
+
+    def __init__(self, total: int):
+        self.total, self.used = total, 0
+        self._free = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, amount: int, timeout: float | None = None):
+        with self._free:
+            if not self._free.wait_for(lambda: self.used + amount <= self.total, timeout):
+                raise TimeoutError("out of decode time")
+            self.used += amount
+        try:
+            yield
+        finally:
+            with self._free:
+                self.used -= amount
+                self._free.notify_all()
+
+
+_DECODING = _DecodeBudget(DECODE_BUDGET_BYTES)
+
+
+# ==== listing a folder or zip =================================================================
+def _is_junk(name: str) -> bool:
+    """macOS and hidden entries that carry image extensions but are not images."""
+    parts = name.replace("\\", "/").split("/")
+    return any(p.startswith(".") or p == "__MACOSX" for p in parts if p) or os.path.basename(name).startswith("._")
+
+
+def _escapes(name: str) -> bool:
+    """True for zip entries that would land outside the extraction folder (zip-slip)."""
+    norm = name.replace("\\", "/")
+    if norm.startswith("/") or (len(norm) > 1 and norm[1] == ":"):
+        return True
+    return ".." in norm.split("/")
+
+
+@dataclass
+class Listing:
+    """The image files of a folder or zip, before decoding."""
+    path: str
+    kind: str                      # "folder" | "zip"
+    names: list[str]               # relative names, sorted
+    ignored: int                   # files that are not PNG/JPEG
+    fingerprint: str               # changes when any image file changes
+
+    def reader(self):
+        """A function name -> bytes (per thread: one open zip handle per reading thread)."""
+        if self.kind == "folder":
+            return lambda name: read_file(os.path.join(self.path, name))
+        local = threading.local()
+
+        def read(name: str) -> bytes:
+            if not hasattr(local, "zf"):
+                local.zf = zipfile.ZipFile(self.path)
+            info = local.zf.getinfo(name)
+            if info.file_size > MAX_IMAGE_BYTES:     # declared; zipfile never returns more than this
+                raise ValueError("image file too large")
+            with local.zf.open(info) as f:
+                return _read_capped(f)
+        return read
+
+
+def list_images(path: str, max_mb: int = DEFAULT_MAX_MB) -> Listing:
+    """PNG/JPEG files of a folder (recursively) or zip; refuses unsafe or oversized zips."""
+    if not path:
+        raise DatasetError("No images given: choose a folder or upload a zip of PNG/JPEG images.")
+    path = os.path.realpath(os.path.expanduser(path))
+    if os.path.isdir(path):
+        names, ignored, h = [], 0, hashlib.sha1(f"folder:{path}:{PREP_VERSION}".encode())
+        for dirpath, dirnames, filenames in os.walk(path):    # does not descend into linked folders
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__MACOSX")
+            if len(names) + ignored + len(filenames) > MAX_FILES:
+                raise _too_many_files()
+            for filename in sorted(filenames):
+                full = os.path.join(dirpath, filename)
+                rel = os.path.relpath(full, path)
+                # A linked file could lead anywhere on the server: links are never followed.
+                if _is_junk(rel) or not filename.lower().endswith(IMAGE_EXTENSIONS) or os.path.islink(full) \
+                        or not os.path.isfile(full):
+                    ignored += 1
+                    continue
+                st = os.stat(full)
+                names.append(rel)
+                h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return Listing(path, "folder", sorted(names), ignored, h.hexdigest()[:20])
+    if not os.path.isfile(path):
+        raise DatasetError("That image folder or zip was not found. Check the path, or upload a zip of images.")
+    size_mb = os.path.getsize(path) / 2**20
+    if size_mb > max_mb:
+        raise DatasetError(f"The zip is {size_mb:.0f} MB; the limit is {max_mb} MB (max_image_mb). "
+                           f"Use fewer or smaller images (64x64 is enough for this GAN).")
+    if not zipfile.is_zipfile(path):
+        raise DatasetError(f"{os.path.basename(path)} is not a zip file nor a folder. Upload a .zip of PNG/JPEG images.")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise DatasetError(f"The zip {os.path.basename(path)} is damaged. Create it again.") from exc
+    if len(infos) > MAX_FILES:
+        raise _too_many_files()
+    names, ignored, total = [], 0, 0
+    h = hashlib.sha1(f"zip:{PREP_VERSION}".encode())
+    for info in infos:
+        if _escapes(info.filename):
+            raise DatasetError(f"The zip contains a path that points outside its folder ({info.filename!r}); "
+                               f"it was refused for safety. Zip the images with relative names only.")
+        if info.is_dir():
+            continue
+        is_link = stat.S_ISLNK(info.external_attr >> 16)
+        if is_link or _is_junk(info.filename) or not info.filename.lower().endswith(IMAGE_EXTENSIONS):
+            ignored += 1
+            continue
+        names.append(info.filename)
+        total += info.file_size
+        # The CRC of every entry fingerprints the content without reading it: the same zip
+        # uploaded again (a new temp path) finds its cache.
+        h.update(f"{info.filename}\0{info.CRC}\0{info.file_size}\n".encode())
+    if total > MAX_UNCOMPRESSED_RATIO * max_mb * 2**20:
+        raise DatasetError(f"The zip's images unpack to {total / 2**20:.0f} MB, over {MAX_UNCOMPRESSED_RATIO}x the "
+                           f"{max_mb} MB limit (a zip bomb?). Zip the PNG/JPEG files as they are.")
+    return Listing(path, "zip", sorted(names), ignored, h.hexdigest()[:20])
+
+
+def _too_many_files() -> DatasetError:
+    return DatasetError(f"That is more than {MAX_FILES:,} files; use at most {MAX_FILES:,} images "
+                        f"(a few thousand are plenty for this GAN).")
+
+
+# ==== reading and decoding within the budgets =================================================
+def _read_capped(f) -> bytes:
+    """At most MAX_IMAGE_BYTES, whatever the file's size claimed: a file may grow after a check."""
+    data = f.read(MAX_IMAGE_BYTES + 1)
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ValueError("image file too large")
+    return data
+
+
+def read_file(path: str) -> bytes:
+    """An image file's bytes; a link (swapped in after the listing, say) is refused, not followed."""
+    with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb") as f:
+        if os.fstat(f.fileno()).st_size > MAX_IMAGE_BYTES:
+            raise ValueError("image file too large")
+        return _read_capped(f)
+
+
+def decode_image(data: bytes, size: int = OWN_RESOLUTION, timeout: float | None = None) -> tuple[np.ndarray, bool]:
+    """PNG/JPEG bytes -> (uint8 array (size, size) if grey else (size, size, 3), is_grey).
+
+    Shorter side resized to `size` (antialiased), centre crop; EXIF rotation applied; transparent
+    pixels composited on white. Raises for anything unreadable, not PNG/JPEG, over MAX_IMAGE_BYTES
+    or MAX_PIXELS (read from the header, before decoding), or still waiting for decode memory
+    after `timeout` seconds.
+    """
+    from PIL import Image, ImageOps
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ValueError("image file too large")
+    # formats=: no other decoder of PIL's ever parses a user's bytes.
+    with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "MPO")) as img:
+        w, h = img.size
+        if w < 1 or h < 1 or w * h > MAX_PIXELS:
+            raise ValueError(f"{w}x{h} pixels is outside 1..{MAX_PIXELS}")
+        if img.format in ("JPEG", "MPO"):
+            img.draft(img.mode, (size, size))        # JPEG decodes at 1/2..1/8 scale: much faster
+        w, h = img.size
+        with _DECODING.hold(len(data) + w * h * DECODE_BYTES_PER_PIXEL, timeout):
+            img = ImageOps.exif_transpose(img)
+            grey = img.mode in _GREY_MODES
+            img = _flatten(img, grey)
+            w, h = img.size
+            s = min(w, h)
+            box = ((w - s) / 2, (h - s) / 2, (w + s) / 2, (h + s) / 2)
+            img = img.resize((size, size), Image.Resampling.BICUBIC, box=box)
+            return np.asarray(img, dtype=np.uint8), grey
+
+
+def _flatten(img, grey: bool):
+    """Any PIL mode -> 'L' (grey) or 'RGB'; alpha composited on white, 16-bit grey scaled down."""
+    from PIL import Image
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
+        arr = np.asarray(img).astype(np.float32)       # exact for 16-bit values; half the memory of float64
+        top = 65535.0 if img.mode.startswith("I;16") or arr.max() > 255 else 255.0
+        return Image.fromarray(np.clip(arr * (255.0 / top), 0, 255).astype(np.uint8), "L")
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        img = Image.alpha_composite(background, rgba)
+    return img.convert("L" if grey else "RGB")
+
+
+def decode_many(names: list[str], read, size: int = OWN_RESOLUTION,
+                 deadline: float | None = None) -> tuple[list, list[bool], list[str]]:
+    """Decode in threads (PIL releases the GIL while decoding), in bounded chunks of bytes.
+
+    deadline (time.monotonic()): images not decoded by then count as unreadable."""
+    arrays, greys, bad = [], [], []
+
+    def one(name: str):
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return None, name
+        try:
+            return decode_image(read(name), size, left), name
+        except Exception:        # corrupt, truncated, encrypted, bomb, out of time: counted, never fatal
+            return None, name
+
+    workers = max(1, min(8, os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        for start in range(0, len(names), 512):
+            for result, name in pool.map(one, names[start:start + 512]):
+                if result is None:
+                    bad.append(name)
+                else:
+                    arrays.append(result[0])
+                    greys.append(result[1])
+    return arrays, greys, bad
+
+
+def stack_images(arrays: list[np.ndarray], grey: bool) -> torch.Tensor:
+    """HW / HWC arrays -> (N, C, H, W) uint8; grey images repeated to RGB when the set is colour."""
+    if grey:
+        return torch.from_numpy(np.stack(arrays)[:, None])
+    rgb = [a if a.ndim == 3 else np.repeat(a[:, :, None], 3, axis=2) for a in arrays]
+    return torch.from_numpy(np.ascontiguousarray(np.stack(rgb).transpose(0, 3, 1, 2)))
+
+
+# ==== the decoded set, its cache and its preview =============================================
+def _nothing_usable(listing: Listing, bad: int) -> DatasetError:
+    return DatasetError(
+        f"No usable images in {os.path.basename(listing.path.rstrip(os.sep))}: {len(listing.names)} PNG/JPEG file(s) found, "
+        f"{bad} unreadable, {listing.ignored} other file(s) ignored. "
+        f"Use .png, .jpg or .jpeg images (any size, grey or colour).")
+
+
+def _cache_path(listing: Listing) -> str:
+    return cache_file("own", listing.fingerprint)
+
+
+def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+    """A folder or zip of PNG/JPEG images -> 64x64 (RGB, or 1 channel if all are grey), cached."""
+    listing = list_images(path, max_mb)
+    title = f"own images ({os.path.basename(listing.path.rstrip(os.sep)) or listing.path})"
+    cache = _cache_path(listing)
+    cached = load_cached(cache, title)
+    if cached is not None:
+        return cached
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(cache))  # replicas wait for the first to decode
+        except OSError:                  # a read-only cache only costs speed next time
+            pass
+        cached = load_cached(cache, title)
+        if cached is not None:
+            return cached
+        arrays, greys, bad = decode_many(listing.names, listing.reader())
+        if not arrays:
+            raise _nothing_usable(listing, len(bad))
+        images = stack_images(arrays, grey=all(greys))
+        try:
+            save_cached(cache, images, None, {"name": title, "skipped": len(bad), "ignored": listing.ignored})
+        except OSError:
+            pass
+        return ImageSet(images, title, None, skipped=len(bad), ignored=listing.ignored)
+
+
+
+def own_info(path: str, max_mb: int = DEFAULT_MAX_MB) -> dict:
+    """dataset_info for a folder or zip: the cached set's size, or what a listing found (no decoding)."""
+    try:
+        listing = list_images(path, max_mb)
+    except DatasetError as exc:
+        return availability(False, None, None, OWN_RESOLUTION, str(exc))
+    meta = read_meta(_cache_path(listing))
+    if meta:
+        return availability(True, meta["size"], meta["channels"], meta["resolution"],
+                            f"{meta['size']} images ready ({meta['skipped']} unreadable skipped, "
+                            f"{meta['ignored']} other files ignored).", True)
+    if not listing.names:
+        return availability(False, 0, None, OWN_RESOLUTION, str(_nothing_usable(listing, 0)))
+    return availability(True, len(listing.names), None, OWN_RESOLUTION,
+                        f"{len(listing.names)} PNG/JPEG files found ({listing.ignored} other files ignored); "
+                        f"they are resized and centre-cropped to 64x64 once, unreadable ones are skipped.")
+
+
+def preview_own(path: str, n: int, rng: random.Random, max_mb: int = DEFAULT_MAX_MB) -> np.ndarray:
+    """n images of a folder or zip: from its cache if decoded already, else decoding only those n."""
+    listing = list_images(path, max_mb)
+    cached = load_cached(_cache_path(listing), "")
+    return preview_listing(listing, n, rng) if cached is None else cached.sample(n, rng)
+
+
+def preview_listing(listing: Listing, n: int, rng: random.Random) -> np.ndarray:
+    """n images of a listing, float32 in [-1, 1], decoding only those (a preview builds no cache).
+
+    Within PREVIEW_SECONDS: unreadable ones leave gaps rather than a search through a large (or
+    hostile) set for readable ones."""
+    shown = rng.sample(listing.names, min(n, len(listing.names)))
+    arrays, greys, _ = decode_many(shown, listing.reader(), deadline=time.monotonic() + PREVIEW_SECONDS)
+    if not arrays:
+        raise DatasetError(f"None of the {len(shown)} images picked for the preview could be read "
+                           f"({listing.ignored} other files ignored). Use .png, .jpg or .jpeg images.")
+    return to_model_range(stack_images(arrays, all(greys))).numpy()
