@@ -13,11 +13,12 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from core.config import MAX_STEPS, ConfigError, TrainConfig
-from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, disk_refusal, list_runs, pid_alive, \
-    writable_problem
+from core.config import TrainConfig
+from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
+from core.status import Status
+from core.train import ResumeRefused, failure_message, prepare_resume
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 SHIPPED_GENERATOR = os.path.join(ASSETS, "generator")
@@ -29,10 +30,6 @@ MAX_RUNS_MB = 2000
 
 class JobBusy(RuntimeError):
     """A run is already going: one run at a time per server."""
-
-
-class ResumeRefused(ValueError):
-    """The current run cannot be resumed as asked; the message says why."""
 
 
 def _own_process_group() -> None:
@@ -107,7 +104,7 @@ class Snapshot:
     """What every viewer sees; rebuilt only when the run directory changed."""
     run_name: str = ""
     run_path: str = ""
-    status: dict = field(default_factory=dict)
+    status: Status = field(default_factory=Status)
     events: list = field(default_factory=list)
     grid_path: str | None = None
     version: tuple = ()
@@ -129,7 +126,7 @@ class Job:
         self._shutting_down = False
         self._run: RunDir | None = None
         # A failure the disk would not let us record: (run path, status), shown and retried until it can be.
-        self._unsaved_failure: tuple[str, dict] | None = None
+        self._unsaved_failure: tuple[str, Status] | None = None
         self._snapshot = Snapshot()
         self._events_offset = 0
         runs = list_runs(self.runs_root)
@@ -154,14 +151,14 @@ class Job:
         if self._run is None:
             return False
         status = self._run.read_status()
-        return status.get("state") not in FINAL_STATES and pid_alive(status.get("pid"))
+        return status.state not in FINAL_STATES and pid_alive(status.pid)
 
     def _settle(self, timeout: float = 20.0) -> None:
         """A trainer writes its final status, then exits: between the two it is still alive.
         A Resume pressed in that moment waits for the exit rather than being refused."""
         process = self._process
         if process is not None and process.is_alive() and self._run is not None \
-                and self._run.read_status().get("state") in FINAL_STATES:
+                and self._run.read_status().state in FINAL_STATES:
             process.join(timeout)
 
     def busy_message(self) -> str:
@@ -183,8 +180,7 @@ class Job:
             if resume_run is None:
                 self.prune(reserve=1)   # the folder stays bounded: old runs go before a new one comes
             run = resume_run or RunDir.create(config, self.runs_root)
-            if resume_run is not None:
-                run.clear_request()
+            if resume_run is not None:   # prepare_resume has checked it and made it ready
                 run.write_config(config)
                 run.write_status("starting", "Resuming...")
             job = (config.to_dict(), run.path, resume_run is not None)
@@ -234,8 +230,8 @@ class Job:
         """Continue the current (stopped, finished or failed) run from its checkpoint.
 
         steps: the new total (more than the run has done); None keeps the run's own. config:
-        what the caller wants the run to be; any difference other than steps is refused, since
-        the checkpoint's weights and optimizer state belong to the run's own config.
+        what the caller wants the run to be; any difference other than steps is refused. The
+        policy is core.train.prepare_resume's, the CLI's too.
         """
         with self._lock:
             run = self._run
@@ -244,28 +240,7 @@ class Job:
             self._settle()
             if self.is_active():
                 raise JobBusy(self.busy_message())
-            if not os.path.exists(run.file("checkpoint.pt")):
-                raise ResumeRefused(f"Run {run.name} has no checkpoint yet, so it cannot be resumed: start a new run.")
-            saved = run.read_config()
-            if config is not None:
-                changed = config.differences(saved)
-                if changed:
-                    raise ResumeRefused("Cannot resume: the config changed in " + ", ".join(changed) +
-                                        ". Resume with the run's own config (only steps may change), "
-                                        "or start a new run.")
-            done_steps = int(run.read_status().get("saved_step") or 0)
-            total = saved.steps if steps is None else int(steps)
-            if total <= done_steps:
-                raise ResumeRefused(f"Run {run.name} already has {done_steps} steps: ask for more than that "
-                                    f"(e.g. {done_steps + saved.steps}) to continue it.")
-            if total > MAX_STEPS:
-                raise ResumeRefused(f"At most {MAX_STEPS:,} steps.")
-            new_config = TrainConfig(**{**saved.to_dict(), "steps": total})
-            from core.train import trim_events
-            try:
-                trim_events(run, done_steps)   # the curve continues from the checkpoint, no repeats
-            except OSError as exc:
-                raise disk_refusal(exc, self.runs_root) or exc
+            new_config = prepare_resume(run, steps, config.to_dict() if config is not None else None)
             return self.start(new_config, resume_run=run)
 
     def request(self, action: str) -> str:
@@ -318,7 +293,7 @@ class Job:
         self._process = None
         self._ensure_standby()
         run = self._run
-        if run is not None and run.read_status().get("state") not in FINAL_STATES:
+        if run is not None and run.read_status().state not in FINAL_STATES:
             code = process.exitcode
             if code is not None and code < 0:
                 name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
@@ -328,26 +303,25 @@ class Job:
             self._mark_failed(run, f"The trainer process ended unexpectedly: {reason}.")
 
     def _mark_failed(self, run: RunDir, message: str) -> None:
-        from core.train import failure_message   # core.train imports torch lazily: cheap for the UI
-        text, hint = failure_message(run, message)
+        text = failure_message(run, message)
         try:
-            run.write_status("failed", text, hint=hint)
+            run.write_status("failed", text)
         except OSError as exc:
             if isinstance(exc, DiskRefused):   # a full or read-only disk: most likely what ended the trainer too
-                text, hint = f"Training failed, and its status could not be saved. {exc}.", ""
+                text = f"Training failed, and its status could not be saved. {exc}."
             # Every viewer is told from memory; the status is written once the disk takes it (for a restarted UI).
-            failed = {**run.read_status(), "state": "failed", "message": text, "hint": hint, "updated": time.time()}
+            failed = replace(run.read_status(), state="failed", message=text, updated=time.time())
             self._unsaved_failure = (run.path, failed)
 
-    def _status_of(self, run: RunDir) -> dict:
+    def _status_of(self, run: RunDir) -> Status:
         """The run's status, with a failure not yet written in its place (written now if the disk lets us)."""
         status = run.read_status()
         unsaved = self._unsaved_failure
-        if unsaved is None or unsaved[0] != run.path or status.get("state") in FINAL_STATES:
+        if unsaved is None or unsaved[0] != run.path or status.state in FINAL_STATES:
             return status
         failed = unsaved[1]
         try:
-            run.write_status("failed", failed["message"], hint=failed["hint"])
+            run.write_status("failed", failed.message)
             self._unsaved_failure = None
         except OSError:
             pass
@@ -364,7 +338,7 @@ class Job:
         protected = {self._run.path} if self._run is not None else set()
         for run in runs:
             status = run.read_status()
-            if status.get("state") not in FINAL_STATES and pid_alive(status.get("pid")):
+            if status.state not in FINAL_STATES and pid_alive(status.pid):
                 protected.add(run.path)
         keep = max(self.keep_runs - reserve, 0)
         sizes = {run.path: _dir_mb(run.path) for run in runs}
@@ -390,21 +364,21 @@ class Job:
             if run is None:
                 return self._snapshot
             status = self._status_of(run)
-            if status.get("state") not in FINAL_STATES and status.get("pid") and not pid_alive(status["pid"]) \
-                    and self._process is None and time.time() - status.get("updated", 0) > 5:
+            if status.state not in FINAL_STATES and status.pid and not pid_alive(status.pid) \
+                    and self._process is None and time.time() - status.updated > 5:
                 self._mark_failed(run, "The trainer process is gone (killed or crashed) without a final status.")
                 status = self._status_of(run)
-            if status.get("state") not in FINAL_STATES:
+            if status.state not in FINAL_STATES:
                 # A pressed Stop or Pause shows at once, before the trainer acts on it.
-                status = {**status, "request": run.read_request()}
+                status = replace(status, request=run.read_request())
             new_events, self._events_offset = run.read_events(self._events_offset)
             grids = run.grids() if (new_events or not self._snapshot.grid_path
-                                    or status.get("updated") != self._snapshot.status.get("updated")) else None
+                                    or status.updated != self._snapshot.status.updated) else None
             snapshot = self._snapshot
             if new_events or status != snapshot.status or grids:
                 grid_path = grids[-1][1] if grids else snapshot.grid_path
                 self._snapshot = Snapshot(run.name, run.path, status, snapshot.events + new_events, grid_path,
-                                          (run.name, status.get("updated"), self._events_offset, grid_path))
+                                          (run.name, status.updated, self._events_offset, grid_path))
             return self._snapshot
 
     def generator_dir(self) -> str:

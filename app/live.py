@@ -26,8 +26,9 @@ import threading
 from dataclasses import dataclass, field
 
 from app import views
-from core.losses import EXTRA_SERIES
+from core import gans
 from core.rundir import FINAL_STATES
+from core.status import Status
 
 WATCH_SECONDS = 0.5        # how often the one watcher looks at the run (a few file stats)
 MAX_POINTS = 1000          # per series, in the message a page gets on connect
@@ -39,9 +40,15 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def extra_series(gan: str) -> dict[str, str]:
+    """The loss's own plotted stats (core/gans.py), {key: label}; none for an unknown GAN type."""
+    row = gans.BY_NAME.get(gan)
+    return row.series if row else {}
+
+
 def plot_points(events: list[dict], gan: str) -> dict[str, list]:
     """The plotted values of events, as {series key: [[step, value], ...]}, finite values only."""
-    keys = list(views.LOSS_SERIES) + list(EXTRA_SERIES.get(gan, {})) + list(views.QUALITY_DISTANCES)
+    keys = list(views.LOSS_SERIES) + list(extra_series(gan)) + list(views.QUALITY_DISTANCES)
     series: dict[str, list] = {}
     for event in events:
         for key in keys:
@@ -58,7 +65,7 @@ def downsample(points: list, limit: int = MAX_POINTS) -> list:
     return [points[int(i * stride)] for i in range(limit - 1)] + [points[-1]]
 
 
-def status_html(status: dict, run_name: str, events: list[dict]) -> str:
+def status_html(status: Status, run_name: str, events: list[dict]) -> str:
     """views.status_line's Markdown (bold, code, line breaks) as escaped HTML for the live panel."""
     text = html.escape(views.status_line(status, run_name, events))
     text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
@@ -67,7 +74,7 @@ def status_html(status: dict, run_name: str, events: list[dict]) -> str:
 
 
 def series_labels(gan: str) -> dict:
-    return {"losses": views.LOSS_SERIES, "extra": EXTRA_SERIES.get(gan, {}), "quality": views.QUALITY_DISTANCES}
+    return {"losses": views.LOSS_SERIES, "extra": extra_series(gan), "quality": views.QUALITY_DISTANCES}
 
 
 @dataclass
@@ -76,7 +83,9 @@ class Rendered:
     version: int
     full: bytes                 # the whole (downsampled) history: for a page that just connected
     delta: bytes                # only what is new since version - 1
-    status: dict = field(default_factory=dict)   # for /live/status
+    status: dict = field(default_factory=dict)   # the JSON of /live/status and /watch
+    run: str = ""
+    final: bool = False         # the run has ended: nothing more will change
 
 
 def _sse(message: dict) -> bytes:
@@ -122,31 +131,32 @@ class LiveFeed:
         key = (snap.version, snap.run_name)
         if key == self._seen_key and self._current is not None:
             return False
-        if self._current is None or snap.run_name != (self._current.status.get("run")) \
+        if self._current is None or snap.run_name != self._current.run \
                 or len(snap.events) < self._events_sent:
             self._events_sent = 0        # another run, or a resumed run's trimmed events: start over
         status = snap.status
-        gan = status.get("gan", "dcgan")
+        gan = status.gan or "dcgan"
         new_events = snap.events[self._events_sent:]
         reset = self._events_sent == 0
         self._events_sent = len(snap.events)
         version = (self._current.version + 1) if self._current else 1
         grid_step = _grid_step(snap.grid_path)
         head = {
-            "version": version, "run": snap.run_name, "state": status.get("state", ""),
-            "final": status.get("state") in FINAL_STATES, "step": status.get("step", 0),
-            "steps": status.get("steps", 0), "updated": status.get("updated"), "gan": gan,
+            "version": version, "run": snap.run_name, "state": status.state,
+            "final": status.state in FINAL_STATES, "step": status.step,
+            "steps": status.steps, "updated": status.updated, "gan": gan,
             "labels": series_labels(gan), "healthy": views.healthy_lines(gan),
             "status_html": status_html(status, snap.run_name, snap.events),
             "grid": f"live/grid/{snap.run_name}/{grid_step}" if grid_step is not None else None,
-            "diagnostics": views.diagnostics_rows(status) if status else [],
+            "diagnostics": views.diagnostics_rows(status) if status.state else [],
         }
         full = {**head, "reset": True,
                 "points": {k: downsample(v) for k, v in plot_points(snap.events, gan).items()}}
         delta = {**head, "reset": reset, "points": plot_points(new_events, gan)}
         self._current = Rendered(version, _sse(full), _sse(delta), {
-            "version": version, "run": snap.run_name, **views.json_safe(status),
-            "events": len(snap.events), "last_event": views.json_safe(snap.events[-1]) if snap.events else None})
+            "version": version, "run": snap.run_name, **views.json_safe(status.to_dict()),
+            "events": len(snap.events), "last_event": views.json_safe(snap.events[-1]) if snap.events else None},
+            run=snap.run_name, final=head["final"])
         self._seen_key = key
         self.renders += 1
         return True
@@ -191,7 +201,7 @@ class LiveFeed:
                 if sent is None or current.version != sent.version:
                     yield current.status
                     sent = current
-                    if current.status.get("state") in FINAL_STATES:
+                    if current.final:
                         return
                 await self._next_change(KEEPALIVE_SECONDS)
         finally:

@@ -284,7 +284,7 @@ def build(generator_dir, columns_default: int = 8, run_dir=None, require_host=No
         run = RunDir(directory)
         if view != FOLLOW:
             return f"run {run.name} at step {step} (your pick: others on this server may see another)"
-        live = run.read_status().get("state") not in FINAL_STATES
+        live = run.read_status().state not in FINAL_STATES
         return f"run {run.name} at step {step}" + (", the live run's newest checkpoint" if live else "")
 
     def run_choices() -> list[tuple[str, str]]:

@@ -170,9 +170,8 @@ def measured_images_per_second(runs_root: str, kind: str, preset: str, gan: str)
     from core.rundir import list_runs
     for run in list_runs(runs_root)[:20]:
         status = run.read_status()
-        if (status.get("device_kind"), status.get("preset"), status.get("gan")) == (kind, preset, gan) \
-                and status.get("images_per_second"):
-            return float(status["images_per_second"]) / max(int(status.get("cores") or 1), 1)
+        if (status.device_kind, status.preset, status.gan) == (kind, preset, gan) and status.images_per_second:
+            return status.images_per_second / max(status.cores, 1)
     return None
 
 
@@ -249,7 +248,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         require_host(key)
         # Answered at once, before the settings are checked (a device probe can take seconds). A
         # trainer that has written its final status may take a moment to exit: job.start waits.
-        if job.is_active() and job.snapshot().status.get("state") not in FINAL_STATES:
+        if job.is_active() and job.snapshot().status.state not in FINAL_STATES:
             raise refused(job.busy_message(), title="A run is going")
         config = config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
                                   log_every, grid_every, checkpoint_every, conditional)
@@ -277,7 +276,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
 
     def pause(key=""):
         require_host(key)
-        state = job.snapshot().status.get("state")
+        state = job.snapshot().status.state
         if state == "paused":
             return "The run is already paused: press Resume to continue."
         return job.request("pause")
@@ -285,7 +284,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
     def resume(resume_steps=0, key=""):
         """Resume a paused live run, or continue a stopped/finished/failed run from its checkpoint."""
         require_host(key)
-        state = job.snapshot().status.get("state")
+        state = job.snapshot().status.state
         if job.is_active() and state not in FINAL_STATES:
             if state == "paused":
                 return job.request("resume")
@@ -338,7 +337,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
     def status_api() -> dict:
         """The run as plain JSON for scripts: status, event count, newest event and grid."""
         snap = job.snapshot()
-        return views.json_safe({"run": snap.run_name, **snap.status, "events": len(snap.events),
+        return views.json_safe({"run": snap.run_name, **snap.status.to_dict(), "events": len(snap.events),
                            "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path,
                            "host_key_required": bool(host_key)})
 

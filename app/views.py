@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from core import gans
+from core.status import Status
 
 LOSS_SERIES = {"loss_d": "D loss", "loss_g": "G loss"}
 QUALITY_PREFIX = "quality_"
@@ -48,49 +49,49 @@ def duration(seconds) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
-def status_line(status: dict, run_name: str = "", events: list[dict] | None = None) -> str:
+def status_line(status: Status, run_name: str = "", events: list[dict] | None = None) -> str:
     """One Markdown line a room can read from the back: device, state, progress, speed, time left."""
-    if not status:
+    if not status.state:
         return "No run yet. Pick a dataset and press **Start**."
-    state = status.get("state", "?")
-    pending = {"stop": "stopping...", "pause": "pausing..."}.get(status.get("request", ""))
+    state = status.state
+    pending = {"stop": "stopping...", "pause": "pausing..."}.get(status.request)
     parts = [f"**{pending if pending and state in ('running', 'compiling') else state}**"]
-    if status.get("device"):
-        replicas, processes = status.get("cores") or 1, status.get("processes") or 1
+    if status.device:
+        replicas, processes = status.cores, status.processes
         layout = f" in {processes} processes" if 1 < processes < replicas else ""   # v2/v3: threads in each
-        parts.append(f"{status['device']}" + (f", {replicas} replicas{layout}" if replicas > 1 else ""))
-    if status.get("preset"):
-        parts.append(f"{status['preset']} model" + (f", {status['classes']} classes" if status.get("classes") else ""))
-    if status.get("steps"):
-        parts.append(f"step {status.get('step', 0)} / {status['steps']}")
-    if status.get("images_per_second"):
-        parts.append(f"{status['images_per_second']:.0f} img/s")
+        parts.append(f"{status.device}" + (f", {replicas} replicas{layout}" if replicas > 1 else ""))
+    if status.preset:
+        parts.append(f"{status.preset} model" + (f", {status.classes} classes" if status.classes else ""))
+    if status.steps:
+        parts.append(f"step {status.step} / {status.steps}")
+    if status.images_per_second:
+        parts.append(f"{status.images_per_second:.0f} img/s")
     if state in ("running", "compiling", "paused"):
-        parts.append(f"time left {duration(status.get('seconds_left'))}")
+        parts.append(f"time left {duration(status.seconds_left)}")
     line = " · ".join(parts)
-    message = status.get("message", "")
+    message = status.message
     extras = [message] if message and message not in ("Training...",) else []
     quality = quality_summary(events or [])
     if quality:
         extras.append(quality)
-    for key in ("notice", "warning"):
-        if status.get(key):
-            extras.append(f"⚠️ {status[key]}")
+    for caution in (status.notice, status.warning):
+        if caution:
+            extras.append(f"⚠️ {caution}")
     if run_name:
         extras.append(f"run `{run_name}`")
     return line + ("\n\n" + "  \n".join(extras) if extras else "")
 
 
-def diagnostics_rows(status: dict) -> list[list[str]]:
+def diagnostics_rows(status: Status) -> list[list[str]]:
     """The run's diagnostics as rows [what, value], for the Diagnostics part of the live panel."""
-    diag = dict(status.get("diagnostics") or {})
-    rows = [("device", status.get("device")), ("replicas (cores)", status.get("cores")),
-            ("worker processes", status.get("processes")),
-            ("precision", status.get("precision")),
-            ("model preset", f"{status.get('preset')} ({status.get('preset_reason', '')})"),
-            ("labels", f"class-conditional on the dataset's {status['classes']} classes" if status.get("classes")
+    diag = dict(status.diagnostics)
+    rows = [("device", status.device), ("replicas (cores)", status.cores),
+            ("worker processes", status.processes),
+            ("precision", status.precision),
+            ("model preset", f"{status.preset} ({status.preset_reason})"),
+            ("labels", f"class-conditional on the dataset's {status.classes} classes" if status.classes
              else "unconditional"),
-            ("steps/s", status.get("steps_per_second")), ("elapsed s", status.get("elapsed"))]
+            ("steps/s", status.steps_per_second), ("elapsed s", status.elapsed)]
     if diag.get("memory_total"):
         rows.append(("device memory", f"{diag.pop('memory_used') / 2**30:.2f} / {diag.pop('memory_total') / 2**30:.2f} GiB"))
     labels = {"compiles": "XLA graph compilations", "fallback_ops": "ops run on the host (CPU fallback)",

@@ -143,7 +143,7 @@ def run_trainer(args: list[str], width: int | None = None, stop_when=None, timeo
         marks = _child_output(stdout)
         return {"events": events, "startup_seconds": marks["run_start"] - launched,
                 "vm_hwm_mb": marks["vm_hwm_kb"] / 1024, "wall_seconds": time.time() - launched,
-                "status": run.read_status()}
+                "status": run.read_status().to_dict()}
 
 
 def config_args(settings: dict) -> list[str]:

@@ -35,16 +35,16 @@ def one_trial(batch: int, action: str, log_every: int, warm_steps: int) -> tuple
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Well into training: past the first log step, so the step time is the steady one.
-        wait_for(lambda: run.read_status().get("step", 0) >= warm_steps, 300, interval=0.05, what="the warm-up steps")
+        wait_for(lambda: run.read_status().step >= warm_steps, 300, interval=0.05, what="the warm-up steps")
         time.sleep(random.uniform(0, 2))   # the request lands at an arbitrary point between log steps
         t0 = time.perf_counter()
         run.request(action)
         state = "stopped" if action == "stop" else "paused"
-        status = wait_for(lambda: (s := run.read_status()).get("state") == state and s, 300, interval=0.01, what=state)
+        status = wait_for(lambda: (s := run.read_status()).state == state and s, 300, interval=0.01, what=state)
         seconds = time.perf_counter() - t0
         if action == "pause":
             run.request("stop")
-        return seconds, int(status["step"])
+        return seconds, status.step
     finally:
         try:
             process.wait(120)

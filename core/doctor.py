@@ -75,16 +75,16 @@ def short_run(requested: str, steps: int, batch_size: int | None) -> tuple[bool,
     run.write_config(config)
     state = train(config, run_path)
     status = run.read_status()
-    diag = status.get("diagnostics") or {}
-    lines = [f"Short run: {state} after {status.get('step', 0)} of {steps} steps "
-             f"(batch {config.batch_size} per replica, {status.get('cores', 1)} replica(s), "
-             f"{status.get('elapsed', 0):.1f} s)"]
+    diag = status.diagnostics
+    lines = [f"Short run: {state} after {status.step} of {steps} steps "
+             f"(batch {config.batch_size} per replica, {status.cores} replica(s), "
+             f"{status.elapsed:.1f} s)"]
     if state != "done":
-        lines.append(f"  {status.get('message', '')}")
+        lines.append(f"  {status.message}")
         lines.append(f"  The run directory is kept for a look: {run_path}")
         return False, lines
-    if status.get("images_per_second"):
-        lines.append(f"  speed: {status['images_per_second']:.0f} img/s ({status['steps_per_second']:.1f} steps/s, "
+    if status.images_per_second:
+        lines.append(f"  speed: {status.images_per_second:.0f} img/s ({status.steps_per_second:.1f} steps/s, "
                      "compilation left out)")
     if diag.get("compiles") is not None:
         events, _ = run.read_events()

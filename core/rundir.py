@@ -1,8 +1,8 @@
 """The run directory: the one contract between a trainer and everyone who watches it.
 
     runs/<run-id>/
-      config.json              the validated TrainConfig
-      status.json              state, message, step, pid, device, ... (replaced atomically)
+      config.json              the TrainConfig as the trainer resolved it for its device (preset, defaults)
+      status.json              core/status.py's Status: state, message, step, pid, ... (replaced atomically)
       events.jsonl             one JSON object per logged step (append-only)
       grids/step_000100.png    fixed-noise sample grids, one per grid step, never overwritten
       checkpoint.pt            G, D, optimizers, scalers, step, config (atomic)
@@ -22,9 +22,11 @@ import math
 import os
 import shutil
 import time
+from dataclasses import replace
 from typing import Any, BinaryIO, Callable
 
 from core.images import grid_image, png_bytes
+from core.status import Status
 
 STATES = ("starting", "compiling", "running", "paused", "done", "stopped", "failed")
 FINAL_STATES = ("done", "stopped", "failed")
@@ -173,16 +175,19 @@ class RunDir:
 
     # ---- status ---------------------------------------------------------------------
     def write_status(self, state: str, message: str = "", **fields: Any) -> None:
+        """Replace state and message, and the given Status fields; the others keep their values."""
         assert state in STATES, state
-        status = {**self.read_status(), **fields, "state": state, "message": message, "updated": time.time()}
-        self._write("status.json", json.dumps(status).encode())
+        status = replace(self.read_status(), **fields, state=state, message=message, updated=time.time())
+        self._write("status.json", json.dumps(status.to_dict()).encode())
 
-    def read_status(self) -> dict:
+    def read_status(self) -> Status:
+        """The run's status; an empty Status (state "") when none is written or the file is unreadable."""
         try:
             with open(self.file("status.json")) as f:
-                return json.load(f)
+                values = json.load(f)
         except (OSError, ValueError):
-            return {}
+            return Status()
+        return Status.from_dict(values) if isinstance(values, dict) else Status()
 
     # ---- events ---------------------------------------------------------------------
     def append_event(self, event: dict) -> None:
@@ -217,6 +222,15 @@ class RunDir:
             except ValueError:   # blank, or cut short by a crash mid-write: one point lost, not the view
                 continue
         return events, offset + end
+
+    def trim_events(self, step: int) -> None:
+        """Before a resume from the checkpoint at `step`: drop events logged after it (a killed or
+        diverged session logs past its last checkpoint), so the resumed curve continues without
+        repeated or NaN points. Atomic: readers see the old or the new file."""
+        events, _ = self.read_events(0)
+        kept = [e for e in events if e.get("step", 0) <= step]
+        if len(kept) != len(events):
+            self._write("events.jsonl", "".join(json.dumps(e, allow_nan=True) + "\n" for e in kept).encode())
 
     # ---- grids ----------------------------------------------------------------------
     def save_grid(self, images, step: int, columns: int = 8) -> str:

@@ -11,6 +11,7 @@ through step closures (XLA) or one sync (CUDA/CPU), never by `.item()` inside th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -18,7 +19,7 @@ import time
 import traceback
 from dataclasses import fields
 
-from core.config import ConfigError, TrainConfig, validate
+from core.config import MAX_STEPS, ConfigError, TrainConfig, validate
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, pid_alive, writable_problem
 from core.step import GanStep
 
@@ -92,35 +93,48 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     children of this one: they watch this process and the app.
     """
     from core import devices
-    from core.models import resolve_preset
     devices.prepare_environment(config.device)   # before anything imports torch_xla
     run = RunDir(run_path)
     try:
         info = device_info or devices.probe(config.device)
-        # The preset 'auto' becomes on this device decides the defaults (FAST_PRESET_DEFAULTS).
-        config = validate(config, device_caps=info.to_dict(), preset=resolve_preset(config.preset, info.kind)[0])
+        config, preset_reason = resolved_for(config, info.kind)
+        config = validate(config, device_caps=info.to_dict(), preset=config.preset)
     except (ConfigError, ValueError) as exc:
         run.write_status("failed", str(exc))
         return "failed"
+    if resume:   # the config is resolved already: keep why its preset was picked ('auto', first session)
+        previous = run.read_status()
+        preset_reason = previous.preset_reason if previous.preset == config.preset else preset_reason
+    # From here on, config.json is the config the run trains with: what resume, the Sample tab and
+    # every reader of the run see is what the checkpoint and the generator hold.
+    run.write_config(config)
     try:
-        devices.launch(_replica, (config, run_path, resume, watch_parent, os.getpid(), info), info,
+        devices.launch(_replica, (config, run_path, resume, watch_parent, os.getpid(), info, preset_reason), info,
                        num_cores=config.num_cores)
     except Exception as exc:   # a worker died (BrokenProcessPool), or the workers could not start
         _report_worker_failure(run, exc)
     finally:
         devices.end_child_processes()   # a worker the pool did not end must not keep a TPU chip
-    return run.read_status().get("state", "failed")
+    return run.read_status().state or "failed"
 
 
-def failure_message(run: RunDir, message: str, saved_step: int | None = None) -> tuple[str, str]:
-    """(the status message, the hint) for a run that failed: what happened, what is kept, what to do.
+def resolved_for(config: TrainConfig, device_kind: str) -> tuple[TrainConfig, str]:
+    """The config a run trains with on this kind of device, and why it has its preset: the preset
+    'auto' becomes here, and hyper-parameters left None set to their defaults for it (TrainConfig.resolved)."""
+    from core.models import resolve_preset
+    preset, reason = resolve_preset(config.preset, device_kind)
+    return dataclasses.replace(config.resolved(preset), preset=preset), reason
+
+
+def failure_message(run: RunDir, message: str, saved_step: int | None = None) -> str:
+    """The status message for a run that failed: what happened, what is kept, what to do.
 
     saved_step: the last checkpoint's step when the caller knows it (else the status says)."""
-    saved = (run.read_status().get("saved_step") or 0) if saved_step is None else saved_step
+    saved = run.read_status().saved_step if saved_step is None else saved_step
     kept = (f" The last checkpoint (step {saved}) is kept: press Resume to continue from it."
             if saved and os.path.exists(run.file("checkpoint.pt")) else "")
     hint = hint_for(message)
-    return f"{message}{kept}" + (f" Hint: {hint}" if hint else ""), hint
+    return f"{message}{kept}" + (f" Hint: {hint}" if hint else "")
 
 
 def _describe(exc: BaseException) -> str:
@@ -140,15 +154,15 @@ def _log_traceback(run: RunDir, header: str) -> None:
 def _report_worker_failure(run: RunDir, exc: Exception) -> None:
     """A launch worker ended without a final status (killed, crashed): say so in the run."""
     from concurrent.futures.process import BrokenProcessPool
-    if run.read_status().get("state") in FINAL_STATES:
+    if run.read_status().state in FINAL_STATES:
         return   # replica 0 already said what happened
     if isinstance(exc, BrokenProcessPool):
         what = "A training worker process ended abruptly: it was killed (most often for memory) or crashed"
     else:
         what = f"The training workers could not run: {type(exc).__name__}: {str(exc)[:300]}"
     last_error = _last_error_line(run)
-    message, hint = failure_message(run, what + (f" (its last error: {last_error})." if last_error else "."))
-    run.write_status("failed", message, hint=hint)
+    cause = f" (its last error: {last_error})." if last_error else "."
+    run.write_status("failed", failure_message(run, what + cause))
 
 
 def _last_error_line(run: RunDir) -> str:
@@ -172,14 +186,16 @@ def _exit_when_orphaned(trainer_pid: int) -> None:
     threading.Thread(target=watch, name="blink-orphan-watch", daemon=True).start()
 
 
-def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, app_pid, trainer_pid: int, info) -> None:
+def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, app_pid, trainer_pid: int, info,
+             preset_reason: str = "") -> None:
     run = RunDir(run_path)
     in_worker = os.getpid() != trainer_pid
     if in_worker:
         _exit_when_orphaned(trainer_pid)
     loop = None
     try:
-        loop = Loop(config, run, info, resume, (app_pid, trainer_pid), trainer_pid=trainer_pid)
+        loop = Loop(config, run, info, resume, (app_pid, trainer_pid), trainer_pid=trainer_pid,
+                    preset_reason=preset_reason)
         try:
             loop.run()
         except Stop as stop:
@@ -192,8 +208,7 @@ def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, app_pi
         _log_traceback(run, f"replica {rank}")
         if rank == 0:   # one replica speaks for the run (each one logs its traceback above)
             try:
-                text, hint = failure_message(run, f"Training failed: {message[:300]}.")
-                run.write_status("failed", text, hint=hint)
+                run.write_status("failed", failure_message(run, f"Training failed: {message[:300]}."))
             except OSError:
                 pass
         replicated = loop.rt.world_size > 1 if loop is not None else info.cores > 1
@@ -209,9 +224,11 @@ class Loop:
     """One replica's training state; `run()` is the loop, `step()` one generator update."""
 
     def __init__(self, config: TrainConfig, run: RunDir, info, resume: bool, watch_pids=(),
-                 trainer_pid: int | None = None):
-        """watch_pids: processes whose end stops the run (the app, the trainer of a launch worker).
-        trainer_pid: the trainer process (this one when None); the status names it."""
+                 trainer_pid: int | None = None, preset_reason: str = ""):
+        """config: resolved for this device (resolved_for), as train() passes it.
+        watch_pids: processes whose end stops the run (the app, the trainer of a launch worker).
+        trainer_pid: the trainer process (this one when None); the status names it.
+        preset_reason: why the run has its preset, for the status (default: as resolve_preset says)."""
         import torch
         from core import data, devices, losses, models
 
@@ -229,8 +246,8 @@ class Loop:
         # ---- data: decoded, resized and cached once; this replica's shard only ----------
         t0 = time.perf_counter()
         dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb)
-        self.preset, self.preset_reason = models.resolve_preset(config.preset, info.kind)
-        resolution = models.model_resolution(self.preset, dataset.resolution)
+        self.preset_reason = preset_reason or models.resolve_preset(config.preset, info.kind)[1]
+        resolution = models.model_resolution(config.preset, dataset.resolution)
         images = data.resize(dataset.images, resolution)
         validate(config, dataset_size=len(images) // self.rt.world_size)
         # Class-conditional when the dataset has labels (config.conditional "auto"): on MNIST the
@@ -245,7 +262,7 @@ class Loop:
         self.images_skipped = dataset.skipped
 
         # ---- models and optimizers -------------------------------------------------------
-        self.G, self.D = models.build(config.gan, self.preset, dataset.channels, resolution, config.z_dim,
+        self.G, self.D = models.build(config.gan, config.preset, dataset.channels, resolution, config.z_dim,
                                       self.classes)
         self.G.to(self.rt.device)
         self.D.to(self.rt.device)
@@ -299,11 +316,12 @@ class Loop:
             raise Stop("failed", "Cannot resume: this run was saved by an older Blink (before class-conditional "
                                  "training and the new defaults). Start a new run; its last generator is kept "
                                  "for sampling.")
-        saved = TrainConfig.from_dict(state["config"])
+        # Resolved as this run's config was: a checkpoint from before config.json was resolved
+        # holds the preset 'auto', which is what became this config's preset.
+        saved, _ = resolved_for(TrainConfig.from_dict(state["config"]), self.rt.kind)
         changed = self.config.differences(saved)
         if changed:
-            raise Stop("failed", "Cannot resume: the config changed in " + ", ".join(changed) +
-                       ". Resume with the run's own config (only 'steps' may change), or start a new run.")
+            raise Stop("failed", config_changed_message(changed))
         self.G.load_state_dict(state["G"])
         self.D.load_state_dict(state["D"])
         self.opt_g.load_state_dict(state["opt_g"])
@@ -336,7 +354,7 @@ class Loop:
             "fixed_noise": self.fixed_noise,
         })
         meta = {"spec": self.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
-                "preset": self.preset, "format": "blink-generator-v1"}
+                "preset": self.config.preset, "format": "blink-generator-v1"}
         self.run_dir.save_generator(g_state, meta)
 
     def step(self) -> dict:
@@ -440,7 +458,7 @@ class Loop:
         """Stop on agreed flags: every replica raises the same Stop at the same step."""
         if agreed["control_failed"]:
             what = (self.local_failure or "Training failed on another replica (see error.log)") + "."
-            raise Stop("failed", failure_message(self.run_dir, what, saved_step=self.saved_step)[0])
+            raise Stop("failed", failure_message(self.run_dir, what, saved_step=self.saved_step))
         if agreed["control_gone"]:
             raise Stop("stopped", "Stopped: the app that started this run has closed. Resume it from the UI or CLI.")
         if agreed["control_stop"]:
@@ -518,12 +536,12 @@ class Loop:
             if memory[0] > 0.9 * memory[1]:
                 warning = (f"Device memory is {memory[0] / memory[1]:.0%} full: a job over the limit can be killed "
                            "with no clear message. Lower the batch size.")
-        workers = {"worker_pid": os.getpid()} if os.getpid() != self.trainer_pid else {}
         self.run_dir.write_status(
-            state, message, step=self.step_count, steps=cfg.steps, pid=self.trainer_pid, **workers,
+            state, message, step=self.step_count, steps=cfg.steps, pid=self.trainer_pid,
+            worker_pid=os.getpid() if os.getpid() != self.trainer_pid else None,
             device=rt.info.name, device_kind=rt.kind, cores=rt.world_size, processes=rt.info.processes,
             precision=cfg.precision, gan=cfg.gan,
-            preset=self.preset, preset_reason=self.preset_reason, classes=self.classes,
+            preset=cfg.preset, preset_reason=self.preset_reason, classes=self.classes,
             steps_per_second=round(speed, 3) if speed else None,
             images_per_second=round(speed * images_per_step, 1) if speed else None,
             seconds_left=round(remaining, 1) if remaining is not None else None,
@@ -609,6 +627,55 @@ def _cpu(obj):
 
 
 # ------------------------------------------------------------------------------------------
+# Resume: the one policy, for the CLI and the page (app/job.py)
+# ------------------------------------------------------------------------------------------
+class ResumeRefused(ValueError):
+    """A run cannot be resumed as asked; the message says why and what to do instead."""
+
+
+def config_changed_message(changed: list[str]) -> str:
+    return ("Cannot resume: the config changed in " + ", ".join(changed) + ". Resume with the run's own config "
+            "(only steps may change), or start a new run.")
+
+
+def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = None) -> TrainConfig:
+    """Check that `run` can continue from its checkpoint, make it ready, and return the config to
+    train it with (its config.json with the new total of steps). Raises ResumeRefused.
+
+    steps: the new total, more than the run has done; None keeps the run's own. given: the config
+    values the caller asked for (the CLI's flags, the page's form). The checkpoint's weights and
+    optimizer state belong to the run's own config, so any difference but steps is refused; both
+    are resolved as the trainer resolved the run, so 'auto' or a default left None matches what it
+    became there. Making ready: events logged after the checkpoint go (RunDir.trim_events), and so
+    does a request left from the last session."""
+    try:
+        saved = run.read_config()
+    except (OSError, ValueError):
+        raise ResumeRefused(f"{run.name} is not a run folder (it has no config.json): name a run to resume.")
+    if not os.path.exists(run.file("checkpoint.pt")):
+        raise ResumeRefused(f"Run {run.name} has no checkpoint yet, so it cannot be resumed: start a new run.")
+    status = run.read_status()
+    if status.state not in FINAL_STATES and pid_alive(status.pid):
+        raise ResumeRefused(f"Run {run.name} is still training: stop it first.")
+    # A run saved before config.json was resolved holds 'auto' and None: resolved here as its trainer did.
+    own, _ = resolved_for(saved, status.device_kind)
+    wanted, _ = resolved_for(dataclasses.replace(saved, **(given or {})), status.device_kind)
+    changed = wanted.differences(own)
+    if changed:
+        raise ResumeRefused(config_changed_message(changed))
+    done = status.saved_step
+    total = own.steps if steps is None else int(steps)
+    if total <= done:
+        raise ResumeRefused(f"Run {run.name} already has {done} steps: ask for more than that "
+                            f"(e.g. {done + own.steps}) to continue it.")
+    if total > MAX_STEPS:
+        raise ResumeRefused(f"At most {MAX_STEPS:,} steps.")
+    run.trim_events(done)
+    run.clear_request()
+    return dataclasses.replace(own, steps=total)
+
+
+# ------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
@@ -653,37 +720,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if resume:
         run = RunDir(resume)
-        try:
-            saved = run.read_config()
-        except OSError:
-            print(f"error: {resume} is not a run directory (no config.json).", file=sys.stderr)
-            return 2
-        if not os.path.exists(run.file("checkpoint.pt")):
-            print(f"error: {resume} has no checkpoint yet, so it cannot be resumed.", file=sys.stderr)
-            return 2
-        status = run.read_status()
-        if status.get("state") not in ("done", "stopped", "failed") and pid_alive(status.get("pid")):
-            print(f"error: {resume} is still training (pid {status['pid']}); stop it first.", file=sys.stderr)
-            return 2
-        # Flags given explicitly must match the run's config: its checkpoint (weights and
-        # optimizer state) belongs to that config. Only --steps may change.
+        # Flags given explicitly must match the run's config; only --steps may change.
         given = {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
-        resolved = saved.resolved(status.get("preset"))   # None hyper-parameters mean the defaults
-        changed = [name for name in sorted(given & set(saved.to_dict())) if name != "steps"
-                   and args[name] != getattr(resolved, name)]
-        if changed:
-            print("error: Cannot resume: the config changed in " + ", ".join(changed) + ". Resume with the run's "
-                  "own config (only --steps may change), or start a new run.", file=sys.stderr)
+        try:
+            config = prepare_resume(run, args["steps"] if "steps" in given else None,
+                                    {name: args[name] for name in given if name in args})
+        except ResumeRefused as exc:
+            print(f"error: {exc}", file=sys.stderr)
             return 2
-        steps = args["steps"] if "steps" in given else saved.steps
-        done = int(status.get("saved_step") or 0)
-        if steps <= done:
-            print(f"error: the run already has {done} steps; pass --steps N with N > {done} to continue it.",
-                  file=sys.stderr)
-            return 2
-        config = TrainConfig(**{**saved.to_dict(), "steps": steps})
-        run.clear_request()
-        trim_events(run, done)
     else:
         config = TrainConfig(**args)
         try:
@@ -700,8 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run directory: {run.path}", flush=True)
     _stop_cleanly_on_signals(run)
     state = train(config, run.path, resume=bool(resume))
-    status = run.read_status()
-    print(f"{state}: {status.get('message', '')}")
+    print(f"{state}: {run.read_status().message}")
     return 0 if state in ("done", "stopped") else 1
 
 
@@ -718,19 +761,6 @@ def _stop_cleanly_on_signals(run: RunDir) -> None:
               file=sys.stderr, flush=True)
     signal.signal(signal.SIGINT, ask_to_stop)
     signal.signal(signal.SIGTERM, ask_to_stop)
-
-
-def trim_events(run: RunDir, step: int) -> None:
-    """Before a resume from the checkpoint at `step`: drop events logged after it (a killed or
-    diverged session logs past its last checkpoint), so the resumed curve continues without
-    repeated or NaN points. Atomic: readers see the old or the new file."""
-    import json
-    from core.rundir import write_atomic
-    events, _ = run.read_events(0)
-    kept = [e for e in events if e.get("step", 0) <= step]
-    if len(kept) != len(events):
-        write_atomic(run.file("events.jsonl"),
-                     "".join(json.dumps(e, allow_nan=True) + "\n" for e in kept).encode())
 
 
 if __name__ == "__main__":

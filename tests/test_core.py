@@ -148,6 +148,78 @@ def test_event_reader_tolerates_a_half_written_line(tmp_path):
     assert more == [{"step": 2, "loss_d": 0.4}]
 
 
+# ---- the run's status and config on disk, and resuming a run ------------------------------------
+def test_a_status_an_older_blink_wrote_loads_and_round_trips(tmp_path):
+    """status.json with fewer fields than today and one since dropped (hint): it loads, keeps its values."""
+    from core.status import Status
+    run = RunDir(str(tmp_path))
+    assert run.read_status() == Status() and not run.read_status().state       # none written yet
+    (tmp_path / "status.json").write_text(json.dumps(
+        {"state": "failed", "message": "Training failed.", "updated": 1.0, "pid": 123, "step": 40, "hint": "smaller"}))
+    status = run.read_status()
+    assert (status.state, status.message, status.pid, status.step) == ("failed", "Training failed.", 123, 40)
+    assert status.saved_step == Status.saved_step and status.diagnostics == {}   # the fields it lacked
+    assert Status.from_dict(json.loads(json.dumps(status.to_dict()))) == status
+    run.write_status("stopped", "Stopped.", saved_step=40)   # the fields not given keep their values
+    written = json.loads((tmp_path / "status.json").read_text())
+    assert (written["state"], written["step"], written["saved_step"], written["pid"]) == ("stopped", 40, 40, 123)
+    assert "hint" not in written and set(written) == set(Status().to_dict())
+    with pytest.raises(TypeError):
+        run.write_status("running", "", stepz=41)   # a misspelt field is refused, not written
+    (tmp_path / "status.json").write_text("[1, 2]")
+    assert run.read_status() == Status()
+
+
+def _two_step_run(run_path) -> RunDir:
+    """A real two-step CLI run as a user types it: preset auto, learning rates and z_dim left to their defaults."""
+    from core import train
+    assert train.main(["--steps", "2", "--batch-size", "16", "--device", "cpu", "--quality-every", "0",
+                       "--run-dir", str(run_path)]) == 0
+    return RunDir(str(run_path))
+
+
+def test_config_json_is_the_resolved_config_the_checkpoint_and_generator_hold(tmp_path):
+    from core import gans
+    run = _two_step_run(tmp_path / "run")
+    config = run.read_config()
+    assert config.preset != "auto" and config.preset == run.read_status().preset
+    assert None not in config.to_dict().values()
+    assert config.lr_g == {**gans.get(config.gan).defaults, **gans.get(config.gan).fast_defaults}["lr_g"]
+    generator = json.loads((tmp_path / "run" / "generator.json").read_text())
+    checkpoint = torch.load(run.file("checkpoint.pt"), weights_only=False)
+    assert config.to_dict() == generator["config"] == checkpoint["config"] and generator["preset"] == config.preset
+
+
+def test_cli_and_page_refuse_a_changed_config_with_the_same_message(tmp_path):
+    from app.job import Job
+    from core import train
+    run = _two_step_run(tmp_path / "runs" / "run")
+    cli = subprocess.run([sys.executable, "-m", "core.train", "--resume", run.path, "--lr-g", "0.0005"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    with pytest.raises(train.ResumeRefused) as page:
+        Job(runs_root=str(tmp_path / "runs")).resume(config=TrainConfig(device="cpu", batch_size=16, steps=2,
+                                                                        quality_every=0, lr_g=0.0005))
+    assert "config changed in lr_g" in str(page.value) and "only steps may change" in str(page.value)
+    assert cli.returncode == 2 and cli.stderr.strip() == f"error: {page.value}"
+    assert run.read_status().step == 2                      # nothing trained
+    # The run's own settings as first typed ('auto', defaults left empty) are no change: it continues.
+    assert train.main(["--resume", run.path, "--preset", "auto", "--device", "cpu", "--steps", "4"]) == 0
+    logged = [e["step"] for e in run.read_events()[0]]
+    assert run.read_status().step == 4 and logged == sorted(set(logged)) and logged[-1] == 4   # one curve
+
+
+def test_a_run_saved_before_config_json_was_resolved_still_resumes(tmp_path):
+    from core import train
+    run = _two_step_run(tmp_path / "old")
+    # What an older Blink kept: config.json as typed, the checkpoint's config with the preset 'auto'.
+    run.write_config(TrainConfig(steps=2, batch_size=16, device="cpu", quality_every=0))
+    checkpoint = torch.load(run.file("checkpoint.pt"), weights_only=False)
+    checkpoint["config"]["preset"] = "auto"
+    torch.save(checkpoint, run.file("checkpoint.pt"))
+    assert train.main(["--resume", run.path, "--steps", "4"]) == 0
+    assert run.read_status().step == 4 and run.read_config().preset == run.read_status().preset != "auto"
+
+
 def test_cli_help_lists_every_config_field():
     out = subprocess.run([sys.executable, "-m", "core.train", "--help"], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout

@@ -5,6 +5,7 @@ from app.job import Job
 from app.live import MAX_POINTS, LiveFeed, downsample, plot_points, status_html
 from core.config import TrainConfig
 from core.rundir import RunDir
+from core.status import Status
 
 
 def message(data: bytes) -> dict:
@@ -41,7 +42,7 @@ def test_history_is_bounded_and_keeps_the_newest_point():
 def test_non_finite_values_are_left_out_and_text_is_escaped():
     series = plot_points([{"step": 1, "loss_d": float("nan"), "loss_g": 1.0}], "dcgan")
     assert series == {"loss_g": [[1, 1.0]]}
-    text = status_html({"state": "failed", "message": "<script>alert(1)</script>"}, "run", [])
+    text = status_html(Status(state="failed", message="<script>alert(1)</script>"), "run", [])
     assert "<script>" not in text and "&lt;script&gt;" in text and "<b>failed</b>" in text
 
 

@@ -18,7 +18,7 @@ from torch import nn
 from core import devices, losses, models
 from core.config import GANS, TrainConfig, validate
 from core.rundir import RunDir
-from core.train import Loop, train
+from core.train import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -216,22 +216,30 @@ def test_make_loss_passes_gp_weight_and_refuses_unknown_names():
         losses.make_loss("lsgan")
 
 
-# ---- the critic schedule, on the real trainer -------------------------------------------------
+# ---- the critic schedule, on the production step (core/step.py, what the trainer runs) ---------
 @pytest.mark.parametrize("n_critic", [1, 5])
-def test_loop_makes_n_critic_critic_updates_per_generator_update(tmp_path, n_critic):
+def test_gan_step_makes_n_critic_critic_updates_per_generator_update(n_critic):
+    from core import data
+    from core.step import GanStep
     config = validate(TrainConfig(gan="wgan-gp", device="cpu", preset="fast", batch_size=8, steps=3,
                                   n_critic=n_critic))
-    run = RunDir.create(config, root=str(tmp_path))
-    loop = Loop(config, run, devices.probe("cpu"), resume=False)
+    dataset = data.load(config.dataset)
+    G, D = models.build(config.gan, config.preset, dataset.channels, dataset.resolution, config.z_dim)
+    betas = (config.beta1, config.beta2)
+    opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas)
+    opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas)
+    step = GanStep(G, D, opt_g, opt_d, losses.make_loss(config.gan, config.gp_weight),
+                   devices.Runtime(devices.probe("cpu")), config.n_critic, config.z_dim)
+    batches = data.BatchStream(dataset.images, config.batch_size, torch.device("cpu"), seed=config.seed)
     order = []
-    loop.opt_d.register_step_post_hook(lambda *_: order.append("D"))
-    loop.opt_g.register_step_post_hook(lambda *_: order.append("G"))
-    for _ in range(3):
-        loop.step()
-    assert order == (["D"] * n_critic + ["G"]) * 3          # the critic goes first, every time
+    opt_d.register_step_post_hook(lambda *_: order.append("D"))
+    opt_g.register_step_post_hook(lambda *_: order.append("G"))
+    for _ in range(config.steps):
+        step(batches)
+    assert order == (["D"] * n_critic + ["G"]) * config.steps     # the critic goes first, every time
     # Adam's own counters agree (every parameter got every update).
-    assert {int(s["step"]) for s in loop.opt_d.state.values()} == {3 * n_critic}
-    assert {int(s["step"]) for s in loop.opt_g.state.values()} == {3}
+    assert {int(s["step"]) for s in opt_d.state.values()} == {config.steps * n_critic}
+    assert {int(s["step"]) for s in opt_g.state.values()} == {config.steps}
     assert (config.beta1, config.beta2, config.lr_d, config.gp_weight) == (0.0, 0.9, 1e-4, 10.0)
 
 
@@ -242,7 +250,7 @@ def test_short_training_run(tmp_path, gan):
                          grid_every=15, checkpoint_every=30)
     run = RunDir.create(config, root=str(tmp_path))
     assert train(config, run.path) == "done"
-    assert run.read_status()["state"] == "done"
+    assert run.read_status().state == "done"
 
     events, _ = run.read_events()
     losses_logged = [e for e in events if "loss_d" in e]

@@ -29,14 +29,14 @@ def main(out, run_path):
 
     def control():
         deadline = time.time() + 240
-        while time.time() < deadline and run.read_status().get("step", 0) < 4:
+        while time.time() < deadline and run.read_status().step < 4:
             time.sleep(0.05)
         run.request("pause")
-        while time.time() < deadline and run.read_status().get("state") != "paused":
+        while time.time() < deadline and run.read_status().state != "paused":
             time.sleep(0.05)
-        seen["paused_status_step"] = run.read_status().get("step")
+        seen["paused_status_step"] = run.read_status().step
         time.sleep(1.0)                      # paused: the step count must not move
-        seen["paused_at"] = run.read_status().get("step")
+        seen["paused_at"] = run.read_status().step
         run.request("stop")
 
     thread = threading.Thread(target=control, daemon=True)
@@ -44,7 +44,7 @@ def main(out, run_path):
     state = train(config, run_path)
     thread.join(timeout=5)
     events, _ = run.read_events()
-    write_result(out, {"state": state, "status": run.read_status(), "seen": seen, "events": events,
+    write_result(out, {"state": state, "status": run.read_status().to_dict(), "seen": seen, "events": events,
                        "always_allreduce": os.environ.get("XLA_ALWAYS_ALLREDUCE")})
 
 

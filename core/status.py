@@ -1,0 +1,50 @@
+"""A run's status: the one schema of status.json, which the trainer writes and every viewer reads.
+
+The trainer (core/train.py) writes it through RunDir.write_status; the job, the page, the live
+feed and the /status API read it as attributes, and scripts get `to_dict()` as JSON. Runs on disk
+written by an older Blink load too: `from_dict` fills missing fields with their defaults and
+ignores keys this schema no longer has.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Status:
+    state: str = ""                   # starting | compiling | running | paused | done | stopped | failed; "" before any
+    message: str = ""                 # what the student reads: what happened and what to do (a failure's hint included)
+    updated: float = 0.0              # time.time() of the write: viewers redraw when it changes
+    step: int = 0
+    steps: int = 0                    # the run's total
+    saved_step: int = 0               # the step of the last checkpoint: where a resume continues
+    pid: int | None = None            # the trainer process
+    worker_pid: int | None = None     # the launch worker that runs replica 0, when it is not the trainer
+    device: str = ""                  # e.g. "CPU (2 cores)", from core.devices.DeviceInfo
+    device_kind: str = ""             # tpu | xla-cpu | cuda | cpu
+    cores: int = 1                    # replicas
+    processes: int = 1                # launch worker processes (TPU v2/v3: threads in each)
+    precision: str = ""
+    gan: str = ""
+    preset: str = ""                  # the model preset that runs (never "auto")
+    preset_reason: str = ""
+    classes: int = 0                  # > 0: class-conditional on that many classes
+    steps_per_second: float | None = None     # None until measured (compilation left out)
+    images_per_second: float | None = None
+    seconds_left: float | None = None
+    elapsed: float = 0.0              # training seconds, earlier sessions of a resumed run included
+    warning: str = ""                 # a problem the run goes on with (D has won, memory nearly full)
+    notice: str = ""                  # about the device (e.g. why a requested one fell back)
+    diagnostics: dict[str, Any] = field(default_factory=dict)   # the Diagnostics panel's rows, by name
+    # A Stop or Pause pressed and not yet acted on: the job fills it in for viewers from the run's
+    # request file; the trainer never sets it.
+    request: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Status":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
