@@ -11,8 +11,8 @@ sampling is on the CPU (a small generator renders 64 images in milliseconds), so
 keeps the device to itself.
 
 Which generator is used is each viewer's own choice, kept in a gr.State (one student's pick
-never changes another's page) and passed to every handler as its first parameter, `view`, and
-every caption names it. By default the viewer follows the live run: the job's `generator_dir()`,
+never changes another's page) and passed to every handler that samples as its first parameter,
+`view`; every caption names it. By default the viewer follows the live run: the job's `generator_dir()`,
 i.e. the current run's newest checkpoint, or the shipped generator while the run has saved none
 yet. A viewer may instead pick any run on the server that has a generator, or the shipped one.
 
