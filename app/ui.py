@@ -430,9 +430,10 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                                elem_id="live", apply_default_css=False)
                 join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
             with gr.Tab("Sample", id="sample") as sample_page:
-                sampler = sample_tab.build(job.generator_dir, run_dir=lambda: job.run.path if job.run else None,
-                                           runs=job.runs_with_generators, require_host=require_host,
-                                           host_key_set=bool(host_key))
+                sampler = sample_tab.SampleTab(job.generator_dir, run_dir=lambda: job.run.path if job.run else None,
+                                               runs=job.runs_with_generators, require_host=require_host,
+                                               host_key_set=bool(host_key))
+                sampler.render()
 
         form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
                 checkpoint_every, conditional]
@@ -456,7 +457,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         gr.api(watch_api, api_name="watch", concurrency_limit=None)
         # The Sample tab is alive the moment the page opens, and shows the newest generators (the
         # live run's checkpoint, new runs to pick) whenever it is opened and when a run ends.
-        sampler["show_on"]([demo.load, sample_page.select, live.click])
+        sampler.show_on([demo.load, sample_page.select, live.click])
         upload.upload(use_upload, upload, [dataset, data_path, dataset_note], api_name="upload_dataset")
         gr.on([dataset.change, data_path.submit, demo.load], show_dataset, [dataset, data_path],
               [dataset_note, preview], api_name="preview_dataset", show_progress="hidden")

@@ -340,8 +340,6 @@ def test_endpoints_sample_interpolate_gif_zip(app_client):
         assert animation.n_frames == 2 * 5 - 2                        # there and back
     with zipfile.ZipFile(client.predict(9, 12, api_name="/download_samples")) as archive:
         assert len(archive.namelist()) == 12 and archive.namelist()[0] == "seed9_000.png"
-    with pytest.raises(Exception, match="greater than maximum|must be between"):   # Gradio or our check
-        client.predict(9, 100000, api_name="/download_samples")
 
 
 def test_endpoints_explore_neighbours_timelapse(app_client):
@@ -349,8 +347,6 @@ def test_endpoints_explore_neighbours_timelapse(app_client):
     plain, caption = client.predict(0, 1.0, 0, 0, 0, 0, 0, api_name="/explore")
     moved, _ = client.predict(0, 1.0, 4.0, 0, 0, 0, 0, api_name="/explore")
     assert "no direction moved" in caption and np.abs(_png(plain).astype(int) - _png(moved)).mean() > 1
-    with pytest.raises(Exception, match="greater than maximum|Truncation psi"):   # Gradio or our check
-        client.predict(0, 7.0, 0, 0, 0, 0, 0, api_name="/explore")
     strip, caption = client.predict(0, 1.0, 4, 0, 0, 0, 0, 0, api_name="/neighbours")
     assert "4 nearest of 10,000" in caption and _png(strip).shape[1] > _png(strip).shape[0] * 4
     gif, slider, newest, caption = client.predict(api_name="/timelapse")

@@ -1,0 +1,228 @@
+"""The Sample tab's heavy work: sampling, zips, GIFs, directions, neighbours, timelapses, copies.
+
+Each function is what one Sample-tab event computes once app/sample_tab.py has checked its
+inputs in the UI process. They are top-level, take and return plain values (paths, numbers,
+strings, lists, numpy arrays) and rely on no state of the UI process, so app/viewer_work.run can
+run them wherever viewer work runs, behind the trainer (issue 13: a process of its own). What
+they cache (loaded generators, PCA directions, the nearest-neighbour pool) lives in this module,
+so in whichever process runs them, each bounded. A file to return is written to the path the
+caller chose. A refusal the student must read is a SampleError: a message only (its title is
+the class's), so it pickles across a process boundary. No Gradio here.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+
+import numpy as np
+import torch
+
+from core import sample as sampling
+from core.config import TrainConfig
+from core.data import DatasetError
+from core.images import gif_bytes, grid_image, to_model_range, to_uint8
+from core.rundir import write_atomic
+
+N_DIRECTIONS = 5
+KEPT_GENERATORS = 4        # loaded at once: viewers may look at different runs
+
+
+class SampleError(ValueError):
+    """Work refused with a message for the student (sample_tab shows it under `title`)."""
+    title = "Error"
+
+
+class GeneratorNotLoaded(SampleError):
+    title = "Generator not loaded"
+
+
+class NoNeighbours(SampleError):
+    title = "No neighbours"
+
+
+def _keep(store: dict, key, value, limit: int = KEPT_GENERATORS):
+    """store[key] = value, dropping the oldest entries beyond limit."""
+    store[key] = value
+    while len(store) > limit:
+        store.pop(next(iter(store)))
+    return value
+
+
+class GeneratorCache:
+    """Loaded generators, each reloaded only when its file changes (a run saves a newer one)."""
+
+    def __init__(self):
+        self._loaded: dict = {}          # (directory, file mtime) -> (generator, meta)
+        self._lock = threading.Lock()    # work may run on several threads
+
+    def get(self, directory: str):
+        """((generator, meta), key); the key changes whenever another file is loaded."""
+        weights = os.path.join(directory, "generator.safetensors")
+        try:
+            key = (directory, os.stat(weights).st_mtime_ns)
+        except OSError:
+            raise SampleError("No generator to sample from yet: train a run, or wait for its first checkpoint.")
+        with self._lock:
+            if key not in self._loaded:
+                try:
+                    _keep(self._loaded, key, sampling.load_generator(weights, os.path.join(directory, "generator.json")))
+                except sampling.GeneratorFileError as exc:
+                    raise GeneratorNotLoaded(str(exc))
+            return self._loaded[key], key
+
+
+_generators = GeneratorCache()
+_directions: dict = {}             # generator key -> (directions, explained ratio)
+_pools: dict = {}                  # (run config, resolution, channels) -> (images, name): one at a time
+_pools_lock = threading.Lock()
+
+
+def _scale(resolution: int) -> int:
+    """Nearest-neighbour upscaling factor so a 28 px digit is not a speck in a GIF."""
+    return max(1, 128 // resolution)
+
+
+def _labelled(frame: np.ndarray, text: str) -> np.ndarray:
+    """A frame with a caption band on top (PIL's built-in bitmap font: no font files needed)."""
+    from PIL import Image, ImageDraw
+    img = Image.fromarray(frame).convert("RGB")
+    canvas = Image.new("RGB", (img.width, img.height + 14), "black")
+    canvas.paste(img, (0, 14))
+    ImageDraw.Draw(canvas).text((3, 2), text, fill="white")
+    return np.asarray(canvas)
+
+
+def read_png(path: str) -> np.ndarray:
+    """Pixels rather than a path: a run folder may be outside the paths Gradio serves."""
+    from PIL import Image
+    with Image.open(path) as img:
+        return np.asarray(img.convert("RGB"))
+
+
+# ---- seeds ------------------------------------------------------------------------------------
+def _samples(directory: str, seed: int, count: int, label: int | None):
+    (generator, meta), _ = _generators.get(directory)
+    images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim),
+                               sampling.class_labels(generator, seed, count, label))
+    return images, meta
+
+
+def sample_grid(directory: str, seed: int, count: int, label: int | None, columns: int) -> tuple[np.ndarray, object]:
+    """A grid of `count` samples from `seed` (all of class `label`, or the seed's classes), and the generator's step."""
+    images, meta = _samples(directory, seed, count, label)
+    return grid_image(images, columns=columns), meta.get("step", "?")
+
+
+def samples_zip(directory: str, seed: int, count: int, label: int | None, path: str) -> str:
+    images, _ = _samples(directory, seed, count, label)
+    return sampling.write_samples_zip(images, path, prefix=f"seed{seed}")
+
+
+# ---- interpolation ----------------------------------------------------------------------------
+def _interpolation(directory: str, seeds: tuple[int, int], steps: int, mode: str, classes: tuple[int, int]):
+    """Images along seeds[0] -> seeds[1], the class weights moving from classes[0] to classes[1]."""
+    (generator, _), _ = _generators.get(directory)
+    z = sampling.interpolation_latents(*seeds, steps, generator.z_dim, mode)
+    labels = sampling.blended_labels(generator, *classes, torch.linspace(0, 1, steps))
+    return sampling.generate(generator, z, labels)
+
+
+def interpolation_strip(directory: str, seeds: tuple[int, int], steps: int, mode: str,
+                        classes: tuple[int, int]) -> np.ndarray:
+    return grid_image(_interpolation(directory, seeds, steps, mode, classes), columns=steps)
+
+
+def interpolation_gif(directory: str, seeds: tuple[int, int], steps: int, mode: str, classes: tuple[int, int],
+                      path: str) -> str:
+    images = _interpolation(directory, seeds, steps, mode, classes)
+    frames = list(to_uint8(images))
+    frames = frames + frames[-2:0:-1]      # there and back, so the loop has no jump
+    write_atomic(path, gif_bytes(frames, duration_ms=90, scale=_scale(images.shape[-1])))
+    return path
+
+
+# ---- directions, truncation and neighbours -----------------------------------------------------
+def _explored(directory: str, seed: int, psi: float, amounts: list[float]):
+    (generator, meta), key = _generators.get(directory)
+    if key not in _directions:
+        _keep(_directions, key, sampling.principal_directions(generator, k=N_DIRECTIONS))
+    directions, ratio = _directions[key]
+    z = sampling.edit_latent(sampling.latents(seed, 1, generator.z_dim), directions, amounts, psi)
+    return sampling.generate(generator, z, sampling.seed_labels(generator, seed, 1))[0], meta, ratio
+
+
+def explored_image(directory: str, seed: int, psi: float, amounts: list[float]) -> dict:
+    """The seed's image, truncated and moved along the GANSpace directions, enlarged; the
+    directions' shares of the variance and the generator's step."""
+    image, meta, ratio = _explored(directory, seed, psi, amounts)
+    up = _scale(image.shape[-1])
+    return {"image": grid_image(image[None], columns=1).repeat(up, 0).repeat(up, 1),
+            "variance": ratio.tolist(), "step": meta.get("step", "?")}
+
+
+def _training_pool(run_config: dict | None, resolution: int, channels: int):
+    config = TrainConfig.from_dict(run_config) if run_config is not None else None
+    key = (json.dumps(run_config, sort_keys=True), resolution, channels)
+    with _pools_lock:   # one decode of a pool however many viewers ask at once
+        if key not in _pools:
+            _pools.clear()
+            _pools[key] = sampling.training_images(config, resolution, channels)
+        return _pools[key]
+
+
+def neighbours(directory: str, seed: int, psi: float, amounts: list[float], k: int, run_config: dict | None) -> dict:
+    """The explored image beside its k nearest training images (of run_config's dataset, written
+    by the server; None: the bundled MNIST), their L2 distances, the pool's size and name."""
+    image, _, _ = _explored(directory, seed, psi, amounts)
+    try:
+        pool, dataset = _training_pool(run_config, image.shape[-1], image.shape[0])
+    except DatasetError as exc:   # e.g. the run's dataset is absent offline: its advice, not a blank failure
+        raise NoNeighbours(f"The training images are not available here. {exc}")
+    except (OSError, RuntimeError):   # unreadable cache or files: no errno or server path for the page
+        raise NoNeighbours("The training images could not be read on this server.")
+    idx, dist = sampling.nearest_neighbours(image, pool, min(k, len(pool)))
+    real = to_model_range(pool[idx]).numpy()
+    strip = grid_image(np.concatenate([image[None], real]), columns=len(idx) + 1)
+    up = max(1, _scale(image.shape[-1]) // 2)
+    return {"strip": strip.repeat(up, 0).repeat(up, 1), "distances": [float(d) for d in dist],
+            "pool": len(pool), "dataset": dataset}
+
+
+# ---- timelapse ----------------------------------------------------------------------------------
+def timelapse_gif(grids: list[tuple[int, str]], path: str) -> str:
+    """A looping GIF of the (step, grid PNG) frames, each captioned with its step."""
+    frames = [_labelled(read_png(png), f"step {step}") for step, png in grids]
+    # Linger on the newest grid before looping (a long last frame: PIL merges repeated ones).
+    write_atomic(path, gif_bytes(frames, duration_ms=[150] * (len(frames) - 1) + [1500]))
+    return path
+
+
+# ---- generator files ----------------------------------------------------------------------------
+def copy_files(sources: list[str], destinations: list[str]) -> list[str]:
+    for source, destination in zip(sources, destinations):
+        shutil.copyfile(source, destination)
+    return destinations
+
+
+def check_upload(weights: str, meta: str) -> str:
+    """Every check of an uploaded pair (header, spec, strict shapes, finite values); its digest."""
+    try:
+        sampling.load_generator(weights, meta)
+    except sampling.GeneratorFileError as exc:
+        raise GeneratorNotLoaded(str(exc))
+    digest = hashlib.sha256()
+    for path in (weights, meta):
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def install_generator(weights: str, meta: str, directory: str) -> dict:
+    """Copy a checked pair into `directory` and load the copy (so a bad copy fails now); its spec and step."""
+    copy_files([weights, meta], [os.path.join(directory, "generator.safetensors"),
+                                 os.path.join(directory, "generator.json")])
+    (generator, loaded_meta), _ = _generators.get(directory)
+    return {**generator.spec.to_dict(), "step": loaded_meta.get("step", "?")}

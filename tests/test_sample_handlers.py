@@ -1,0 +1,103 @@
+"""The Sample tab's server-side checks, calling its handlers directly (no server, no page).
+
+The page's widgets carry their own limits, so a check that only a script reaches is tested here,
+where nothing stands between the input and the project's own refusal. The tab samples the shipped
+generator: its runs folder is empty.
+"""
+import os
+import re
+
+import gradio as gr
+import pytest
+
+from app.errors import refused
+from app.job import SHIPPED_GENERATOR, Job
+from app.sample_tab import (DIRECTION_RANGE, FOLLOW, MAX_GRID, MAX_NEIGHBOURS, MAX_STRIP, MAX_ZIP, SEED_MAX, SHIPPED,
+                            SampleTab)
+from core import sample as sampling
+
+HOST_KEY = "the-host-key"
+SHIPPED_CLASSES = sampling.read_spec(os.path.join(SHIPPED_GENERATOR, "generator.json"))[0].classes
+
+
+def _host_only(key) -> None:
+    """The host check the tab is given (app/ui.py builds the real one around the server's key)."""
+    if key != HOST_KEY:
+        raise refused("Only the host can change the generator everyone samples from.", title="Watch mode")
+
+
+@pytest.fixture
+def tab(tmp_path):
+    job = Job(runs_root=str(tmp_path))
+    return SampleTab(job.generator_dir, runs=job.runs_with_generators, require_host=_host_only, host_key_set=True)
+
+
+NO_DIRECTION = (0.0,) * 5
+OUT_OF_RANGE = {
+    "seed below 0": ("sample", (FOLLOW, -1, 4), "Seed must be between 0 and"),
+    "seed past the largest": ("sample", (FOLLOW, SEED_MAX + 1, 4), "Seed must be between 0 and"),
+    "seed not whole": ("sample", (FOLLOW, 2.5, 4), "Seed must be a whole number"),
+    "grid too large": ("sample", (FOLLOW, 0, MAX_GRID + 1), f"Count must be between 1 and {MAX_GRID:,}"),
+    "no samples": ("sample", (FOLLOW, 0, 0), f"Count must be between 1 and {MAX_GRID:,}"),
+    "zip too large": ("download_samples", (FOLLOW, 9, 100000), f"Count must be between 1 and {MAX_ZIP:,}"),
+    "strip too long": ("interpolate", (FOLLOW, 1, 2, MAX_STRIP + 1, "linear"),
+                       f"Steps must be between 2 and {MAX_STRIP:,}"),
+    "GIF of one step": ("interpolation_gif", (FOLLOW, 1, 2, 1, "linear"), f"Steps must be between 2 and {MAX_STRIP:,}"),
+    "unknown mode": ("interpolate", (FOLLOW, 1, 2, 5, "cubic"), "Interpolation must be 'linear' or 'spherical'"),
+    "psi too large": ("explore", (FOLLOW, 0, 7.0, *NO_DIRECTION), "Truncation psi must be between 0.0 and 2.0 \\(got 7.0\\)"),
+    "psi not a number": ("explore", (FOLLOW, 0, float("nan"), *NO_DIRECTION), "Truncation psi must be between"),
+    "direction too far": ("explore", (FOLLOW, 0, 1.0, DIRECTION_RANGE + 1, 0, 0, 0, 0),
+                          f"Direction 1 must be between {-DIRECTION_RANGE} and {DIRECTION_RANGE}"),
+    "too many neighbours": ("neighbours", (FOLLOW, 0, 1.0, MAX_NEIGHBOURS + 1, *NO_DIRECTION),
+                            f"Neighbours must be between 1 and {MAX_NEIGHBOURS:,}"),
+}
+
+
+@pytest.mark.parametrize("handler, inputs, message", OUT_OF_RANGE.values(), ids=OUT_OF_RANGE.keys())
+def test_numbers_out_of_range_are_refused_with_the_projects_message(tab, handler, inputs, message):
+    with pytest.raises(gr.Error, match=message):
+        getattr(tab, handler)(*inputs)
+
+
+def test_a_class_the_generator_lacks_is_refused(tab):
+    missing = str(SHIPPED_CLASSES)
+    wrong = f"{missing} is not one of this generator's classes \\(0 to {SHIPPED_CLASSES - 1}\\)"
+    with pytest.raises(gr.Error, match=f"Class: {wrong}"):
+        tab.sample(FOLLOW, 0, 10, missing)
+    with pytest.raises(gr.Error, match=f"Class B: {wrong}"):
+        tab.interpolate(SHIPPED, 1, 2, 5, "linear", "0", missing)
+    # A class it has is drawn, and the caption says so and names the generator.
+    _, caption = tab.sample(FOLLOW, 0, 10, str(SHIPPED_CLASSES - 1))
+    assert f"Every sample is class {SHIPPED_CLASSES - 1}" in caption and "the shipped generator" in caption
+
+
+def test_a_run_that_is_not_on_the_server_is_refused(tab):
+    gone = "There is no run no-such-run with a generator on this server"
+    with pytest.raises(gr.Error, match=gone):
+        tab.pick_generator("no-such-run")
+    with pytest.raises(gr.Error, match=gone):
+        tab.sample("no-such-run", 0, 4)
+    with pytest.raises(gr.Error, match=gone):
+        tab.download_generator("no-such-run")
+
+
+def test_the_shipped_generator_has_no_timelapse(tab):
+    with pytest.raises(gr.Error, match="No training grids yet"):
+        tab.timelapse(SHIPPED)
+
+
+def test_the_generator_everyone_sees_changes_only_with_the_host_key(tab):
+    upload = [os.path.join(SHIPPED_GENERATOR, name) for name in ("generator.safetensors", "generator.json")]
+    with pytest.raises(gr.Error, match="Only the host can change"):
+        tab.upload_generator(upload, "")
+    assert "the shipped generator" in tab.sample(FOLLOW, 0, 2)[1]      # still the job's own
+    # Two files of the wrong kind are refused with the reason, even for the host.
+    with pytest.raises(gr.Error, match="Upload exactly two files"):
+        tab.upload_generator([upload[1], upload[1]], HOST_KEY)
+    assert "Using the uploaded generator" in tab.upload_generator(upload, HOST_KEY)
+    assert "the uploaded generator" in tab.sample(FOLLOW, 0, 2)[1]
+    with pytest.raises(gr.Error, match="Only the host can change"):
+        tab.use_run_generator("wrong")
+    assert "the uploaded generator" in tab.sample(FOLLOW, 0, 2)[1]
+    assert re.match("Using the run's generator", tab.use_run_generator(HOST_KEY))
+    assert "the shipped generator" in tab.sample(FOLLOW, 0, 2)[1]
