@@ -3,7 +3,8 @@ import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HUBS = (("core/train.py", "Loop"), ("app/ui.py", "build_app"), ("app/sample_tab.py", "build"))
+HUBS = (("core/train.py", "Loop"), ("app/ui.py", "build_app"), ("app/ui.py", "TrainTab"), ("app/ui.py", "_lay_out_form"),
+        ("app/sample_tab.py", "build"))
 
 
 def span(path: str, name: str) -> int:
