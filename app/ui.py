@@ -21,13 +21,12 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
-from app import sample_tab, viewer_work, views
+from app import dataset_work, sample_tab, viewer_work, views
+from app.dataset_work import check_data_path
 from app.errors import log_refusal, refused
 from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed
-from core import data, devices, uploads
-from core.data import DatasetError
-from core.images import grid_image
+from core import data, devices
 from core.rundir import FINAL_STATES, DiskRefused
 from core import gans
 from core.config import (DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError, TrainConfig, form_number, spec,
@@ -147,17 +146,6 @@ def page_url(request: gr.Request | None) -> str:
     return f"{scheme}://{host}/" if host else ""
 
 
-def check_data_path(dataset: str, data_path: str) -> str:
-    """The resolved image folder or zip for 'My images' (what the trainer and preview then read),
-    through core.data.guard_path; "" for the other datasets, which read no path."""
-    if dataset != "folder":
-        return ""     # only 'My images' reads a path; ignore anything typed for other datasets
-    try:
-        return data.guard_path(data_path)
-    except DatasetError as exc:
-        raise ConfigError(str(exc)) from exc
-
-
 # Images per second (per critic update) of the fast CPU model on this project's 2-core benchmark
 # machine (bench/README.md: ~21 steps/s at batch 64, DCGAN): the estimate before any run here.
 CPU_FAST_IMAGES_PER_SECOND = 1350
@@ -194,36 +182,48 @@ def estimate_note(config: TrainConfig, info: devices.DeviceInfo, runs_root: str)
     return note
 
 
+
 # Wait after each wrong host key: slow enough that guessing gets nowhere, short for a typo.
 WRONG_KEY_SECONDS = 0.5
 
 
-def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
-              host_key: str | None = None) -> gr.Blocks:
-    job = job or Job()
-    feed = LiveFeed(job)      # one watcher of the run for every viewer (app/live.py)
-    device_cache = device_cache or DeviceCache()
-    info = device_cache.get("auto")
-    host_key = host_key if host_key is not None else os.environ.get("BLINK_HOST_KEY", "")
+class TrainTab:
+    """The Train tab: the form, the host's controls, the live panel and the named API.
 
-    wrong_keys = threading.Lock()
+    The state every viewer shares (the job, the live feed, the device probes, the host key) is in
+    attributes and the handlers are methods, so a server-side check can be called directly. The
+    tab is laid out in a Blocks of its own when it is made, outside any page (a Blocks made inside
+    another is laid out twice), and render() puts it into the page, as gradio's
+    demo/native_plots does: its load events become the page's."""
 
-    def require_host(key) -> None:
+    def __init__(self, job: Job, feed: LiveFeed, devices: DeviceCache, host_key: str = ""):
+        self.job, self.feed, self.devices, self.host_key = job, feed, devices, host_key
+        self.info = devices.get("auto")
+        self.wrong_keys = threading.Lock()
+        self.blocks = self._lay_out()
+
+    def render(self) -> None:
+        """Put the tab's components and events into the caller's `with gr.Tab(...)`."""
+        self.blocks.render()
+
+    # ---- handlers --------------------------------------------------------------------------
+    def require_host(self, key) -> None:
         """Checked on the server: hiding the buttons would not stop a script.
 
         A right key passes at once. Each wrong one waits WRONG_KEY_SECONDS, one at a time for the
         whole server, so guessing runs at two keys a second at most however many requests come."""
-        if host_key and not hmac.compare_digest(str(key or "").encode(), host_key.encode()):
-            with wrong_keys:
+        if self.host_key and not hmac.compare_digest(str(key or "").encode(), self.host_key.encode()):
+            with self.wrong_keys:
                 time.sleep(WRONG_KEY_SECONDS)
             raise refused("Only the host can start, stop, pause or resume runs, or change the generator everyone "
-                           "samples from, on this page (enter the host key). Everyone else watches the run live.",
-                           title="Watch mode")
+                          "samples from, on this page (enter the host key). Everyone else watches the run live.",
+                          title="Watch mode")
 
-    def config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
+    def config_from_form(self, dataset, data_path, gan, preset, batch_size, precision, device, steps,
                          log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
                          checkpoint_every=TrainConfig.checkpoint_every,
                          conditional=TrainConfig.conditional) -> TrainConfig:
+        """The form as a TrainConfig, validated once against the dataset's size and the device's caps."""
         try:
             config = TrainConfig(dataset=str(dataset), data_path=check_data_path(str(dataset), data_path), gan=str(gan),
                                  preset=str(preset), conditional=str(conditional), batch_size=form_number(batch_size, "batch_size"),
@@ -231,143 +231,226 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                                  log_every=form_number(log_every, "log_every"),
                                  grid_every=form_number(grid_every, "grid_every"),
                                  checkpoint_every=form_number(checkpoint_every, "checkpoint_every"))
-            if device not in DEVICES:   # checked before the probe, which would run for any string
+            # The only checks before the one validate are the two its inputs need: the probe would
+            # run for any string, and an unknown dataset has no size (validate names it, with the
+            # choices). A probe is kept (DeviceCache), so this is the one probe of this Start.
+            if device not in DEVICES:
                 raise ConfigError(f"Device '{device}' is not supported; choose one of: {', '.join(DEVICES)}.")
-            validate(config)            # static checks first: cheap, and before any probe
-            chosen = device_cache.get(device)
-            validate(config, dataset_size=dataset_size(dataset, config.data_path), device_caps=chosen.to_dict())
+            caps = self.devices.get(config.device).to_dict()
+            size = dataset_size(config.dataset, config.data_path) if config.dataset in DATASETS else None
+            validate(config, dataset_size=size, device_caps=caps)
         except ConfigError as exc:
             raise refused(str(exc), title="Check the settings")
         except (TypeError, ValueError) as exc:
             raise refused(f"Invalid form value: {exc}", title="Check the settings")
         return config
 
-    def start(dataset, data_path, gan, preset, batch_size, precision, device, steps,
+    def start(self, dataset, data_path, gan, preset, batch_size, precision, device, steps,
               log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
               checkpoint_every=TrainConfig.checkpoint_every, conditional=TrainConfig.conditional, key=""):
-        require_host(key)
+        self.require_host(key)
         # Answered at once, before the settings are checked (a device probe can take seconds). A
         # trainer that has written its final status may take a moment to exit: job.start waits.
-        if job.is_active() and job.snapshot().status.state not in FINAL_STATES:
-            raise refused(job.busy_message(), title="A run is going")
-        config = config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
-                                  log_every, grid_every, checkpoint_every, conditional)
+        if self.job.is_active() and self.job.snapshot().status.state not in FINAL_STATES:
+            raise refused(self.job.busy_message(), title="A run is going")
+        config = self.config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
+                                       log_every, grid_every, checkpoint_every, conditional)
         try:
-            run = job.start(config)   # the job's lock decides between two Starts pressed together
+            run = self.job.start(config)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
             raise refused(str(exc), title="A run is going")
         except DiskRefused as exc:
             raise refused(str(exc), title="Cannot start")
         return f"Started run `{run.name}`."
 
-    def estimate(gan, preset, batch_size, device, steps):
+    def estimate(self, gan, preset, batch_size, device, steps) -> str:
         """Before Start: how long the chosen run takes here, and whether it will crawl."""
         try:
             config = TrainConfig(gan=str(gan), preset=str(preset), device=str(device),
                                  batch_size=form_number(batch_size, "batch_size"), steps=form_number(steps, "steps"))
-            info = device_cache.get(device) if device in DEVICES else None
-            return estimate_note(config, info, job.runs_root) if info else ""
+            info = self.devices.get(device) if device in DEVICES else None
+            return estimate_note(config, info, self.job.runs_root) if info else ""
         except ConfigError:
             return ""    # Start says what to change; an estimate of invalid settings means nothing
 
-    def stop(key=""):
-        require_host(key)
-        return job.request("stop")
+    def stop(self, key=""):
+        self.require_host(key)
+        return self.job.request("stop")
 
-    def pause(key=""):
-        require_host(key)
-        state = job.snapshot().status.state
-        if state == "paused":
+    def pause(self, key=""):
+        self.require_host(key)
+        if self.job.snapshot().status.state == "paused":
             return "The run is already paused: press Resume to continue."
-        return job.request("pause")
+        return self.job.request("pause")
 
-    def resume(resume_steps=0, key=""):
+    def resume(self, resume_steps=0, key=""):
         """Resume a paused live run, or continue a stopped/finished/failed run from its checkpoint."""
-        require_host(key)
-        state = job.snapshot().status.state
-        if job.is_active() and state not in FINAL_STATES:
+        self.require_host(key)
+        state = self.job.snapshot().status.state
+        if self.job.is_active() and state not in FINAL_STATES:
             if state == "paused":
-                return job.request("resume")
+                return self.job.request("resume")
             return "The run is training already (Resume continues a paused or stopped run)."
         try:
             steps = whole_number(resume_steps or 0, "Resume to step", 0, spec("steps")["range"][1])
-            run = job.resume(steps or None)
+            run = self.job.resume(steps or None)
         except (ConfigError, ResumeRefused) as exc:
             raise refused(str(exc), title="Cannot resume")
         except JobBusy as exc:
             raise refused(str(exc), title="A run is going")
         return f"Resuming run `{run.name}` from its checkpoint."
 
-    def use_upload(path):
-        return viewer_work.run(check_upload, path)
-
-    def check_upload(path):
+    def check_upload(self, path) -> dict:
         """Check an uploaded zip on the server (size, entries, images) and train from it."""
         if not path:
-            return gr.skip(), gr.skip(), gr.skip()
-        try:
-            kept = uploads.keep_upload(path, TrainConfig.max_image_mb)
-        except DatasetError as exc:
+            return gr.skip()   # the upload was cleared: nothing to check, nothing changes
+        result = viewer_work.run(dataset_work.check_upload, path)
+        if "refused" in result:
             # Said in the dataset note and left there: raising would mark every output of this
             # event (the Dataset dropdown, the folder box) as an error until each is dismissed.
-            log_refusal("Upload refused", str(exc))
-            return gr.skip(), gr.skip(), f"⚠️ Upload refused: {exc}"
-        return "folder", kept["path"], kept["message"]
+            log_refusal("Upload refused", result["refused"])
+            return {self.dataset_note: f"⚠️ Upload refused: {result['refused']}"}
+        return {self.dataset: "folder", self.data_path: result["path"], self.dataset_note: result["message"]}
 
-    def show_dataset(dataset, data_path):
-        return viewer_work.run(preview_dataset, dataset, data_path)
-
-    def preview_dataset(dataset, data_path):
+    def preview_dataset(self, dataset, data_path):
         """What the chosen dataset holds, and a grid of its real images, before training."""
-        try:
-            data_path = check_data_path(str(dataset), data_path)
-        except ConfigError as exc:
-            return f"⚠️ {exc}", None
-        if dataset == "folder" and not data_path:
-            return "Upload a zip of images, or type a folder path above.", None
-        info = data.dataset_info(dataset, data_path)
-        if not info["available"]:
-            return f"⚠️ {info['message']}", None
-        try:
-            images = data.preview(dataset, data_path, n=32)
-        except DatasetError as exc:
-            return f"⚠️ {exc}", None
-        return info["message"], grid_image(images, columns=8)
+        return viewer_work.run(dataset_work.preview, dataset, data_path)
 
-    def status_api() -> dict:
+    def status_api(self) -> dict:
         """The run as plain JSON for scripts: status, event count, newest event and grid."""
-        snap = job.snapshot()
+        snap = self.job.snapshot()
         return views.json_safe({"run": snap.run_name, **snap.status.to_dict(), "events": len(snap.events),
-                           "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path,
-                           "host_key_required": bool(host_key)})
+                                "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path,
+                                "host_key_required": bool(self.host_key)})
 
-    async def watch_api() -> AsyncIterator[dict]:
+    async def watch_api(self) -> AsyncIterator[dict]:
         """The run's status once now, then once per change until it ends (for scripts that watch)."""
-        async for status in feed.changes():
+        async for status in self.feed.changes():
             yield status
 
-    def on_run_end():
-        """The live panel saw the run it watched end well: to the Sample tab (refreshed by show_on)."""
-        return gr.Tabs(selected="sample")
+    def settings_on_open(self):
+        """A page opened (or reloaded) during a run presents the run, not the form."""
+        return gr.Accordion(open=not self.job.is_active())
 
-    def load_setup(request: gr.Request):
+    def load_setup(self, request: gr.Request) -> dict:
         """Preset the form from the URL (?dataset=...&steps=...); invalid values are ignored, visibly."""
         params = dict(request.query_params) if request is not None else {}
         values, notes = setup_from_query(params)
-        updates = [gr.update(value=values[name]) if name in values else gr.skip() for name in QUERY_FIELDS]
+        fields = dict(zip(QUERY_FIELDS, self.query_form))
         note = ("Setup from the link: " + ", ".join(f"{k}={v}" for k, v in values.items()) if values else "")
         if notes:
             note += ("  \n" if note else "") + "⚠️ " + "  \n⚠️ ".join(notes)
-        return (*updates, note)
+        return {**{fields[name]: value for name, value in values.items()}, self.setup_note: note}
 
-    def share_link(dataset, gan, preset, batch_size, precision, steps, device, request: gr.Request):
+    def share_link(self, dataset, gan, preset, batch_size, precision, steps, device, request: gr.Request) -> str:
         query = share_query(dataset, gan, preset, batch_size, precision, steps, device)
         url = f"{page_url(request)}?{query}"
         return f"**Share this setup:** [{url}]({url})"
 
-    def join_link(request: gr.Request):
+    def join_link(self, request: gr.Request) -> str:
         """The students' link (?view=watch) and its QR code, for the host's page."""
         return views.join_html(page_url(request))
+
+    # ---- layout and events -------------------------------------------------------------------
+    def _lay_out(self) -> gr.Blocks:
+        with gr.Blocks() as blocks:
+            with gr.Column(elem_classes=["blink-host-only"]):   # hidden in the student view
+                self._lay_out_form()
+                self.share = gr.Markdown(elem_id="share-link")
+                self.resume_steps = gr.Number(value=0, precision=0, label="Resume to step (0: the run's own length)")
+                self.estimate_text = gr.Markdown(elem_id="estimate")
+            # The host's controls: above the live panel once a run is presented (PAGE_CSS).
+            with gr.Row(elem_id="blink-controls", elem_classes=["blink-host-only"], equal_height=True):
+                self.key = gr.Textbox(label="Host key", type="password", value="", visible=bool(self.host_key),
+                                      placeholder="only the host needs this", scale=2)
+                self.start_button = gr.Button("Start", variant="primary")
+                self.pause_button = gr.Button("Pause")
+                self.resume_button = gr.Button("Resume")
+                self.stop_button = gr.Button("Stop", variant="stop")
+            self.message = gr.Markdown(elem_id="blink-message", elem_classes=["blink-host-only"])
+            self.live = gr.HTML(LIVE_PANEL, js_on_load=_static("live.js"), css_template=_static("live.css"),
+                                elem_id="live", apply_default_css=False)
+            self.join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
+            self._wire_events(blocks)
+        return blocks
+
+    def _lay_out_form(self) -> None:
+        """The form, folded once a run starts: the run, not the form, is what the room watches."""
+        with gr.Accordion("Settings", open=True, elem_id="blink-settings") as self.settings:
+            self.setup_note = gr.Markdown(elem_id="setup-note")
+            with gr.Row():
+                self.dataset = gr.Dropdown([(DATASET_LABELS[d], d) for d in DATASETS], value="bundled-mnist",
+                                           label="Dataset")
+                self.data_path = gr.Textbox(label="Image folder or zip (for 'My images')", value="")
+                self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value="dcgan", label="GAN type")
+                self.preset = gr.Dropdown(list(PRESETS), value="auto", label="Model size",
+                                          info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
+            with gr.Row():
+                self.batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size")
+                self.precision = gr.Radio(precision_choices(self.info), value="fp32", label="Precision",
+                                          info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
+                self.device = gr.Dropdown(list(DEVICES), value="auto", label="Device")
+                self.steps = gr.Number(value=TrainConfig.steps, precision=0, label="Training length (steps)")
+            gr.Markdown(precision_notes(self.info), elem_id="precision-notes")
+            with gr.Accordion("Dataset: upload your images, preview real ones", open=False):
+                with gr.Row():
+                    self.upload = gr.File(label="Zip of PNG/JPEG images", file_types=[".zip"], type="filepath")
+                    with gr.Column():
+                        self.dataset_note = gr.Markdown(elem_id="dataset-note")
+                        self.dataset_preview = gr.Image(label="Real images from the dataset", format="png",
+                                                        type="numpy", interactive=False, elem_id="dataset-preview")
+            with gr.Accordion("Advanced: labels; how often to log, draw a grid and save", open=False):
+                self.conditional = gr.Radio(
+                    [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
+                     ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
+                    label="Labels", info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
+                                         "class-conditional GAN by default: digits appear in about half the steps")
+                with gr.Row():
+                    self.log_every = gr.Number(value=TrainConfig.log_every, precision=0, label="Log every (steps)",
+                                               info="loss points and status updates (Stop and Pause are heard within a second)")
+                    self.grid_every = gr.Number(value=TrainConfig.grid_every, precision=0,
+                                                label="Grid every (steps)")
+                    self.checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0,
+                                                      label="Checkpoint every (steps)")
+        self.query_form = [self.dataset, self.gan, self.preset, self.batch_size, self.precision, self.steps,
+                           self.device]   # QUERY_FIELDS order
+
+    def _wire_events(self, blocks: gr.Blocks) -> None:
+        form = [self.dataset, self.data_path, self.gan, self.preset, self.batch_size, self.precision, self.device,
+                self.steps, self.log_every, self.grid_every, self.checkpoint_every, self.conditional]
+        # In the browser only: the last message goes at once, so a refusal is not shown beside it.
+        self.start_button.click(None, None, self.message, js="() => ''", api_visibility="private")
+        self.start_button.click(self.start, form + [self.key], self.message, api_name="start").success(
+            lambda: gr.Accordion(open=False), None, self.settings, api_visibility="private", show_progress="hidden")
+        blocks.load(self.settings_on_open, None, self.settings, api_visibility="private", show_progress="hidden")
+        estimate_inputs = [self.gan, self.preset, self.batch_size, self.device, self.steps]
+        gr.on([blocks.load] + [c.change for c in estimate_inputs], self.estimate, estimate_inputs, self.estimate_text,
+              api_visibility="private", show_progress="hidden")
+        self.stop_button.click(self.stop, self.key, self.message, api_name="stop", concurrency_limit=None)
+        self.pause_button.click(self.pause, self.key, self.message, api_name="pause", concurrency_limit=None)
+        self.resume_button.click(self.resume, [self.resume_steps, self.key], self.message, api_name="resume")
+        blocks.load(self.join_link, None, self.join, api_visibility="private")
+        gr.api(self.status_api, api_name="status", concurrency_limit=None)
+        gr.api(self.watch_api, api_name="watch", concurrency_limit=None)
+        self.upload.upload(self.check_upload, self.upload, [self.dataset, self.data_path, self.dataset_note],
+                           api_name="upload_dataset")
+        gr.on([self.dataset.change, self.data_path.submit, blocks.load], self.preview_dataset,
+              [self.dataset, self.data_path], [self.dataset_note, self.dataset_preview], api_name="preview_dataset",
+              show_progress="hidden")
+        blocks.load(self.load_setup, None, self.query_form + [self.setup_note], api_visibility="private").then(
+            self.share_link, self.query_form, self.share, api_visibility="private")
+        gr.on([c.change for c in self.query_form], self.share_link, self.query_form, self.share,
+              api_visibility="private", concurrency_limit=None, show_progress="hidden")
+
+
+def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
+              host_key: str | None = None) -> gr.Blocks:
+    job = job or Job()
+    feed = LiveFeed(job)      # one watcher of the run for every viewer (app/live.py)
+    host_key = host_key if host_key is not None else os.environ.get("BLINK_HOST_KEY", "")
+    train = TrainTab(job, feed, device_cache or DeviceCache(), host_key)
+    info = train.info
+    require_host = train.require_host   # the Sample tab's server-wide changes need the same key
 
     with gr.Blocks(title="Blink: watch a GAN learn", delete_cache=(3600, 3600)) as demo:
         gr.Markdown(elem_classes=["blink-host-only", "blink-intro"], value="# Blink\nPick a dataset, press **Start**, and watch a GAN learn. "
@@ -376,95 +459,19 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                      + (" Only the host (with the host key) can start or stop it." if host_key else "")))
         with gr.Tabs(selected="train") as tabs:
             with gr.Tab("Train", id="train"):
-                with gr.Column(elem_classes=["blink-host-only"]):   # hidden in the student view
-                    # Folded once a run starts: the run, not the form, is what the room watches.
-                    with gr.Accordion("Settings", open=True, elem_id="blink-settings") as settings:
-                        setup_note = gr.Markdown(elem_id="setup-note")
-                        with gr.Row():
-                            dataset = gr.Dropdown([(DATASET_LABELS[d], d) for d in DATASETS], value="bundled-mnist",
-                                                  label="Dataset")
-                            data_path = gr.Textbox(label="Image folder or zip (for 'My images')", value="")
-                            gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value="dcgan", label="GAN type")
-                            preset = gr.Dropdown(list(PRESETS), value="auto", label="Model size",
-                                                 info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
-                        with gr.Row():
-                            batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size")
-                            precision = gr.Radio(precision_choices(info), value="fp32", label="Precision",
-                                                 info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
-                            device = gr.Dropdown(list(DEVICES), value="auto", label="Device")
-                            steps = gr.Number(value=TrainConfig.steps, precision=0, label="Training length (steps)")
-                        gr.Markdown(precision_notes(info), elem_id="precision-notes")
-                        with gr.Accordion("Dataset: upload your images, preview real ones", open=False):
-                            with gr.Row():
-                                upload = gr.File(label="Zip of PNG/JPEG images", file_types=[".zip"], type="filepath")
-                                with gr.Column():
-                                    dataset_note = gr.Markdown(elem_id="dataset-note")
-                                    preview = gr.Image(label="Real images from the dataset", format="png", type="numpy",
-                                                       interactive=False, elem_id="dataset-preview")
-                        with gr.Accordion("Advanced: labels; how often to log, draw a grid and save", open=False):
-                            conditional = gr.Radio(
-                                [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
-                                 ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
-                                label="Labels", info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
-                                                     "class-conditional GAN by default: digits appear in about half the steps")
-                            with gr.Row():
-                                log_every = gr.Number(value=TrainConfig.log_every, precision=0, label="Log every (steps)",
-                                                      info="loss points and status updates (Stop and Pause are heard within a second)")
-                                grid_every = gr.Number(value=TrainConfig.grid_every, precision=0,
-                                                       label="Grid every (steps)")
-                                checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0,
-                                                             label="Checkpoint every (steps)")
-                    share = gr.Markdown(elem_id="share-link")
-                    resume_steps = gr.Number(value=0, precision=0, label="Resume to step (0: the run's own length)")
-                    estimate_note_md = gr.Markdown(elem_id="estimate")
-                # The host's controls: above the live panel once a run is presented (PAGE_CSS).
-                with gr.Row(elem_id="blink-controls", elem_classes=["blink-host-only"], equal_height=True):
-                    key = gr.Textbox(label="Host key", type="password", value="", visible=bool(host_key),
-                                     placeholder="only the host needs this", scale=2)
-                    start_button = gr.Button("Start", variant="primary")
-                    pause_button = gr.Button("Pause")
-                    resume_button = gr.Button("Resume")
-                    stop_button = gr.Button("Stop", variant="stop")
-                message = gr.Markdown(elem_id="blink-message", elem_classes=["blink-host-only"])
-                live = gr.HTML(LIVE_PANEL, js_on_load=_static("live.js"), css_template=_static("live.css"),
-                               elem_id="live", apply_default_css=False)
-                join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
+                train.render()
             with gr.Tab("Sample", id="sample") as sample_page:
                 sampler = sample_tab.SampleTab(job.generator_dir, run_dir=lambda: job.run.path if job.run else None,
                                                runs=job.runs_with_generators, require_host=require_host,
                                                host_key_set=bool(host_key))
                 sampler.render()
 
-        form = [dataset, data_path, gan, preset, batch_size, precision, device, steps, log_every, grid_every,
-                checkpoint_every, conditional]
-        query_form = [dataset, gan, preset, batch_size, precision, steps, device]   # QUERY_FIELDS order
-        # In the browser only: the last message goes at once, so a refusal is not shown beside it.
-        start_button.click(None, None, message, js="() => ''", api_visibility="private")
-        start_button.click(start, form + [key], message, api_name="start").success(
-            lambda: gr.Accordion(open=False), None, settings, api_visibility="private", show_progress="hidden")
-        # A page opened (or reloaded) during a run presents the run, not the form.
-        demo.load(lambda: gr.Accordion(open=not job.is_active()), None, settings, api_visibility="private",
-                  show_progress="hidden")
-        estimate_inputs = [gan, preset, batch_size, device, steps]
-        gr.on([demo.load] + [c.change for c in estimate_inputs], estimate, estimate_inputs, estimate_note_md,
-              api_visibility="private", show_progress="hidden")
-        stop_button.click(stop, key, message, api_name="stop", concurrency_limit=None)
-        pause_button.click(pause, key, message, api_name="pause", concurrency_limit=None)
-        resume_button.click(resume, [resume_steps, key], message, api_name="resume")
-        live.click(on_run_end, None, tabs, api_visibility="private", show_progress="hidden")
-        demo.load(join_link, None, join, api_visibility="private")
-        gr.api(status_api, api_name="status", concurrency_limit=None)
-        gr.api(watch_api, api_name="watch", concurrency_limit=None)
+        live = train.live
+        # The live panel saw the run it watched end well: to the Sample tab (refreshed by show_on).
+        live.click(lambda: gr.Tabs(selected="sample"), None, tabs, api_visibility="private", show_progress="hidden")
         # The Sample tab is alive the moment the page opens, and shows the newest generators (the
         # live run's checkpoint, new runs to pick) whenever it is opened and when a run ends.
-        sampler.show_on([demo.load, sample_page.select, live.click])
-        upload.upload(use_upload, upload, [dataset, data_path, dataset_note], api_name="upload_dataset")
-        gr.on([dataset.change, data_path.submit, demo.load], show_dataset, [dataset, data_path],
-              [dataset_note, preview], api_name="preview_dataset", show_progress="hidden")
-        demo.load(load_setup, None, query_form + [setup_note], api_visibility="private").then(
-            share_link, query_form, share, api_visibility="private")
-        gr.on([c.change for c in query_form], share_link, query_form, share, api_visibility="private",
-              concurrency_limit=None, show_progress="hidden")
+        sampler["show_on"]([demo.load, sample_page.select, live.click])
     demo.blink_job = job    # tests and app.py reach the job through the app
     demo.blink_feed = feed    # app.py mounts its routes (/live/...) when it launches
     return demo

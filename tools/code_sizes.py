@@ -5,7 +5,7 @@ import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HUBS = (("core/train.py", "Loop"), ("app/ui.py", "build_app"), ("app/sample_tab.py", "SampleTab"))
+HUBS = (("core/train.py", "Loop"), ("app/ui.py", "build_app"), ("app/ui.py", "TrainTab"), ("app/sample_tab.py", "SampleTab"))
 
 
 def lines(node: ast.AST) -> int:

@@ -1,0 +1,126 @@
+"""The Train tab's server-side checks, called directly on a TrainTab over a real Job (no server).
+
+What a browser or script sees of these goes through the app in tests/test_app.py; here each
+handler's own rule is checked, with the project's own message (no Gradio widget stands in front)."""
+import pickle
+from urllib.parse import parse_qsl, urlsplit
+
+import gradio as gr
+import numpy as np
+import pytest
+from PIL import Image
+from starlette.requests import Request
+
+from app import dataset_work
+from app.job import Job
+from app.live import LiveFeed
+from app.ui import DeviceCache, TrainTab, setup_from_query
+from core.config import DEVICES, TrainConfig, spec
+
+HOST_KEY = "the-teachers-key"
+FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto", batch_size=64, precision="fp32",
+            device="cpu", steps=50)
+
+
+@pytest.fixture(scope="module")
+def tab(tmp_path_factory):
+    job = Job(runs_root=str(tmp_path_factory.mktemp("runs")))
+    yield TrainTab(job, LiveFeed(job), DeviceCache(), HOST_KEY)   # the real device probes, kept for the module
+    job.shutdown()
+
+
+def refusal(tab, **changes) -> str:
+    with pytest.raises(gr.Error) as refused:
+        tab.config_from_form(**{**FORM, **changes})
+    return refused.value.message
+
+
+def a_request(query: str = "", host: str = "class.example:7860") -> gr.Request:
+    return gr.Request(Request({"type": "http", "method": "GET", "path": "/", "query_string": query.encode(),
+                               "headers": [(b"host", host.encode())]}))
+
+
+def test_the_form_becomes_the_config_it_shows(tab):
+    config = tab.config_from_form(**FORM)
+    assert isinstance(config, TrainConfig)
+    assert (config.dataset, config.batch_size, config.steps, config.device) == ("bundled-mnist", 64, 50, "cpu")
+
+
+def test_bad_numbers_are_refused_naming_the_field_and_its_range(tab):
+    low, high = spec("batch_size")["range"]
+    label = spec("batch_size")["label"]
+    assert refusal(tab, batch_size=0) == f"{label} must be between {low} and {high:,} (got 0)."
+    assert refusal(tab, batch_size=high * 5) == f"{label} must be between {low} and {high:,} (got {high * 5:,})."
+    assert refusal(tab, steps=None).startswith(f"{spec('steps')['label']} is empty: type a whole number")
+    assert refusal(tab, batch_size="lots").startswith(f"{label} must be a whole number")
+
+
+def test_an_unknown_device_is_refused_with_the_choices(tab):
+    assert refusal(tab, device="quantum") == f"Device 'quantum' is not supported; choose one of: {', '.join(DEVICES)}."
+
+
+def _images(folder, count: int) -> str:
+    folder.mkdir()
+    for i in range(count):
+        Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(folder / f"{i}.png")
+    return str(folder)
+
+
+def test_my_images_outside_the_allowed_roots_are_refused_without_naming_the_path(tab, tmp_path, monkeypatch):
+    monkeypatch.delenv("BLINK_DATA_ROOTS", raising=False)
+    folder = _images(tmp_path / "elsewhere", 3)
+    message = refusal(tab, dataset="folder", data_path=folder, batch_size=2)
+    assert "outside the folders this server allows" in message and folder not in message
+
+
+def test_a_batch_larger_than_my_images_is_refused_before_any_trainer(tab, tmp_path, monkeypatch):
+    monkeypatch.setenv("BLINK_DATA_ROOTS", str(tmp_path))
+    folder = _images(tmp_path / "mine", 3)
+    assert tab.config_from_form(**{**FORM, "dataset": "folder", "data_path": folder, "batch_size": 3}).batch_size == 3
+    assert "larger than the dataset (3 images); use at most 3" in refusal(tab, dataset="folder", data_path=folder,
+                                                                          batch_size=4)
+
+
+def test_a_wrong_host_key_is_refused_and_the_right_one_passes(tab):
+    for wrong in ("", None, HOST_KEY.upper(), HOST_KEY + " "):
+        with pytest.raises(gr.Error, match="enter the host key"):
+            tab.require_host(wrong)
+    assert tab.require_host(HOST_KEY) is None
+    with pytest.raises(gr.Error, match="enter the host key"):   # Start asks for the key before the form
+        tab.start(**FORM, key="guess")
+
+
+def test_a_link_presets_the_form_it_names_and_notes_what_it_ignored(tab):
+    updates = tab.load_setup(a_request("dataset=cifar10&batch_size=32&steps=1e9&gan=evil&__theme=dark"))
+    assert {tab.dataset: "cifar10", tab.batch_size: 32}.items() <= updates.items()
+    assert tab.steps not in updates and tab.gan not in updates      # the ignored ones keep the page's values
+    note = updates[tab.setup_note]
+    assert "dataset=cifar10" in note and "`steps=1e9` ignored" in note and "`gan=evil` ignored" in note
+    assert tab.load_setup(a_request()) == {tab.setup_note: ""}
+
+
+def test_the_share_link_points_at_this_page_and_reads_back_as_the_same_setup(tab):
+    setup = dict(dataset="cifar10", gan="hinge", preset="fast", batch_size=32, precision="bf16", steps=500,
+                 device="cpu")
+    link = tab.share_link(**setup, request=a_request(host="class.example:7860"))
+    url = link[link.index("(") + 1:-1]
+    assert urlsplit(url).netloc == "class.example:7860"
+    assert setup_from_query(dict(parse_qsl(urlsplit(url).query))) == (setup, [])
+
+
+def test_the_estimate_warns_that_a_huge_batch_on_a_cpu_will_crawl(tab):
+    low, high = spec("batch_size")["range"]
+    crawling = tab.estimate("dcgan", "auto", high, "cpu", 1000)
+    assert "will crawl" in crawling and f"at batch {high}" in crawling
+    quick = tab.estimate("dcgan", "auto", low, "cpu", 1000)
+    assert quick.startswith("About") and "crawl" not in quick
+    assert tab.estimate("dcgan", "auto", 0, "cpu", 1000) == ""     # invalid settings: Start says what to change
+    assert tab.estimate("dcgan", "auto", low, "quantum", 1000) == ""
+
+
+def test_dataset_work_crosses_a_process_boundary_as_plain_values():
+    """viewer_work.run may run these in another process: the functions and their results pickle."""
+    for fn in (dataset_work.preview, dataset_work.check_upload):
+        assert pickle.loads(pickle.dumps(fn)) is fn
+    message, image = pickle.loads(pickle.dumps(dataset_work.preview("bundled-mnist", "")))
+    assert isinstance(message, str) and isinstance(image, np.ndarray) and image.dtype == np.uint8
