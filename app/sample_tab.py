@@ -185,6 +185,7 @@ class SampleTab:
         self.upload_base: str | None = None
         self.upload_lock = threading.Lock()
         self.timelapse_written: dict = {}    # the newest timelapse GIF: its key (run, steps) and path
+        self.blocks = self._lay_out()
 
     # ---- whose generator ------------------------------------------------------------------
     def followed_dir(self) -> str:
@@ -448,18 +449,25 @@ class SampleTab:
 
     # ---- layout and events ---------------------------------------------------------------------
     def render(self) -> None:
-        """Lay out the tab under the caller's container (its gr.Tab) and wire its events."""
-        self.view = gr.State(FOLLOW)    # this viewer's generator: FOLLOW, SHIPPED or a run's name
-        self._render_seeds()
-        self._render_interpolation()
-        self._render_directions()
-        self._render_timelapse()
-        self._render_generator_files()
-        self.shown_outputs = [self.follow, self.pick, self.digit, self.class_a, self.class_b, self.grid, self.caption]
-        self.pick.input(self.pick_generator, [self.pick, self.seed, self.count, self.digit],
-                        [self.view, *self.shown_outputs], api_name="choose_generator")
-        self.follow.input(self.follow_live_run, [self.follow, self.pick, self.seed, self.count, self.digit],
-                          [self.view, *self.shown_outputs], api_name="follow_live_run")
+        """Put the tab's components and events into the caller's `with gr.Tab(...)`."""
+        self.blocks.render()
+
+    def _lay_out(self) -> gr.Blocks:
+        """The tab in a Blocks of its own, made outside any page (as the Train tab is, app/ui.py)."""
+        with gr.Blocks() as blocks:
+            self.view = gr.State(FOLLOW)    # this viewer's generator: FOLLOW, SHIPPED or a run's name
+            self._render_seeds()
+            self._render_interpolation()
+            self._render_directions()
+            self._render_timelapse()
+            self._render_generator_files()
+            self.shown_outputs = [self.follow, self.pick, self.digit, self.class_a, self.class_b, self.grid,
+                                  self.caption]
+            self.pick.input(self.pick_generator, [self.pick, self.seed, self.count, self.digit],
+                            [self.view, *self.shown_outputs], api_name="choose_generator")
+            self.follow.input(self.follow_live_run, [self.follow, self.pick, self.seed, self.count, self.digit],
+                              [self.view, *self.shown_outputs], api_name="follow_live_run")
+        return blocks
 
     def show_on(self, triggers) -> None:
         """Refresh what depends on the viewer's generator on these events (page open, tab opened, run end)."""

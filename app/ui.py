@@ -448,9 +448,12 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
     job = job or Job()
     feed = LiveFeed(job)      # one watcher of the run for every viewer (app/live.py)
     host_key = host_key if host_key is not None else os.environ.get("BLINK_HOST_KEY", "")
+    # Each tab is laid out in its own Blocks before the page, then rendered into it.
     train = TrainTab(job, feed, device_cache or DeviceCache(), host_key)
+    sampler = sample_tab.SampleTab(job.generator_dir, run_dir=lambda: job.run.path if job.run else None,
+                                   runs=job.runs_with_generators, require_host=train.require_host,
+                                   host_key_set=bool(host_key))
     info = train.info
-    require_host = train.require_host   # the Sample tab's server-wide changes need the same key
 
     with gr.Blocks(title="Blink: watch a GAN learn", delete_cache=(3600, 3600)) as demo:
         gr.Markdown(elem_classes=["blink-host-only", "blink-intro"], value="# Blink\nPick a dataset, press **Start**, and watch a GAN learn. "
@@ -461,9 +464,6 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
             with gr.Tab("Train", id="train"):
                 train.render()
             with gr.Tab("Sample", id="sample") as sample_page:
-                sampler = sample_tab.SampleTab(job.generator_dir, run_dir=lambda: job.run.path if job.run else None,
-                                               runs=job.runs_with_generators, require_host=require_host,
-                                               host_key_set=bool(host_key))
                 sampler.render()
 
         live = train.live
@@ -471,7 +471,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         live.click(lambda: gr.Tabs(selected="sample"), None, tabs, api_visibility="private", show_progress="hidden")
         # The Sample tab is alive the moment the page opens, and shows the newest generators (the
         # live run's checkpoint, new runs to pick) whenever it is opened and when a run ends.
-        sampler["show_on"]([demo.load, sample_page.select, live.click])
+        sampler.show_on([demo.load, sample_page.select, live.click])
     demo.blink_job = job    # tests and app.py reach the job through the app
     demo.blink_feed = feed    # app.py mounts its routes (/live/...) when it launches
     return demo

@@ -10,26 +10,28 @@ import re
 import gradio as gr
 import pytest
 
-from app.errors import refused
 from app.job import SHIPPED_GENERATOR, Job
+from app.live import LiveFeed
 from app.sample_tab import (DIRECTION_RANGE, FOLLOW, MAX_GRID, MAX_NEIGHBOURS, MAX_STRIP, MAX_ZIP, SEED_MAX, SHIPPED,
                             SampleTab)
+from app.ui import DeviceCache, TrainTab
 from core import sample as sampling
 
 HOST_KEY = "the-host-key"
 SHIPPED_CLASSES = sampling.read_spec(os.path.join(SHIPPED_GENERATOR, "generator.json"))[0].classes
 
 
-def _host_only(key) -> None:
-    """The host check the tab is given (app/ui.py builds the real one around the server's key)."""
-    if key != HOST_KEY:
-        raise refused("Only the host can change the generator everyone samples from.", title="Watch mode")
+@pytest.fixture(scope="module")
+def device_cache():
+    return DeviceCache()     # one device probe for the whole file
 
 
 @pytest.fixture
-def tab(tmp_path):
+def tab(tmp_path, device_cache):
     job = Job(runs_root=str(tmp_path))
-    return SampleTab(job.generator_dir, runs=job.runs_with_generators, require_host=_host_only, host_key_set=True)
+    host = TrainTab(job, LiveFeed(job), device_cache, HOST_KEY)   # the page's own host check, as build_app wires it
+    yield SampleTab(job.generator_dir, runs=job.runs_with_generators, require_host=host.require_host, host_key_set=True)
+    job.shutdown()
 
 
 NO_DIRECTION = (0.0,) * 5
@@ -88,7 +90,7 @@ def test_the_shipped_generator_has_no_timelapse(tab):
 
 def test_the_generator_everyone_sees_changes_only_with_the_host_key(tab):
     upload = [os.path.join(SHIPPED_GENERATOR, name) for name in ("generator.safetensors", "generator.json")]
-    with pytest.raises(gr.Error, match="Only the host can change"):
+    with pytest.raises(gr.Error, match="Only the host can"):
         tab.upload_generator(upload, "")
     assert "the shipped generator" in tab.sample(FOLLOW, 0, 2)[1]      # still the job's own
     # Two files of the wrong kind are refused with the reason, even for the host.
@@ -96,7 +98,7 @@ def test_the_generator_everyone_sees_changes_only_with_the_host_key(tab):
         tab.upload_generator([upload[1], upload[1]], HOST_KEY)
     assert "Using the uploaded generator" in tab.upload_generator(upload, HOST_KEY)
     assert "the uploaded generator" in tab.sample(FOLLOW, 0, 2)[1]
-    with pytest.raises(gr.Error, match="Only the host can change"):
+    with pytest.raises(gr.Error, match="Only the host can"):
         tab.use_run_generator("wrong")
     assert "the uploaded generator" in tab.sample(FOLLOW, 0, 2)[1]
     assert re.match("Using the run's generator", tab.use_run_generator(HOST_KEY))
