@@ -1,19 +1,21 @@
-"""Work that viewers trigger (samples, GIFs, neighbours, timelapses, dataset previews), run in a
-process of its own that only gets the CPU the trainer leaves.
+"""Work that viewers trigger (samples, GIFs, neighbours, timelapses, dataset previews), run in
+processes of their own at the lowest CPU priority.
 
 On two cores the trainer needs both: when a viewer's request takes a core, its two threads wait
 on each other and it runs 5-6x slower (bench/README.md, bench_threads and the issue-13 soak). Nice
 10 threads in the UI process still cost it most of its speed under a flood of requests, and
 SCHED_IDLE threads there stalled the live view too: an idle thread descheduled while it holds the
-GIL blocks every other thread. A separate process at SCHED_IDLE has its own GIL: it runs when a
-core is free (the trainer waiting on data or on itself, or no run at all) and yields at once when
-the trainer wants it back. The UI process keeps only the cheap part of each request (checking the
-numbers, choosing the files), and its memory no longer holds the decoded images and generators.
+GIL blocks every other thread. Here the work has its own processes, so its own GILs, at nice 19:
+it gets the cores the trainer leaves free and a small share beside it (CFS weight 15 against the
+trainer's 1024 per thread). Not SCHED_IDLE: that gets nothing while anything else runs (a
+classroom's browsers, the trainer), and a student's sample of the live run then waited minutes.
+The UI process keeps only the cheap part of each request (checking the numbers, choosing the
+files), and its memory no longer holds decoded images and generators.
 
 `run(fn, *args)`: fn must be a module-level function and its arguments and result plain picklable
 values; it may keep module-level caches, which live in the worker. At most VIEWER_WORKERS requests
-run at once, which bounds their memory however many viewers ask; each worker is replaced after
-TASKS_PER_WORKER requests, so what its caches and allocator hold is given back now and then.
+run at once, which bounds their memory however many viewers ask. The workers start with the app
+(warm_up): one started later, beside a busy trainer, would take its imports at nice 19.
 """
 from __future__ import annotations
 
@@ -25,11 +27,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from app.errors import refused
 from core.rundir import DISK_FULL
 
 VIEWER_WORKERS = 2
-TASKS_PER_WORKER = 200
+WORKER_NICE = 19
+# The modules whose functions viewers' requests run here (no Gradio among them).
+WORK_MODULES = ("app.sample_work", "app.dataset_work")
 PARENT_CHECK_SECONDS = 1.0
 
 _pool: ProcessPoolExecutor | None = None
@@ -37,19 +40,21 @@ _pool_lock = threading.Lock()
 
 
 def _behind_the_trainer() -> None:
-    """A worker's set-up: idle priority, one torch thread, and gone when the app is."""
+    """A worker's set-up: its imports, then the lowest priority, one torch thread, and gone when the
+    app is. The imports (seconds of CPU) come first, at the app's own priority: at nice 19 beside a
+    starting trainer they took minutes, and the first viewer waited for them."""
+    import importlib
+    import torch
+    for module in WORK_MODULES:
+        importlib.import_module(module)
+    torch.set_num_threads(1)
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        os.nice(WORKER_NICE)   # before torch starts its threads: Linux threads inherit it
     except (AttributeError, OSError):
-        try:
-            os.nice(19)   # not Linux: the lowest priority there is
-        except (AttributeError, OSError):
-            pass
+        pass
     # Gone with the app, kill -9 included. (Not PR_SET_PDEATHSIG: that fires when the parent
     # *thread* that started the worker exits, and Gradio's worker threads come and go.)
     threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
-    import torch
-    torch.set_num_threads(1)
 
 
 def _exit_with(parent: int) -> None:
@@ -64,7 +69,7 @@ def _get_pool() -> ProcessPoolExecutor:
         if _pool is None:
             # spawn: fork would copy the UI's threads and locks mid-flight (and torch's can deadlock).
             _pool = ProcessPoolExecutor(VIEWER_WORKERS, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_behind_the_trainer, max_tasks_per_child=TASKS_PER_WORKER)
+                                        initializer=_behind_the_trainer)
         return _pool
 
 
@@ -77,8 +82,11 @@ def _discard(pool: ProcessPoolExecutor) -> None:
 
 
 def warm_up() -> None:
-    """Start a worker now (imports take seconds), so the first viewer's request does not wait."""
-    _get_pool().submit(os.getpid)
+    """Start every worker now (imports take seconds), so no viewer's request waits for one. Tasks
+    submitted together while none is idle each start a worker."""
+    pool = _get_pool()
+    for _ in range(VIEWER_WORKERS):
+        pool.submit(os.getpid)
 
 
 def shutdown() -> None:
@@ -91,6 +99,7 @@ def shutdown() -> None:
 
 def run(fn, *args):
     """fn(*args) in a viewer-work process; its result, or its error raised here."""
+    from app.errors import refused   # here, not at the top: the workers import this module, never Gradio
     pool = _get_pool()
     try:
         return pool.submit(fn, *args).result()
