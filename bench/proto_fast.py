@@ -19,14 +19,26 @@ apart, uniformly: figures from then are not comparable for --cond). Options:
   --loss           ns | hinge
   --decay f        linear lr decay from lr to f*lr over --steps
   --aug translate  DiffAugment-style random 1/8 translation of real and fake before D
-  --lr/--lr-d/--betas/--batch/--ema
-Prints one JSON line per scored step, prefixed RESULT (G and its EMA).
+  --lr/--lr-d/--betas/--batch
+  --ema d[,d2,...] EMAs of G, each scored beside G (one decay: key "ema"; several: "ema<d>")
+  --ema-rampup     decay_t = min(d, (1+t)/(10+t)) at step t, so an early EMA is not stuck near init
+  --warmup n       lr rises linearly from lr/n to lr over the first n steps
+  --cosine f       cosine lr decay from lr to f*lr over --horizon steps (default --steps)
+  --production     G and D from core.models.build (the trainer's fast preset, NHWC, fused Adam) and
+                   the trainer's batches (core.data.BatchStream with labels); needs --cond, no
+                   structure flags: checks that this bench's base is the product's model
+  --at a,b,...     steps to score, or first:last:every (200:900:50)
+  --until c        stop after the first scored step where G and every EMA are >= c confident with
+                   10 classes and label_acc >= 0.85 (else run --steps)
+Prints one JSON line per scored step, prefixed RESULT (G and its EMAs, and the GFLOP of one
+training step, fwd+bwd, counted by torch.utils.flop_counter on step 1).
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import json
+import math
 import os
 import sys
 import time
@@ -37,9 +49,12 @@ sys.path.insert(0, ROOT)
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from core import data, devices, models, quality
 from core.step import GanStep
+
+STRUCTURE_FLAGS = ("gw", "dw", "dnorm", "sn", "dropout", "mbstd", "extra_conv", "d_extra")
 
 
 class G(nn.Module):
@@ -157,6 +172,26 @@ class LabelledSamples:
         return data.to_model_range(self.images[idx]), self.labels[idx]
 
 
+def scored_steps(spec: str) -> set[int]:
+    """'200,400' or '200:900:50' (first:last:every, last included)."""
+    if ":" in spec:
+        first, last, every = (int(v) for v in spec.split(":"))
+        return set(range(first, last + 1, every))
+    return {int(s) for s in spec.split(",")}
+
+
+def lr_factor(step: int, warmup: int, cosine: float | None, horizon: int) -> float:
+    """The lr multiplier at `step` (0-based, as LambdaLR counts): linear warm-up, then cosine."""
+    f = min(1.0, (step + 1) / warmup) if warmup else 1.0
+    if cosine is not None:
+        f *= cosine + (1 - cosine) * 0.5 * (1 + math.cos(math.pi * min(step, horizon) / horizon))
+    return f
+
+
+def reached(v: dict, target: float) -> bool:
+    return v["confident"] >= target and v["classes"] == 10 and v.get("label_acc", 1.0) >= 0.85
+
+
 @torch.no_grad()
 def ema_update(ema, model, decay):
     for e, p in zip(ema.parameters(), model.parameters()):
@@ -186,60 +221,89 @@ def main() -> None:
     p.add_argument("--d-extra", action="store_true")
     p.add_argument("--cond", action="store_true")
     p.add_argument("--zdim", type=int, default=100)
-    p.add_argument("--ema", type=float, default=0.99)
+    p.add_argument("--ema", default="0.99")
+    p.add_argument("--ema-rampup", action="store_true")
+    p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--cosine", type=float, default=None)
+    p.add_argument("--horizon", type=int, default=None)
+    p.add_argument("--production", action="store_true")
+    p.add_argument("--until", type=float, default=None)
     p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--at", default="400,800,1200")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    at = {int(s) for s in a.at.split(",")}
+    at = scored_steps(a.at)
+    decays = [float(d) for d in a.ema.split(",")]
+    if a.production:
+        changed = [f for f in STRUCTURE_FLAGS if getattr(a, f) != p.get_default(f)]
+        if not a.cond or changed:
+            p.error(f"--production needs --cond and none of: {', '.join(changed) or 'structure flags'}")
     betas = tuple(float(b) for b in a.betas.split(","))
     torch.manual_seed(a.seed)
     ds = data.load("bundled-mnist")
     nc = 10 if a.cond else 0
-    batches = (LabelledSamples(ds.images, ds.labels, a.batch, a.seed) if nc
-               else data.BatchStream(ds.images, a.batch, torch.device("cpu"), seed=a.seed))
-    g, d = G(a.zdim, a.gw, a.extra_conv, nc), D(a.dw, a.dnorm, a.sn, a.dropout, a.mbstd, a.d_extra, nc)
-    g.apply(init)
-    d.apply(init)
-    opt_g = torch.optim.Adam(g.parameters(), lr=a.lr, betas=betas)
-    opt_d = torch.optim.Adam(d.parameters(), lr=a.lr_d or a.lr, betas=betas)
+    if a.production:   # as core/train.py Loop builds them for the fast preset on a CPU
+        batches = data.BatchStream(ds.images, a.batch, torch.device("cpu"), seed=a.seed, labels=ds.labels)
+        g, d = models.build("dcgan", "fast", 1, 28, a.zdim, nc)
+        g.to(memory_format=torch.channels_last)
+        d.to(memory_format=torch.channels_last)
+    else:
+        batches = (LabelledSamples(ds.images, ds.labels, a.batch, a.seed) if nc
+                   else data.BatchStream(ds.images, a.batch, torch.device("cpu"), seed=a.seed))
+        g, d = G(a.zdim, a.gw, a.extra_conv, nc), D(a.dw, a.dnorm, a.sn, a.dropout, a.mbstd, a.d_extra, nc)
+        g.apply(init)
+        d.apply(init)
+    fused = {"fused": True} if a.production else {}
+    opt_g = torch.optim.Adam(g.parameters(), lr=a.lr, betas=betas, **fused)
+    opt_d = torch.optim.Adam(d.parameters(), lr=a.lr_d or a.lr, betas=betas, **fused)
     scheds = []
     if a.decay is not None:
         f = lambda s: 1 - (1 - a.decay) * min(s, a.steps) / a.steps
+        scheds = [torch.optim.lr_scheduler.LambdaLR(o, f) for o in (opt_g, opt_d)]
+    if a.warmup or a.cosine is not None:
+        f = lambda s: lr_factor(s, a.warmup, a.cosine, a.horizon or a.steps)
         scheds = [torch.optim.lr_scheduler.LambdaLR(o, f) for o in (opt_g, opt_d)]
     r1_gamma, r1_every = (float(a.r1.split(",")[0]), int((a.r1.split(",") + ["1"])[1])) if a.r1 else (0.0, 1)
     aug = translate if a.aug == "translate" else (lambda x: x)
     gan_step = GanStep(g, d, opt_g, opt_d, ProtoLoss(a.loss, aug, r1_gamma, r1_every),
                        devices.Runtime(devices.probe("cpu")), z_dim=a.zdim)
-    ema = copy.deepcopy(g)
+    emas = {("ema" if len(decays) == 1 else f"ema{decay:g}"): (copy.deepcopy(g), decay) for decay in decays}
     meter = quality.default_mnist_meter()
     latents = meter.latents(a.zdim)
     t0 = time.perf_counter()
     train_s = 0.0
+    gflop_step = None
     for step in range(1, a.steps + 1):
         ts = time.perf_counter()
-        values = gan_step(batches)
+        if gflop_step is None:   # step 1, counted as it trains (the counter only observes)
+            with FlopCounterMode(display=False) as counter:
+                values = gan_step(batches)
+            gflop_step = round(counter.get_total_flops() / 1e9, 3)
+        else:
+            values = gan_step(batches)
         for s in scheds:
             s.step()
-        ema_update(ema, g, a.ema)
+        for ema, decay in emas.values():
+            ema_update(ema, g, min(decay, (1 + step) / (10 + step)) if a.ema_rampup else decay)
         train_s += time.perf_counter() - ts
         if step in at:
-            row = {"name": a.name, "step": step, "train_s": round(train_s, 1),
+            row = {"name": a.name, "step": step, "train_s": round(train_s, 1), "gflop_step": gflop_step,
                    "loss_d": round(float(values["loss_d"]), 3), "loss_g": round(float(values["loss_g"]), 3)}
-            for label, net in (("G", g), ("ema", ema)):
+            for label, net in [("G", g)] + [(k, e) for k, (e, _) in emas.items()]:
                 if nc:
                     ys = torch.arange(len(latents)) % nc
                     net.eval()
                     with torch.no_grad():
                         images = torch.cat([net(z, y) for z, y in zip(latents.split(512), ys.split(512))])
                     net.train()
-                    v = meter.score_samples(images)
-                    _, probs = quality.classify(meter.net, images)
-                    v["label_acc"] = float((probs.argmax(1) == ys).float().mean())
+                    v = meter.score_samples(images, asked=ys)
+                    v["label_acc"] = v.pop("label_match")
                 else:
                     v = meter.score_samples(quality.generate(net, latents, "cpu"))
                 row[label] = {k: round(v[k], 3) for k in ("confident", "classes", "fd", "label_acc") if k in v}
             print("RESULT " + json.dumps(row), flush=True)
+            if a.until is not None and all(reached(row[k], a.until) for k in ["G", *emas]):
+                break
     print(f"done {a.name} in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
