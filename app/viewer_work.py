@@ -39,10 +39,14 @@ _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _behind_the_trainer() -> None:
-    """A worker's set-up: its imports, then the lowest priority, one torch thread, and gone when the
-    app is. The imports (seconds of CPU) come first, at the app's own priority: at nice 19 beside a
+def _behind_the_trainer(app_pid: int) -> None:
+    """A worker's set-up: gone when the app is, its imports, then the lowest priority and one torch
+    thread. The imports (seconds of CPU) come at the app's own priority: at nice 19 beside a
     starting trainer they took minutes, and the first viewer waited for them."""
+    # Gone with the app, kill -9 included, also one killed before this worker got here (so the
+    # app's pid comes from the app). Not PR_SET_PDEATHSIG: that fires when the parent *thread*
+    # that started the worker exits, and Gradio's worker threads come and go.
+    threading.Thread(target=_exit_with, args=(app_pid,), daemon=True).start()
     import importlib
     import torch
     for module in WORK_MODULES:
@@ -52,9 +56,6 @@ def _behind_the_trainer() -> None:
         os.nice(WORKER_NICE)   # before torch starts its threads: Linux threads inherit it
     except (AttributeError, OSError):
         pass
-    # Gone with the app, kill -9 included. (Not PR_SET_PDEATHSIG: that fires when the parent
-    # *thread* that started the worker exits, and Gradio's worker threads come and go.)
-    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
 
 
 def _exit_with(parent: int) -> None:
@@ -69,7 +70,7 @@ def _get_pool() -> ProcessPoolExecutor:
         if _pool is None:
             # spawn: fork would copy the UI's threads and locks mid-flight (and torch's can deadlock).
             _pool = ProcessPoolExecutor(VIEWER_WORKERS, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_behind_the_trainer)
+                                        initializer=_behind_the_trainer, initargs=(os.getpid(),))
         return _pool
 
 
