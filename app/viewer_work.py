@@ -13,12 +13,16 @@ The UI process keeps only the cheap part of each request (checking the numbers, 
 files), and its memory no longer holds decoded images and generators.
 
 `run(fn, *args)`: fn must be a module-level function and its arguments and result plain picklable
-values; it may keep module-level caches, which live in the worker. At most VIEWER_WORKERS requests
-run at once, which bounds their memory however many viewers ask. The workers start with the app
-(warm_up): one started later, beside a busy trainer, would take its imports at nice 19.
+values; it may keep module-level caches, which live in the worker. One worker: requests queue for
+it, so their memory is one request's however many viewers ask, and its caches (generators, the
+nearest-neighbour pool) exist once. (Two grew to 1.7 GB together in the issue-13 soak, against
+the UI's 0.65 GB.) After each request the worker hands freed heap back to the system
+(malloc_trim): glibc otherwise keeps the peak of every decoded batch. The worker starts with the
+app (warm_up): one started later, beside a busy trainer, would take its imports at nice 19.
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import multiprocessing
 import os
@@ -29,7 +33,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from core.rundir import DISK_FULL
 
-VIEWER_WORKERS = 2
+VIEWER_WORKERS = 1
 WORKER_NICE = 19
 # The modules whose functions viewers' requests run here (no Gradio among them).
 WORK_MODULES = ("app.sample_work", "app.dataset_work")
@@ -64,6 +68,16 @@ def _exit_with(parent: int) -> None:
     os._exit(0)
 
 
+def _in_worker(fn, args):
+    try:
+        return fn(*args)
+    finally:
+        try:
+            ctypes.CDLL(None).malloc_trim(0)   # glibc; elsewhere there is nothing to trim
+        except (OSError, AttributeError):
+            pass
+
+
 def _get_pool() -> ProcessPoolExecutor:
     global _pool
     with _pool_lock:
@@ -83,7 +97,7 @@ def _discard(pool: ProcessPoolExecutor) -> None:
 
 
 def warm_up() -> None:
-    """Start every worker now (imports take seconds), so no viewer's request waits for one. Tasks
+    """Start the workers now (imports take seconds), so no viewer's request waits for one. Tasks
     submitted together while none is idle each start a worker."""
     pool = _get_pool()
     for _ in range(VIEWER_WORKERS):
@@ -103,7 +117,7 @@ def run(fn, *args):
     from app.errors import refused   # here, not at the top: the workers import this module, never Gradio
     pool = _get_pool()
     try:
-        return pool.submit(fn, *args).result()
+        return pool.submit(_in_worker, fn, args).result()
     except BrokenProcessPool:
         # A worker died mid-request (out of memory, killed): a new pool serves the next one.
         _discard(pool)
