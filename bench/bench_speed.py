@@ -60,7 +60,7 @@ if snapshots:   # tuning: keep G's weights at every grid step, to score them off
         original_grid(self)
         state = {k: v.detach().cpu().contiguous() for k, v in self.G.state_dict().items()}
         save_file(state, os.path.join(snapshots, f"G_{self.step_count:06d}.safetensors"),
-                  {"time": str(self._elapsed()), "step": str(self.step_count), "width": str(self.G.spec.width)})
+                  {"time": str(self.report.elapsed()), "step": str(self.step_count), "width": str(self.G.spec.width)})
     train.Loop.save_grid = save_grid
 code = train.main(sys.argv[1:])
 marks["vm_hwm_kb"] = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")))

@@ -385,7 +385,7 @@ class Runtime:
         """Each flag true on every replica if it is true on any, now (one small graph and a sync).
 
         Training steps do not use this: their flags ride in the log step's own reduction (see
-        core/train.py, control flags). This is for the pause loop, where no step runs."""
+        core/control.py). This is for the pause loop, where no step runs."""
         if not self.replicated:
             return {k: bool(v) for k, v in flags.items()}
         import torch

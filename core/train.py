@@ -20,6 +20,8 @@ import traceback
 from dataclasses import fields
 
 from core.config import MAX_STEPS, ConfigError, TrainConfig, validate
+from core.control import Control
+from core.report import Reporter
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, pid_alive, writable_problem
 from core.step import GanStep
 
@@ -66,15 +68,6 @@ class Stop(Exception):
         self.state, self.message = state, message
 
 
-# Control flags: each replica's own view of the requests and of its processes, put into the log
-# step's reduction beside the losses. Once the step's values are read, a flag any replica set is
-# set on all of them, so every replica stops, pauses or fails at the same step: one replica
-# leaving alone would leave the others waiting in their next all-reduce forever. It costs no
-# rendezvous of its own (xm.mesh_reduce would add syncs and all-gathers every log step).
-CONTROL_FLAGS = ("control_failed", "control_gone", "control_pause", "control_stop")
-# A single replica looks for a Stop/Pause request between log steps this often, so a button is
-# heard within about a second whatever the step time (batch 512 on a CPU: ~0.3 s a step).
-CONTROL_CHECK_SECONDS = 0.5
 # Grids come often while the picture changes fastest, then at the configured interval.
 EARLY_GRID_STEPS, EARLY_GRID_EVERY = 200, 10
 EARLY_QUALITY_STEP = 50     # the first quality point, long before quality_every
@@ -221,7 +214,10 @@ def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, app_pi
 
 
 class Loop:
-    """One replica's training state; `run()` is the loop, `step()` one generator update."""
+    """One replica's training state; `run()` is the loop, `step()` one generator update.
+
+    Two seams lead out of it: `report` (core/report.py) turns what happened into the run's
+    status, and `control` (core/control.py) says at each log step whether to go on."""
 
     def __init__(self, config: TrainConfig, run: RunDir, info, resume: bool, watch_pids=(),
                  trainer_pid: int | None = None, preset_reason: str = ""):
@@ -233,20 +229,15 @@ class Loop:
         from core import data, devices, losses, models
 
         self.config, self.run_dir = config, run
-        self.trainer_pid = trainer_pid or os.getpid()
-        self.watch_pids = [p for p in (watch_pids or ()) if p and p != os.getpid()]
-        self._last_control_check = 0.0
-        self.local_failure = ""      # replica-0-only work that raised, reported through the agreement
-        self.agreed = dict.fromkeys(CONTROL_FLAGS, False)
         self.rt = devices.Runtime(info)
         self.master = self.rt.is_master
+        self.control = Control(run, self.rt, watch_pids)
         self.rt.seed(config.seed)
-        self.matmul_precision = self.rt.set_matmul_precision(config.precision)
+        matmul_precision = self.rt.set_matmul_precision(config.precision)
 
         # ---- data: decoded, resized and cached once; this replica's shard only ----------
         t0 = time.perf_counter()
         dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb)
-        self.preset_reason = preset_reason or models.resolve_preset(config.preset, info.kind)[1]
         resolution = models.model_resolution(config.preset, dataset.resolution)
         images = data.resize(dataset.images, resolution)
         validate(config, dataset_size=len(images) // self.rt.world_size)
@@ -258,8 +249,10 @@ class Loop:
         self.stream = data.BatchStream(images, config.batch_size, self.rt.device, self.rt.rank,
                                        self.rt.world_size, config.seed, keep_on_device=info.kind == "cuda",
                                        labels=labels if self.classes else None)
-        self.data_load_seconds = time.perf_counter() - t0
-        self.images_skipped = dataset.skipped
+        self.report = Reporter(run, self.rt, config, trainer_pid=trainer_pid or os.getpid(),
+                               preset_reason=preset_reason or models.resolve_preset(config.preset, info.kind)[1],
+                               classes=self.classes, matmul_precision=matmul_precision,
+                               data_load_seconds=time.perf_counter() - t0, images_skipped=dataset.skipped)
 
         # ---- models and optimizers -------------------------------------------------------
         self.G, self.D = models.build(config.gan, config.preset, dataset.channels, resolution, config.z_dim,
@@ -290,7 +283,6 @@ class Loop:
         self.fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)[:grid_count]
         self.step_count = 0
         self.saved_step = 0
-        self.elapsed_before = 0.0   # training seconds of earlier sessions of a resumed run
         if resume:
             self._load_checkpoint()
         self.fixed_noise_device = self.fixed_noise.to(self.rt.device)
@@ -331,7 +323,7 @@ class Loop:
                 scaler.load_state_dict(state[key])
         self.fixed_noise = state["fixed_noise"]
         self.step_count = self.saved_step = state["step"]
-        self.elapsed_before = state.get("elapsed", 0.0)
+        self.report.elapsed_before = state.get("elapsed", 0.0)
 
     def save_checkpoint(self) -> None:
         """Save only weights that produced finite losses: a diverged run keeps its last good one."""
@@ -346,7 +338,7 @@ class Loop:
         g_state = rt.cpu_state_dict(self.G)
         self.run_dir.save_checkpoint({
             "version": 1, "config": self.config.to_dict(), "step": self.step_count,
-            "elapsed": self.elapsed_before + (time.perf_counter() - self.t_start),
+            "elapsed": self.report.elapsed(),
             "G": g_state, "D": rt.cpu_state_dict(self.D),
             "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
             "scaler_g": scaler_g.state_dict() if scaler_g else None,
@@ -364,28 +356,22 @@ class Loop:
     # ---- the loop --------------------------------------------------------------------------
     def run(self) -> None:
         cfg, rt = self.config, self.rt
-        self.t_start = time.perf_counter()
-        self.first_step_seconds = None
+        self.report.start()
         self._status("compiling" if rt.is_xla else "running",
                      "XLA is compiling the graph..." if rt.is_xla else "Training...")
-        # (time, step, compile seconds) once compilation is over: the base for speed and ETA.
-        self.steady_since = None
         while self.step_count < cfg.steps:
             tensors = self.step()
             self.step_count += 1
             step = self.step_count
             # A request seen between log steps makes this step a log step: the flags then go
             # through the same agreement as always, and the curve gets the stopped step's point.
-            log_now = step == 1 or step % cfg.log_every == 0 or step == cfg.steps or self._request_waiting()
+            log_now = step == 1 or step % cfg.log_every == 0 or step == cfg.steps or self.control.request_waiting()
             if log_now:
-                # The control flags ride in the same reduction as the losses (CONTROL_FLAGS).
-                values = {**tensors, **self._flag_tensors(self._control_flags())}
+                # The control flags ride in the same reduction as the losses (core/control.py).
+                values = {**tensors, **self.control.flag_tensors()}
                 rt.read_later(self._on_values, {"step": _as_tensor(step, tensors), **rt.mean_across_replicas(values)})
             rt.mark_step()
-            if step == 1:
-                self.first_step_seconds = time.perf_counter() - self.t_start
-            if self.steady_since is None and step >= 2 and (not rt.is_xla or step >= 3):
-                self.steady_since = (time.perf_counter(), step, rt.compile_seconds())
+            self.report.stepped(step)
             if grid_due(step, cfg):
                 self.save_grid()
             if log_now:
@@ -400,14 +386,13 @@ class Loop:
     def _on_values(self, values: dict) -> None:
         """Runs once the logged step's values exist (a step closure on XLA)."""
         step = int(values.pop("step"))
-        # Reduced over the replicas: a flag any replica set is set here on every one of them.
-        self.agreed = {k: values.pop(k) > 0 for k in CONTROL_FLAGS}
+        self.control.take_agreed(values)
         self.values_finite = all(math.isfinite(v) for v in values.values())
         self.last_values = values
         if self.config.gan == "dcgan":
             self.d_wins_streak = self.d_wins_streak + 1 if d_has_won(values) else 0
         if self.master:
-            event = {"step": step, "time": round(self._elapsed(), 3), **_rounded(values)}
+            event = {"step": step, "time": round(self.report.elapsed(), 3), **_rounded(values)}
             if self.rt.is_xla:   # the graph counters, read after this step's graph ran
                 event.update(xla_compiles=self.rt.compile_count(), xla_executions=self.rt.execution_count())
             self._replica0_work("writing the loss log", lambda: self.run_dir.append_event(event))
@@ -418,68 +403,24 @@ class Loop:
             raise Stop("failed", diverged)
         if self.d_wins_streak == DIVERGED_LOGS:
             self.warning = D_WINS_WARNING
-        self._act_on(self.agreed)
-        if self.agreed["control_pause"]:
-            self._pause()
+        decision = self.control.decision()
+        if decision == "pause":
+            self._status("paused", f"Paused at step {self.step_count}.")
+            paused_at = time.perf_counter()
+            decision = self.control.wait_while_paused()
+            self.report.paused(time.perf_counter() - paused_at)
+        self._stop_for(decision)
         self._status("running", "Training...")
 
-    # ---- control: requests, the processes we depend on, replica-0 failures ---------------
-    def _gone(self) -> bool:
-        """The app that started the run, or (in a launch worker) the trainer, has ended."""
-        return any(not pid_alive(pid) for pid in self.watch_pids)
-
-    def _request_waiting(self) -> bool:
-        """Between log steps: has a single replica been asked to stop or pause (or lost its app)?
-
-        Only with one replica: with several, each would decide at a different step and their
-        all-reduces would no longer pair up, so they wait for the log step's agreement."""
-        if self.rt.world_size > 1:
-            return False
-        now = time.perf_counter()
-        if now - self._last_control_check < CONTROL_CHECK_SECONDS:
-            return False
-        self._last_control_check = now
-        flags = self._control_flags()
-        return flags["control_stop"] or flags["control_pause"] or flags["control_gone"]
-
-    def _control_flags(self) -> dict[str, bool]:
-        """This replica's own view; only the agreed values (see CONTROL_FLAGS) steer the loop."""
-        request = self.run_dir.read_request()
-        return {"control_failed": bool(self.local_failure), "control_gone": self._gone(),
-                "control_pause": request == "pause", "control_stop": request == "stop"}
-
-    def _flag_tensors(self, flags: dict[str, bool]) -> dict:
-        import torch
-        # One transfer of device data (not constants baked into the graph: no recompile).
-        values = torch.tensor([float(flags[k]) for k in CONTROL_FLAGS], device=self.rt.device)
-        return {k: values[i] for i, k in enumerate(CONTROL_FLAGS)}
-
-    def _act_on(self, agreed: dict[str, bool]) -> None:
-        """Stop on agreed flags: every replica raises the same Stop at the same step."""
-        if agreed["control_failed"]:
-            what = (self.local_failure or "Training failed on another replica (see error.log)") + "."
+    def _stop_for(self, decision: str) -> None:
+        """End the run if the agreed decision says so: every replica raises the same Stop at the same step."""
+        if decision == "failed":
+            what = (self.control.failure or "Training failed on another replica (see error.log)") + "."
             raise Stop("failed", failure_message(self.run_dir, what, saved_step=self.saved_step))
-        if agreed["control_gone"]:
+        if decision == "gone":
             raise Stop("stopped", "Stopped: the app that started this run has closed. Resume it from the UI or CLI.")
-        if agreed["control_stop"]:
+        if decision == "stop":
             raise Stop("stopped", f"Stopped by request at step {self.step_count}.")
-
-    def _pause(self) -> None:
-        """Wait, agreeing every 0.2 s, until no replica sees a pause request."""
-        self._status("paused", f"Paused at step {self.step_count}.")
-        paused_at = time.perf_counter()
-        while True:
-            agreed = self.rt.agree(self._control_flags())
-            if not agreed["control_pause"] or agreed["control_stop"] or agreed["control_gone"] \
-                    or agreed["control_failed"]:
-                break
-            time.sleep(0.2)
-        paused = time.perf_counter() - paused_at   # paused time is not training time
-        self.t_start += paused
-        if self.steady_since is not None:
-            self.steady_since = (self.steady_since[0] + paused, *self.steady_since[1:])
-        self._act_on(agreed)
-        self.run_dir.clear_request()
 
     def _replica0_work(self, what: str, work) -> bool:
         """Run work that only replica 0 does (files, grids, quality); True if it succeeded.
@@ -491,62 +432,15 @@ class Loop:
             work()
             return True
         except Exception as exc:
-            if not self.local_failure:
-                self.local_failure = f"Training failed while {what} at step {self.step_count}: {_describe(exc)}"
+            if not self.control.failure:
+                self.control.failure = f"Training failed while {what} at step {self.step_count}: {_describe(exc)}"
                 _log_traceback(self.run_dir, f"replica {self.rt.rank}, {what}")
             return False
 
-    def _elapsed(self) -> float:
-        return self.elapsed_before + time.perf_counter() - self.t_start
-
     def _status(self, state: str, message: str) -> None:
         if self.master:
-            self._replica0_work("writing the status", lambda: self._write_status(state, message))
-
-    def _write_status(self, state: str, message: str) -> None:
-        cfg, rt = self.config, self.rt
-        if state == "running" and rt.is_xla and getattr(self, "steady_since", None) is None:
-            # Step 1 and step 2 are different graphs (the optimizers create their state in
-            # step 1), so XLA compiles until step 3: say so rather than show a stalled run.
-            state, message = "compiling", "XLA is compiling the graph (the first steps; later steps reuse it)..."
-        now = time.perf_counter()
-        elapsed = now - self.t_start
-        speed, steady_since = None, getattr(self, "steady_since", None)
-        if steady_since and self.step_count > steady_since[1]:
-            # Compilations after the first steps (the grid's and the quality meter's graphs) are
-            # one-off costs: left out, they would make the speed low and the ETA long.
-            busy = now - steady_since[0] - (rt.compile_seconds() - steady_since[2])
-            speed = (self.step_count - steady_since[1]) / max(busy, 1e-9)
-        remaining = (cfg.steps - self.step_count) / speed if speed else None
-        images_per_step = cfg.batch_size * cfg.n_critic * rt.world_size
-        memory = rt.memory() if self.step_count % 100 < cfg.log_every or self.step_count <= 1 else None
-        diagnostics = {
-            "compiles": rt.compile_count(), "fallback_ops": rt.fallback_ops(),
-            "graph_executions": rt.execution_count(), "all_reduces": rt.all_reduce_count(),
-            "compile_seconds": round(rt.compile_seconds(), 2) if rt.is_xla else None,
-            "matmul_precision": self.matmul_precision,
-            "data_wait_share": round(self.train_step.data_seconds / elapsed, 4) if elapsed > 0 else None,
-            "data_load_seconds": round(self.data_load_seconds, 2),
-            "unreadable_images_skipped": self.images_skipped,
-            "first_step_seconds": round(self.first_step_seconds, 2) if self.first_step_seconds else None,
-        }
-        warning = self.warning
-        if memory:
-            diagnostics["memory_used"], diagnostics["memory_total"] = memory
-            if memory[0] > 0.9 * memory[1]:
-                warning = (f"Device memory is {memory[0] / memory[1]:.0%} full: a job over the limit can be killed "
-                           "with no clear message. Lower the batch size.")
-        self.run_dir.write_status(
-            state, message, step=self.step_count, steps=cfg.steps, pid=self.trainer_pid,
-            worker_pid=os.getpid() if os.getpid() != self.trainer_pid else None,
-            device=rt.info.name, device_kind=rt.kind, cores=rt.world_size, processes=rt.info.processes,
-            precision=cfg.precision, gan=cfg.gan,
-            preset=cfg.preset, preset_reason=self.preset_reason, classes=self.classes,
-            steps_per_second=round(speed, 3) if speed else None,
-            images_per_second=round(speed * images_per_step, 1) if speed else None,
-            seconds_left=round(remaining, 1) if remaining is not None else None,
-            elapsed=round(self._elapsed(), 2), warning=warning, diagnostics=diagnostics,
-            saved_step=self.saved_step, notice=rt.info.notice)
+            self._replica0_work("writing the status", lambda: self.report.write(
+                state, message, self.step_count, self.saved_step, self.warning, self.train_step.data_seconds))
 
     def save_grid(self) -> None:
         import torch
@@ -562,7 +456,7 @@ class Loop:
         if self.quality is None:
             self.quality = self._make_quality()
         values = self.quality.measure(self.G, self.rt.device)
-        self.run_dir.append_event({"step": self.step_count, "time": round(self._elapsed(), 3),
+        self.run_dir.append_event({"step": self.step_count, "time": round(self.report.elapsed(), 3),
                                    **{f"quality_{k}": v for k, v in _rounded(values).items()}})
 
     def finish(self, state: str, message: str) -> None:

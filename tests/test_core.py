@@ -362,3 +362,91 @@ def test_gan_step_updates_d_n_critic_times_then_g_with_d_frozen():
     assert all(p.requires_grad for p in D.parameters())         # unfrozen for the next critic step
     assert set(values) == {"loss_d", "loss_g", "wasserstein", "gp"}
     assert all(isinstance(v, torch.Tensor) and not v.requires_grad for v in values.values())
+
+
+# ---- the trainer's two seams: its progress report and its control, without a Loop ------------
+def test_speed_leaves_compile_seconds_out_and_the_eta_follows_from_it():
+    from core.report import Steady, seconds_left, steps_per_second
+    steady = Steady(time=10.0, step=2, compile_seconds=5.0)
+    assert steps_per_second(None, 40, 30.0, 9.0) is None           # not steady yet: no speed to show
+    assert steps_per_second(steady, 2, 30.0, 9.0) is None          # no step since the steady base
+    # 40 steps in 20 s, 4 s of which compiled the grid's or the meter's graph.
+    speed = steps_per_second(steady, 42, 30.0, 9.0)
+    assert speed == (42 - 2) / ((30.0 - 10.0) - (9.0 - 5.0))
+    assert seconds_left(100, 42, speed) == (100 - 42) / speed
+    assert seconds_left(100, 42, None) is None
+
+
+def test_device_memory_is_read_at_the_first_step_and_about_every_hundred():
+    from core.report import MEMORY_EVERY_STEPS, memory_due
+    log_every = 25
+    due = [step for step in range(0, 4 * MEMORY_EVERY_STEPS + 1, log_every) if memory_due(step, log_every)]
+    assert due == [0, MEMORY_EVERY_STEPS, 2 * MEMORY_EVERY_STEPS, 3 * MEMORY_EVERY_STEPS, 4 * MEMORY_EVERY_STEPS]
+    assert memory_due(1, log_every)
+    # Logging less often than that: each log step reads it.
+    assert all(memory_due(step, 3 * MEMORY_EVERY_STEPS) for step in range(0, 10 * MEMORY_EVERY_STEPS, 300))
+
+
+def test_reporter_writes_the_status_with_no_speed_until_a_step_after_the_steady_one(tmp_path):
+    from core import devices
+    from core.report import Reporter
+    from core.train import resolved_for
+    config, _ = resolved_for(TrainConfig(steps=100), "cpu")
+    run = RunDir(str(tmp_path))
+    report = Reporter(run, devices.Runtime(devices.probe("cpu")), config, trainer_pid=os.getpid(),
+                      preset_reason="the CPU's preset", classes=10, matmul_precision=None,
+                      data_load_seconds=0.25, images_skipped=3)
+    report.elapsed_before = 50.0        # a resumed run's earlier sessions
+    report.start()
+    speeds = []
+    for step in (1, 2, 3):
+        report.stepped(step)
+        report.write("running", "Training...", step, 0, "", 0.0)
+        speeds.append(run.read_status().steps_per_second)
+    assert speeds[:2] == [None, None] and speeds[2] > 0    # on a CPU the steps are steady from step 2
+    status = run.read_status()
+    assert (status.state, status.step, status.steps, status.pid, status.worker_pid) == ("running", 3, 100, os.getpid(), None)
+    assert status.images_per_second == pytest.approx(status.steps_per_second * config.batch_size * config.n_critic,
+                                                     rel=1e-3)
+    assert status.elapsed >= 50.0 and status.classes == 10 and status.preset_reason == "the CPU's preset"
+    assert status.diagnostics["data_load_seconds"] == 0.25 and status.diagnostics["unreadable_images_skipped"] == 3
+    report.paused(3600.0)                                   # an hour paused is not training time
+    assert report.elapsed() < 50.0
+
+
+def test_control_decides_a_failure_first_then_the_app_gone_a_stop_and_a_pause():
+    from core.control import FLAGS, decide
+    none = dict.fromkeys(FLAGS, False)
+    assert decide(none) == "run"
+    assert decide({**none, "control_pause": True}) == "pause"
+    assert decide({**none, "control_pause": True, "control_stop": True}) == "stop"
+    assert decide({**none, "control_stop": True, "control_gone": True}) == "gone"
+    assert decide(dict.fromkeys(FLAGS, True)) == "failed"
+
+
+def test_control_hears_requests_through_the_agreement_and_ends_a_pause_on_resume_or_stop(tmp_path):
+    from core import devices
+    from core.control import Control
+    rt = devices.Runtime(devices.probe("cpu"))
+    run = RunDir(str(tmp_path))
+
+    def agreed_decision(control):
+        """As a log step does: the flags reduced with the losses, read, then decided on."""
+        values = {"loss_d": torch.tensor(0.5), **control.flag_tensors()}
+        rt.read_later(control.take_agreed, rt.mean_across_replicas(values))
+        return control.decision()
+
+    assert not Control(run, rt).request_waiting() and agreed_decision(Control(run, rt)) == "run"
+    run.request("pause")
+    assert Control(run, rt).request_waiting()               # the current step becomes a log step
+    assert agreed_decision(Control(run, rt)) == "pause"
+    run.request("resume")
+    assert Control(run, rt).wait_while_paused() == "run" and run.read_request() == ""   # resumed, request cleared
+    run.request("stop")
+    assert Control(run, rt).wait_while_paused() == "stop" and agreed_decision(Control(run, rt)) == "stop"
+    app = subprocess.Popen(["true"])
+    app.wait()
+    assert agreed_decision(Control(run, rt, watch_pids=[app.pid])) == "gone"
+    failing = Control(run, rt, watch_pids=[app.pid])
+    failing.failure = "Training failed while saving the sample grid at step 3: OSError: disk full"
+    assert agreed_decision(failing) == "failed"

@@ -1,0 +1,133 @@
+"""What a run's status says about its progress: speed, ETA, memory and diagnostics.
+
+The training loop says what happened and the Reporter works out the rest and writes it as the
+run's Status (core/status.py) through RunDir.write_status, as stylegan2-ada's training loop hands
+its progress to a `progress_fn`:
+
+    report = Reporter(run, rt, config, trainer_pid=..., preset_reason=..., classes=..., ...)
+    report.start()                         # the loop begins: training time counts from here
+    report.stepped(step)                   # after each step's mark_step
+    report.paused(seconds)                 # paused time is not training time
+    report.write(state, message, step, saved_step, warning, data_seconds)   # replica 0 only
+    report.elapsed()                       # training seconds, earlier sessions included
+
+On XLA the first steps compile: the state reads "compiling" until the steps are steady, and the
+seconds spent compiling are left out of the speed and the ETA.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import NamedTuple
+
+# Device memory is read at the log steps near every this many steps: on XLA the query has a cost.
+MEMORY_EVERY_STEPS = 100
+# A warning once device memory is this full: a job over the limit can be killed without a word.
+MEMORY_WARNING_SHARE = 0.9
+
+
+class Steady(NamedTuple):
+    """The base for speed and ETA, taken once compilation is over."""
+    time: float               # time.perf_counter() then
+    step: int
+    compile_seconds: float    # the runtime's compile seconds then
+
+
+def steps_per_second(steady: Steady | None, step: int, now: float, compile_seconds: float) -> float | None:
+    """The speed since the steady base; None before there is one, or no step since it.
+
+    Compilations after the first steps (the grid's and the quality meter's graphs) are one-off
+    costs: left out, they would make the speed low and the ETA long."""
+    if steady is None or step <= steady.step:
+        return None
+    busy = now - steady.time - (compile_seconds - steady.compile_seconds)
+    return (step - steady.step) / max(busy, 1e-9)
+
+
+def seconds_left(steps: int, step: int, speed: float | None) -> float | None:
+    return (steps - step) / speed if speed else None
+
+
+def memory_due(step: int, log_every: int) -> bool:
+    """Read device memory at this log step? At the first step and the log step that reaches each
+    MEMORY_EVERY_STEPS."""
+    return step % MEMORY_EVERY_STEPS < log_every or step <= 1
+
+
+class Reporter:
+    """One replica's view of the run's progress; only replica 0 writes it (`write`)."""
+
+    def __init__(self, run, rt, config, *, trainer_pid: int, preset_reason: str, classes: int,
+                 matmul_precision: str | None, data_load_seconds: float, images_skipped: int):
+        """run: the RunDir; rt: the replica's core.devices.Runtime; config: the resolved TrainConfig.
+        The keywords are facts of the run's setup that every status repeats."""
+        self.run, self.rt, self.config = run, rt, config
+        self.trainer_pid, self.preset_reason, self.classes = trainer_pid, preset_reason, classes
+        self.matmul_precision = matmul_precision
+        self.data_load_seconds, self.images_skipped = data_load_seconds, images_skipped
+        self.elapsed_before = 0.0   # training seconds of earlier sessions: a resumed run's checkpoint says
+        self.start()
+
+    def start(self) -> None:
+        self.t_start = time.perf_counter()
+        self.first_step_seconds: float | None = None
+        self.steady: Steady | None = None
+
+    def stepped(self, step: int) -> None:
+        """After a step's mark_step. Step 1 and step 2 are different graphs (the optimizers create
+        their state in step 1), so on XLA the steps are steady from step 3, elsewhere from step 2."""
+        now = time.perf_counter()
+        if step == 1:
+            self.first_step_seconds = now - self.t_start
+        if self.steady is None and step >= 2 and (not self.rt.is_xla or step >= 3):
+            self.steady = Steady(now, step, self.rt.compile_seconds())
+
+    def paused(self, seconds: float) -> None:
+        """The loop waited this long, paused: neither training time nor part of the speed."""
+        self.t_start += seconds
+        if self.steady is not None:
+            self.steady = self.steady._replace(time=self.steady.time + seconds)
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.t_start
+
+    def write(self, state: str, message: str, step: int, saved_step: int, warning: str,
+              data_seconds: float) -> None:
+        """The run's status at `step`. warning: the loop's own (D has won); a nearly full device
+        memory replaces it. data_seconds: time the steps waited for batches so far."""
+        cfg, rt = self.config, self.rt
+        if state == "running" and rt.is_xla and self.steady is None:
+            # XLA compiles until the steps are steady (see stepped): say so rather than show a stalled run.
+            state, message = "compiling", "XLA is compiling the graph (the first steps; later steps reuse it)..."
+        now = time.perf_counter()
+        session_seconds = now - self.t_start
+        speed = steps_per_second(self.steady, step, now, rt.compile_seconds())
+        remaining = seconds_left(cfg.steps, step, speed)
+        images_per_step = cfg.batch_size * cfg.n_critic * rt.world_size
+        memory = rt.memory() if memory_due(step, cfg.log_every) else None
+        diagnostics = {
+            "compiles": rt.compile_count(), "fallback_ops": rt.fallback_ops(),
+            "graph_executions": rt.execution_count(), "all_reduces": rt.all_reduce_count(),
+            "compile_seconds": round(rt.compile_seconds(), 2) if rt.is_xla else None,
+            "matmul_precision": self.matmul_precision,
+            "data_wait_share": round(data_seconds / session_seconds, 4) if session_seconds > 0 else None,
+            "data_load_seconds": round(self.data_load_seconds, 2),
+            "unreadable_images_skipped": self.images_skipped,
+            "first_step_seconds": round(self.first_step_seconds, 2) if self.first_step_seconds else None,
+        }
+        if memory:
+            diagnostics["memory_used"], diagnostics["memory_total"] = memory
+            if memory[0] > MEMORY_WARNING_SHARE * memory[1]:
+                warning = (f"Device memory is {memory[0] / memory[1]:.0%} full: a job over the limit can be killed "
+                           "with no clear message. Lower the batch size.")
+        self.run.write_status(
+            state, message, step=step, steps=cfg.steps, pid=self.trainer_pid,
+            worker_pid=os.getpid() if os.getpid() != self.trainer_pid else None,
+            device=rt.info.name, device_kind=rt.kind, cores=rt.world_size, processes=rt.info.processes,
+            precision=cfg.precision, gan=cfg.gan,
+            preset=cfg.preset, preset_reason=self.preset_reason, classes=self.classes,
+            steps_per_second=round(speed, 3) if speed else None,
+            images_per_second=round(speed * images_per_step, 1) if speed else None,
+            seconds_left=round(remaining, 1) if remaining is not None else None,
+            elapsed=round(self.elapsed(), 2), warning=warning, diagnostics=diagnostics,
+            saved_step=saved_step, notice=rt.info.notice)
