@@ -40,7 +40,7 @@ from app.errors import refused
 from app.job import SHIPPED_GENERATOR
 from app.sample_work import N_DIRECTIONS
 from core import sample as sampling
-from core.rundir import FINAL_STATES, RunDir
+from core.rundir import FINAL_STATES, RunDir, generator_files
 
 MAX_GRID = 256
 MAX_STRIP = 32
@@ -91,10 +91,11 @@ def _float(value, name: str, low: float, high: float) -> float:
 def generator_spec(directory: str):
     """(spec, meta) of the generator in `directory`, from its small JSON file: what a handler
     checks (classes, step) before any work is queued."""
-    if not os.path.exists(os.path.join(directory, "generator.safetensors")):
-        raise refused("No generator to sample from yet: train a run, or wait for its first checkpoint.")
+    weights, description = generator_files(directory)
+    if not os.path.exists(weights):
+        raise refused(sample_work.NO_GENERATOR)
     try:
-        return sampling.read_spec(os.path.join(directory, "generator.json"))
+        return sampling.read_spec(description)
     except sampling.GeneratorFileError as exc:
         raise refused(str(exc), title="Generator not loaded")
 
@@ -238,7 +239,7 @@ class SampleTab:
         choices = [("The shipped generator (pre-trained)", SHIPPED)]
         for run in self.runs():
             try:
-                spec, meta = sampling.read_spec(run.file("generator.json"))
+                spec, meta = sampling.read_spec(generator_files(run.path)[1])
             except sampling.GeneratorFileError:
                 continue      # a damaged description: sampling from it would fail anyway
             gan = (meta.get("config") or {}).get("gan", "?")
@@ -410,7 +411,7 @@ class SampleTab:
     # ---- generator files -----------------------------------------------------------------------
     def download_generator(self, view):
         directory = self.current_dir(view)
-        files = [os.path.join(directory, n) for n in ("generator.safetensors", "generator.json")]
+        files = list(generator_files(directory))
         if not all(os.path.exists(f) for f in files):
             raise refused("No generator has been saved yet.")
         # Copied into this tab's own output folder: Gradio serves only files under the temp folder

@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import threading
 
 import numpy as np
 import torch
@@ -24,10 +23,13 @@ from core import sample as sampling
 from core.config import TrainConfig
 from core.data import DatasetError
 from core.images import gif_bytes, grid_image, to_model_range, to_uint8
-from core.rundir import write_atomic
+from core.rundir import generator_files, write_atomic
 
 N_DIRECTIONS = 5
 KEPT_GENERATORS = 4        # loaded at once: viewers may look at different runs
+
+
+NO_GENERATOR = "No generator to sample from yet: train a run, or wait for its first checkpoint."
 
 
 class SampleError(ValueError):
@@ -52,32 +54,31 @@ def _keep(store: dict, key, value, limit: int = KEPT_GENERATORS):
 
 
 class GeneratorCache:
-    """Loaded generators, each reloaded only when its file changes (a run saves a newer one)."""
+    """Loaded generators, each reloaded only when its file changes (a run saves a newer one).
+
+    No lock here or on the other caches: a viewer-work process runs one request at a time."""
 
     def __init__(self):
         self._loaded: dict = {}          # (directory, file mtime) -> (generator, meta)
-        self._lock = threading.Lock()    # work may run on several threads
 
     def get(self, directory: str):
         """((generator, meta), key); the key changes whenever another file is loaded."""
-        weights = os.path.join(directory, "generator.safetensors")
+        weights, description = generator_files(directory)
         try:
             key = (directory, os.stat(weights).st_mtime_ns)
         except OSError:
-            raise SampleError("No generator to sample from yet: train a run, or wait for its first checkpoint.")
-        with self._lock:
-            if key not in self._loaded:
-                try:
-                    _keep(self._loaded, key, sampling.load_generator(weights, os.path.join(directory, "generator.json")))
-                except sampling.GeneratorFileError as exc:
-                    raise GeneratorNotLoaded(str(exc))
-            return self._loaded[key], key
+            raise SampleError(NO_GENERATOR)
+        if key not in self._loaded:
+            try:
+                _keep(self._loaded, key, sampling.load_generator(weights, description))
+            except sampling.GeneratorFileError as exc:
+                raise GeneratorNotLoaded(str(exc))
+        return self._loaded[key], key
 
 
 _generators = GeneratorCache()
 _directions: dict = {}             # generator key -> (directions, explained ratio)
 _pools: dict = {}                  # (run config, resolution, channels) -> (images, name): one at a time
-_pools_lock = threading.Lock()
 
 
 def _scale(resolution: int) -> int:
@@ -166,11 +167,10 @@ def explored_image(directory: str, seed: int, psi: float, amounts: list[float]) 
 def _training_pool(run_config: dict | None, resolution: int, channels: int):
     config = TrainConfig.from_dict(run_config) if run_config is not None else None
     key = (json.dumps(run_config, sort_keys=True), resolution, channels)
-    with _pools_lock:   # one decode of a pool however many viewers ask at once
-        if key not in _pools:
-            _pools.clear()
-            _pools[key] = sampling.training_images(config, resolution, channels)
-        return _pools[key]
+    if key not in _pools:
+        _pools.clear()
+        _pools[key] = sampling.training_images(config, resolution, channels)
+    return _pools[key]
 
 
 def neighbours(directory: str, seed: int, psi: float, amounts: list[float], k: int, run_config: dict | None) -> dict:
@@ -222,7 +222,6 @@ def check_upload(weights: str, meta: str) -> str:
 
 def install_generator(weights: str, meta: str, directory: str) -> dict:
     """Copy a checked pair into `directory` and load the copy (so a bad copy fails now); its spec and step."""
-    copy_files([weights, meta], [os.path.join(directory, "generator.safetensors"),
-                                 os.path.join(directory, "generator.json")])
+    copy_files([weights, meta], list(generator_files(directory)))
     (generator, loaded_meta), _ = _generators.get(directory)
     return {**generator.spec.to_dict(), "step": loaded_meta.get("step", "?")}

@@ -105,11 +105,8 @@ def warm_up() -> None:
 
 
 def shutdown() -> None:
-    global _pool
-    with _pool_lock:
-        pool, _pool = _pool, None
-    if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
+    if _pool is not None:
+        _discard(_pool)
 
 
 def run(fn, *args):

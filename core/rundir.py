@@ -34,6 +34,17 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
+# A generator's two files, in a run directory and in any folder that holds one (the shipped
+# generator, an upload): the weights (safetensors, no pickle) and their JSON description.
+GENERATOR_FILES = ("generator.safetensors", "generator.json")
+
+
+def generator_files(directory: str) -> tuple[str, str]:
+    """(weights, description) paths of the generator in `directory`."""
+    weights, meta = (os.path.join(directory, name) for name in GENERATOR_FILES)
+    return weights, meta
+
+
 def default_root() -> str:
     return os.environ.get("BLINK_RUNS_DIR", os.path.join(os.getcwd(), "runs"))
 
@@ -262,11 +273,12 @@ class RunDir:
     def save_generator(self, state_dict: dict, meta: dict) -> None:
         """Weights as safetensors (no pickle: safe to share) plus their JSON description."""
         from safetensors.torch import save as save_safetensors
-        self._write("generator.safetensors", save_safetensors(state_dict))
-        self._write("generator.json", json.dumps(meta, indent=2).encode())
+        weights, description = GENERATOR_FILES
+        self._write(weights, save_safetensors(state_dict))
+        self._write(description, json.dumps(meta, indent=2).encode())
 
     def has_generator(self) -> bool:
-        return os.path.exists(self.file("generator.safetensors")) and os.path.exists(self.file("generator.json"))
+        return all(os.path.exists(path) for path in generator_files(self.path))
 
     # ---- control requests -----------------------------------------------------------
     def request(self, action: str) -> None:

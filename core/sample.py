@@ -160,7 +160,8 @@ def load_generator(weights_path: str, meta_path: str, device: str = "cpu") -> tu
 
 
 def load_run_generator(run_path: str, device: str = "cpu") -> tuple[Generator, dict]:
-    weights, meta = os.path.join(run_path, "generator.safetensors"), os.path.join(run_path, "generator.json")
+    from core.rundir import generator_files
+    weights, meta = generator_files(run_path)
     if not os.path.exists(weights):
         raise GeneratorFileError(f"No generator in {run_path} yet: it is saved at the first checkpoint.")
     return load_generator(weights, meta, device)

@@ -2,7 +2,6 @@
 
 What a browser or script sees of these goes through the app in tests/test_app.py; here each
 handler's own rule is checked, with the project's own message (no Gradio widget stands in front)."""
-import pickle
 from urllib.parse import parse_qsl, urlsplit
 
 import gradio as gr
@@ -11,7 +10,6 @@ import pytest
 from PIL import Image
 from starlette.requests import Request
 
-from app import dataset_work
 from app.job import Job
 from app.live import LiveFeed
 from app.ui import DeviceCache, TrainTab, setup_from_query
@@ -118,9 +116,7 @@ def test_the_estimate_warns_that_a_huge_batch_on_a_cpu_will_crawl(tab):
     assert tab.estimate("dcgan", "auto", low, "quantum", 1000) == ""
 
 
-def test_dataset_work_crosses_a_process_boundary_as_plain_values():
-    """viewer_work.run may run these in another process: the functions and their results pickle."""
-    for fn in (dataset_work.preview, dataset_work.check_upload):
-        assert pickle.loads(pickle.dumps(fn)) is fn
-    message, image = pickle.loads(pickle.dumps(dataset_work.preview("bundled-mnist", "")))
+def test_the_preview_comes_back_from_the_viewer_work_process_as_plain_values(tab):
+    """The handler goes through app/viewer_work's real worker process, as the page's does."""
+    message, image = tab.preview_dataset("bundled-mnist", "")
     assert isinstance(message, str) and isinstance(image, np.ndarray) and image.dtype == np.uint8
