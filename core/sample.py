@@ -260,16 +260,18 @@ def principal_directions(generator: Generator, k: int = 5, n: int = DIRECTION_SA
     latents on the PCA coordinates (their BigGAN recipe). Returns (directions (k, z_dim) of unit
     norm, explained variance ratio (k,)). Deterministic: fixed latents, seeded sketch, fixed signs."""
     z = latents(seed, n, generator.z_dim)
+    # Centred once, in place: the features are ~50 MB at 2,000 samples, and each centred copy
+    # (pca_lowrank's own, the coordinates', the total's) took the viewer worker up by as much.
     features = first_block_features(generator, z)
-    mean = features.mean(0)
+    features -= features.mean(0)
     # pca_lowrank's random sketch is seeded in a forked RNG: the same directions every time,
     # and the caller's global RNG is left alone. A few extra components and power iterations
     # sharpen the top k; an exact SVD of 2,000 samples took ~30 s on the shared 2-core CPU, this ~2 s.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        _, s, v = torch.pca_lowrank(features, q=min(k + 10, *features.shape), center=True, niter=6)
-    coords = (features - mean) @ v[:, :k]                                          # (n, k): PCA coordinates
-    total = (features - mean).pow(2).sum()
+        _, s, v = torch.pca_lowrank(features, q=min(k + 10, *features.shape), center=False, niter=6)
+    coords = features @ v[:, :k]                                                   # (n, k): PCA coordinates
+    total = torch.linalg.vector_norm(features).square()
     ratio = s[:k].pow(2) / total
     # z ~ coords @ W: least squares gives the latent direction that moves along each component.
     weights = torch.linalg.lstsq(coords, z - z.mean(0)).solution                  # (k, z_dim)
@@ -316,16 +318,17 @@ def training_images(config, resolution: int, channels: int) -> tuple[torch.Tenso
     return data.resize(images, resolution), name
 
 
-def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
     """Indices and pixel-L2 distances (in [-1, 1] units) of the k pool images closest to image.
 
     image: (C, H, W) float in [-1, 1]; pool: uint8 (N, C, H, W). Chunked, so a large pool never
-    becomes one big float copy."""
+    becomes one big float copy: a chunk of 2,048 is ~6 MB of float per copy at 28x28 (8,192 took
+    the viewer worker up by 130 MB), 100 MB at 64x64 RGB."""
     query = torch.as_tensor(image, dtype=torch.float32).flatten()
     best_d, best_i = torch.empty(0), torch.empty(0, dtype=torch.long)
     for start in range(0, len(pool), chunk):
         block = to_model_range(pool[start:start + chunk].flatten(1))
-        d = ((block - query) ** 2).sum(1).sqrt()
+        d = block.sub_(query).square_().sum(1).sqrt_()   # in place on the chunk's own float copy (uint8 pool)
         best_d = torch.cat([best_d, d])
         best_i = torch.cat([best_i, torch.arange(start, start + len(block))])
         keep = best_d.topk(min(k, len(best_d)), largest=False).indices
