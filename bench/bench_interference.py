@@ -1,0 +1,72 @@
+"""How much does a small, bursty share of a core cost the trainer on two cores?
+
+    python bench/bench_interference.py                      # 3 rounds, 250 steps each
+    python bench/bench_interference.py --burst-ms 3 --period-ms 30 --rounds 3
+
+Runs bench_speed.py's bare loop (2 torch threads) alone and beside a process that burns
+--burst-ms of CPU every --period-ms (what a server answering a room in bursts looks like to the
+trainer), each with libgomp's default wait policy and with OMP_WAIT_POLICY=PASSIVE, interleaved
+so a drifting host slows all alike; prints steps/s per run and the medians.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+BURNER = """
+import sys, time
+burst, period = float(sys.argv[1]), float(sys.argv[2])
+while True:
+    t = time.perf_counter()
+    while time.perf_counter() - t < burst:
+        pass
+    time.sleep(period)
+"""
+
+
+def bare_steps_per_second(config: dict, steps: int, policy: str, bursts: tuple[float, float] | None) -> float:
+    from bench_speed import BARE_CHILD, _child_output
+    code = BARE_CHILD.replace("import torch\n", "import torch; torch.set_num_threads(2)\n", 1)
+    env = {**os.environ, **({"OMP_WAIT_POLICY": policy} if policy else {})}
+    burner = subprocess.Popen([sys.executable, "-c", BURNER, *map(str, bursts)]) if bursts else None
+    try:
+        out = subprocess.run([sys.executable, "-c", code, json.dumps(config), str(steps), "20"], cwd=ROOT,
+                             capture_output=True, text=True, check=True, env=env).stdout
+    finally:
+        if burner is not None:
+            burner.kill()
+            burner.wait()
+    return _child_output(out)["steps_per_second"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--burst-ms", type=float, default=3.0)
+    parser.add_argument("--period-ms", type=float, default=30.0)
+    parser.add_argument("--steps", type=int, default=250)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    from core.config import TrainConfig
+    config = TrainConfig().to_dict()
+    loads = {"alone": None, f"bursts {args.burst_ms:g}/{args.period_ms:g} ms": (args.burst_ms / 1000, args.period_ms / 1000)}
+    rates: dict[tuple[str, str], list[float]] = {}
+    for round_ in range(args.rounds):
+        for load, bursts in loads.items():
+            for policy in ("", "PASSIVE"):
+                rate = bare_steps_per_second(config, args.steps, policy, bursts)
+                rates.setdefault((load, policy or "default"), []).append(rate)
+                print(f"round {round_}: {load}, wait policy {policy or 'default'}: {rate:.2f} steps/s", flush=True)
+    for (load, policy), values in rates.items():
+        print(f"{load}, {policy}: median {statistics.median(values):.2f} steps/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
