@@ -19,7 +19,8 @@ RAMP_STEPS = 10
 
 
 def ramped_decay(step, decay: float):
-    """The decay used at step `step` (1 for the first update): a tensor for a tensor step."""
+    """The decay used at step `step` (1 for the first update), a tensor of steps: computed where
+    the steps are (the device, in WeightAverage)."""
     return ((1 + step) / (RAMP_STEPS + step)).clamp(max=decay)
 
 
@@ -31,9 +32,9 @@ class WeightAverage:
         self.module = copy.deepcopy(model).requires_grad_(False)   # same device, same memory format
         self._pairs = (list(self.module.parameters()), list(model.parameters()))
         self._buffers = (list(self.module.buffers()), list(model.buffers()))
-        # The step count lives on the device and the decay is computed there: the update reads
-        # nothing back to the host and on XLA traces the same graph every step (a Python float
-        # would be a new constant per step).
+        # The step count lives on the device and the decay is computed there (on XLA inside the
+        # step's graph, the same graph every step): the update neither reads a value back to the
+        # host nor sends one per step.
         device = next(model.parameters()).device
         self.step = torch.zeros((), device=device)
 
