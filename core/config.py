@@ -62,6 +62,9 @@ class TrainConfig:
     beta2: float | None = option(None, "Adam beta2; default: the GAN type's")
     n_critic: int | None = option(None, "D steps per G step; default: the GAN type's", range=(1, 20))
     gp_weight: float = option(10.0, "WGAN-GP penalty weight (lambda)")
+    ema: float | None = option(None, "decay of the moving average of G's weights that grids, quality and the "
+                                     "saved generator sample from (0: sample G itself); default: 0.99 for "
+                                     "DCGAN's fast preset, else 0")
     z_dim: int | None = option(None, "latent size; default: the seed's 100, or 16 for the fast preset",
                                range=(1, None))
     seed: int = option(0, "random seed")
@@ -83,6 +86,8 @@ class TrainConfig:
         values = {k: (defaults[k] if getattr(self, k) is None else getattr(self, k)) for k in defaults}
         if self.z_dim is None:
             values["z_dim"] = Z_DIM.get(preset, Z_DIM["default"])
+        if values.get("ema", self.ema) is None:   # off unless the preset's defaults turn it on
+            values["ema"] = 0.0
         return dataclasses.replace(self, **values)
 
     # ---- serialisation ----------------------------------------------------------------
@@ -172,6 +177,8 @@ def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dic
         b = getattr(resolved, name)
         if not (0 <= b < 1):
             raise ConfigError(f"{name} {b} must be in [0, 1).")
+    if not (0 <= resolved.ema < 1):
+        raise ConfigError(f"ema {resolved.ema} is out of range; use a value in [0, 1), e.g. 0.99 (0: off).")
     if resolved.gp_weight < 0:
         raise ConfigError("gp_weight must be 0 or more (10 is WGAN-GP's default).")
     if dataset_size is not None and cfg.batch_size > dataset_size:

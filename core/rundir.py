@@ -5,8 +5,10 @@
       status.json              core/status.py's Status: state, message, step, pid, ... (replaced atomically)
       events.jsonl             one JSON object per logged step (append-only)
       grids/step_000100.png    fixed-noise sample grids, one per grid step, never overwritten
-      checkpoint.pt            G, D, optimizers, scalers, step, config (atomic)
-      generator.safetensors    the generator's weights, loadable without pickle
+      checkpoint.pt            G, D, optimizers, scalers, step, config, and G_ema (the moving average
+                               of G's weights) when config.ema > 0 (atomic)
+      generator.safetensors    the generator's weights, loadable without pickle: G_ema's when
+                               config.ema > 0 (what the grids show), else G's
       generator.json           what is needed to rebuild it (spec, config, step)
       control.json             requests to the trainer: stop / pause / resume
 

@@ -21,6 +21,7 @@ from dataclasses import fields
 
 from core.config import MAX_STEPS, ConfigError, TrainConfig, validate
 from core.control import Control
+from core.ema import WeightAverage
 from core.report import Reporter
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, pid_alive, writable_problem
 from core.step import GanStep
@@ -281,6 +282,11 @@ class Loop:
         self.grid_columns = models.grid_columns(self.classes)
         grid_count = GRID_SIZE // self.grid_columns * self.grid_columns
         self.fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)[:grid_count]
+        # What every viewer sees (grids, the quality meter, the generator file) comes from
+        # G_sampled: the moving average of G's weights when config.ema > 0 (core/ema.py), else G.
+        # Each replica averages its own copy: G's weights are identical after the all-reduce.
+        self.ema = WeightAverage(self.G, config.ema) if config.ema else None
+        self.G_sampled = self.ema.module if self.ema else self.G
         self.step_count = 0
         self.saved_step = 0
         if resume:
@@ -318,6 +324,8 @@ class Loop:
         self.D.load_state_dict(state["D"])
         self.opt_g.load_state_dict(state["opt_g"])
         self.opt_d.load_state_dict(state["opt_d"])
+        if self.ema:   # a checkpoint saved before EMA sampling starts the average from its G
+            self.ema.load(state.get("G_ema", state["G"]), state["step"])
         for scaler, key in ((self.train_step.scaler_g, "scaler_g"), (self.train_step.scaler_d, "scaler_d")):
             if scaler is not None and state.get(key):
                 scaler.load_state_dict(state[key])
@@ -336,6 +344,7 @@ class Loop:
         """Replica 0's copy: the replicas hold identical weights, one copy to the host is enough."""
         rt, scaler_g, scaler_d = self.rt, self.train_step.scaler_g, self.train_step.scaler_d
         g_state = rt.cpu_state_dict(self.G)
+        sampled_state = rt.cpu_state_dict(self.G_sampled) if self.ema else g_state
         self.run_dir.save_checkpoint({
             "version": 1, "config": self.config.to_dict(), "step": self.step_count,
             "elapsed": self.report.elapsed(),
@@ -344,14 +353,19 @@ class Loop:
             "scaler_g": scaler_g.state_dict() if scaler_g else None,
             "scaler_d": scaler_d.state_dict() if scaler_d else None,
             "fixed_noise": self.fixed_noise,
+            **({"G_ema": sampled_state} if self.ema else {}),
         })
         meta = {"spec": self.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
                 "preset": self.config.preset, "format": "blink-generator-v1"}
-        self.run_dir.save_generator(g_state, meta)
+        self.run_dir.save_generator(sampled_state, meta)
 
     def step(self) -> dict:
-        """One generator update (core/step.py GanStep) on this replica's batches; tensors only."""
-        return self.train_step(self.stream)
+        """One generator update (core/step.py GanStep) on this replica's batches, then the average
+        of G's weights, in the same graph on XLA; tensors only."""
+        tensors = self.train_step(self.stream)
+        if self.ema:
+            self.ema.update()
+        return tensors
 
     # ---- the loop --------------------------------------------------------------------------
     def run(self) -> None:
@@ -444,10 +458,10 @@ class Loop:
 
     def save_grid(self) -> None:
         import torch
-        self.G.eval()
+        self.G_sampled.eval()
         with torch.no_grad(), self.rt.autocast(self.config.precision):
-            images = self.G(self.fixed_noise_device)
-        self.G.train()
+            images = self.G_sampled(self.fixed_noise_device)
+        self.G_sampled.train()
         if self.master:
             self._replica0_work("saving the sample grid", lambda: self.run_dir.save_grid(
                 images.float().cpu().numpy(), self.step_count, self.grid_columns))
@@ -455,7 +469,7 @@ class Loop:
     def _measure_quality(self) -> None:
         if self.quality is None:
             self.quality = self._make_quality()
-        values = self.quality.measure(self.G, self.rt.device)
+        values = self.quality.measure(self.G_sampled, self.rt.device)
         self.run_dir.append_event({"step": self.step_count, "time": round(self.report.elapsed(), 3),
                                    **{f"quality_{k}": v for k, v in _rounded(values).items()}})
 
