@@ -50,15 +50,12 @@ def quiet_queue_when_idle(demo) -> None:
     demo._queue.progress_update_sleep_when_free = 0.25
 
 
-def share_the_cores_with_the_trainer() -> None:
-    """The UI process's own torch work is small now (viewer work runs in app/viewer_work's
-    process) but keeps to one thread: the trainer's two threads run 5-6x slower when anything takes
-    one of the two cores (bench/README.md). And glibc gives each thread that allocates its own
-    malloc arena, where freed memory stays: Gradio's worker threads grew the app to 1.6 GB in the
-    issue-13 soak; with two arenas (and the viewer-work pool) its peak was 1.13 GB."""
+def limit_malloc_arenas() -> None:
+    """glibc gives each thread that allocates its own malloc arena, where freed memory stays:
+    Gradio's worker threads grew the app to 1.6 GB in the issue-13 soak; with two arenas (and the
+    viewer-work pool) its peak was 1.13 GB. (No torch threads to limit here: the UI process never
+    imports torch; viewer work and training run in processes of their own.)"""
     import ctypes
-    import torch
-    torch.set_num_threads(1)
     try:
         ctypes.CDLL("libc.so.6").mallopt(-8, 2)   # M_ARENA_MAX (glibc only; elsewhere nothing to do)
     except (OSError, AttributeError):
@@ -90,7 +87,7 @@ def main() -> None:
     share = page_needs_share_link(args.share, args.no_share)
     host_key = args.host_key or room_host_key(args.host, share)
 
-    share_the_cores_with_the_trainer()
+    limit_malloc_arenas()
     from app.job import Job
     from app.ui import PAGE_CSS, build_app
     from core.config import TrainConfig

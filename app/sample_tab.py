@@ -39,7 +39,7 @@ from app import sample_work, viewer_work
 from app.errors import refused
 from app.job import SHIPPED_GENERATOR
 from app.sample_work import N_DIRECTIONS
-from core import sample as sampling
+from core.architecture import MAX_META_BYTES, MAX_WEIGHTS_MB, GeneratorFileError, check_class, grid_columns, read_spec
 from core.rundir import FINAL_STATES, RunDir, generator_files
 
 MAX_GRID = 256
@@ -95,8 +95,8 @@ def generator_spec(directory: str):
     if not os.path.exists(weights):
         raise refused(sample_work.NO_GENERATOR)
     try:
-        return sampling.read_spec(description)
-    except sampling.GeneratorFileError as exc:
+        return read_spec(description)
+    except GeneratorFileError as exc:
         raise refused(str(exc), title="Generator not loaded")
 
 
@@ -239,8 +239,8 @@ class SampleTab:
         choices = [("The shipped generator (pre-trained)", SHIPPED)]
         for run in self.runs():
             try:
-                spec, meta = sampling.read_spec(generator_files(run.path)[1])
-            except sampling.GeneratorFileError:
+                spec, meta = read_spec(generator_files(run.path)[1])
+            except GeneratorFileError:
                 continue      # a damaged description: sampling from it would fail anyway
             gan = (meta.get("config") or {}).get("gan", "?")
             kind = f"{spec.classes} classes" if spec.classes else "unconditional"
@@ -253,7 +253,7 @@ class SampleTab:
         if value is None or str(value) in ("", SEED_CLASS):
             return None
         try:
-            return sampling.check_class(spec, _int(value, name, 0, SEED_MAX))
+            return check_class(spec, _int(value, name, 0, SEED_MAX))
         except ValueError as exc:
             raise refused(f"{name}: {exc}")
 
@@ -267,7 +267,7 @@ class SampleTab:
 
     def sample(self, view, seed, count, class_choice=SEED_CLASS):
         directory, spec, seed, count, label = self._seeds(view, seed, count, class_choice, MAX_GRID)
-        columns = min(sampling.grid_columns(spec, self.columns_default), count)
+        columns = min(grid_columns(spec.classes, self.columns_default), count)
         grid, step = _work(sample_work.sample_grid, directory, seed, count, label, columns)
         caption = f"Generator: {self.describe(view, directory, step)}. {count} samples, seed {seed}."
         if label is not None:
@@ -427,7 +427,7 @@ class SampleTab:
         if len(weights) != 1 or len(metas) != 1 or len(paths) != 2:
             raise refused("Upload exactly two files: generator.safetensors and generator.json "
                           "(pickles such as .pt/.pth/.ckpt are never loaded).", title="Upload refused")
-        for path, limit in ((weights[0], sampling.MAX_WEIGHTS_MB * 2**20), (metas[0], sampling.MAX_META_BYTES)):
+        for path, limit in ((weights[0], MAX_WEIGHTS_MB * 2**20), (metas[0], MAX_META_BYTES)):
             if os.path.getsize(path) > limit:   # before hashing or copying anything big
                 raise refused(f"{os.path.basename(path)} is too large ({os.path.getsize(path):,} bytes; "
                               f"limit {limit:,}).", title="Upload refused")

@@ -8,6 +8,10 @@ they cache (loaded generators, PCA directions, the nearest-neighbour pool) lives
 so in whichever process runs them, each bounded. A file to return is written to the path the
 caller chose. A refusal the student must read is a SampleError: a message only (its title is
 the class's), so it pickles across a process boundary. No Gradio here.
+
+The UI process imports this module too (these functions' names, SampleError) and never imports
+torch (issue 13: its memory): torch and core.sample are imported inside the functions that run
+in the worker.
 """
 from __future__ import annotations
 
@@ -17,9 +21,8 @@ import os
 import shutil
 
 import numpy as np
-import torch
 
-from core import sample as sampling
+from core.architecture import GeneratorFileError
 from core.config import TrainConfig
 from core.data import DatasetError
 from core.images import gif_bytes, grid_image, to_model_range, to_uint8
@@ -53,6 +56,15 @@ def _keep(store: dict, key, value, limit: int = KEPT_GENERATORS):
     return value
 
 
+def _load_generator(weights: str, description: str):
+    """(generator, meta) once every check of the pair passed; GeneratorNotLoaded saying why not."""
+    from core import sample as sampling
+    try:
+        return sampling.load_generator(weights, description)
+    except GeneratorFileError as exc:
+        raise GeneratorNotLoaded(str(exc))
+
+
 class GeneratorCache:
     """Loaded generators, each reloaded only when its file changes (a run saves a newer one).
 
@@ -69,10 +81,7 @@ class GeneratorCache:
         except OSError:
             raise SampleError(NO_GENERATOR)
         if key not in self._loaded:
-            try:
-                _keep(self._loaded, key, sampling.load_generator(weights, description))
-            except sampling.GeneratorFileError as exc:
-                raise GeneratorNotLoaded(str(exc))
+            _keep(self._loaded, key, _load_generator(weights, description))
         return self._loaded[key], key
 
 
@@ -105,6 +114,7 @@ def read_png(path: str) -> np.ndarray:
 
 # ---- seeds ------------------------------------------------------------------------------------
 def _samples(directory: str, seed: int, count: int, label: int | None):
+    from core import sample as sampling
     (generator, meta), _ = _generators.get(directory)
     images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim),
                                sampling.class_labels(generator, seed, count, label))
@@ -118,6 +128,7 @@ def sample_grid(directory: str, seed: int, count: int, label: int | None, column
 
 
 def samples_zip(directory: str, seed: int, count: int, label: int | None, path: str) -> str:
+    from core import sample as sampling
     images, _ = _samples(directory, seed, count, label)
     return sampling.write_samples_zip(images, path, prefix=f"seed{seed}")
 
@@ -125,6 +136,8 @@ def samples_zip(directory: str, seed: int, count: int, label: int | None, path: 
 # ---- interpolation ----------------------------------------------------------------------------
 def _interpolation(directory: str, seeds: tuple[int, int], steps: int, mode: str, classes: tuple[int, int]):
     """Images along seeds[0] -> seeds[1], the class weights moving from classes[0] to classes[1]."""
+    import torch
+    from core import sample as sampling
     (generator, _), _ = _generators.get(directory)
     z = sampling.interpolation_latents(*seeds, steps, generator.z_dim, mode)
     labels = sampling.blended_labels(generator, *classes, torch.linspace(0, 1, steps))
@@ -147,6 +160,7 @@ def interpolation_gif(directory: str, seeds: tuple[int, int], steps: int, mode: 
 
 # ---- directions, truncation and neighbours -----------------------------------------------------
 def _explored(directory: str, seed: int, psi: float, amounts: list[float]):
+    from core import sample as sampling
     (generator, meta), key = _generators.get(directory)
     if key not in _directions:
         _keep(_directions, key, sampling.principal_directions(generator, k=N_DIRECTIONS))
@@ -165,6 +179,7 @@ def explored_image(directory: str, seed: int, psi: float, amounts: list[float]) 
 
 
 def _training_pool(run_config: dict | None, resolution: int, channels: int):
+    from core import sample as sampling
     config = TrainConfig.from_dict(run_config) if run_config is not None else None
     key = (json.dumps(run_config, sort_keys=True), resolution, channels)
     if key not in _pools:
@@ -176,6 +191,7 @@ def _training_pool(run_config: dict | None, resolution: int, channels: int):
 def neighbours(directory: str, seed: int, psi: float, amounts: list[float], k: int, run_config: dict | None) -> dict:
     """The explored image beside its k nearest training images (of run_config's dataset, written
     by the server; None: the bundled MNIST), their L2 distances, the pool's size and name."""
+    from core import sample as sampling
     image, _, _ = _explored(directory, seed, psi, amounts)
     try:
         pool, dataset = _training_pool(run_config, image.shape[-1], image.shape[0])
@@ -209,10 +225,7 @@ def copy_files(sources: list[str], destinations: list[str]) -> list[str]:
 
 def check_upload(weights: str, meta: str) -> str:
     """Every check of an uploaded pair (header, spec, strict shapes, finite values); its digest."""
-    try:
-        sampling.load_generator(weights, meta)
-    except sampling.GeneratorFileError as exc:
-        raise GeneratorNotLoaded(str(exc))
+    _load_generator(weights, meta)
     digest = hashlib.sha256()
     for path in (weights, meta):
         with open(path, "rb") as f:

@@ -29,6 +29,7 @@ from app.live import LiveFeed
 from core import data, devices
 from core.rundir import FINAL_STATES, DiskRefused
 from core import gans
+from core.architecture import resolve_preset
 from core.config import (DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError, TrainConfig, form_number, spec,
                          validate, whole_number)
 
@@ -165,7 +166,6 @@ def measured_images_per_second(runs_root: str, kind: str, preset: str, gan: str)
 
 def estimate_note(config: TrainConfig, info: devices.DeviceInfo, runs_root: str) -> str:
     """The time a run will take here, and a warning when its settings will crawl, before Start."""
-    from core.models import resolve_preset
     preset, _ = resolve_preset(config.preset, info.kind)
     n_critic = validate(config).n_critic
     measured = measured_images_per_second(runs_root, info.kind, preset, config.gan)

@@ -35,8 +35,9 @@ from core.rundir import DISK_FULL
 
 VIEWER_WORKERS = 1
 WORKER_NICE = 19
-# The modules whose functions viewers' requests run here (no Gradio among them).
-WORK_MODULES = ("app.sample_work", "app.dataset_work")
+# The modules whose functions viewers' requests run here (no Gradio among them), and core.sample,
+# which app.sample_work imports only inside them (the UI process imports sample_work too).
+WORK_MODULES = ("app.sample_work", "app.dataset_work", "core.sample")
 PARENT_CHECK_SECONDS = 1.0
 
 _pool: ProcessPoolExecutor | None = None

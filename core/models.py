@@ -9,43 +9,13 @@ everywhere, while nn.Upsample's backward falls back to the host on non-TPU XLA d
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import torch
 from torch import nn
 
 from core import gans
-
-# Network width per preset. "fast" is sized for a 2-core CPU at the data's native resolution
-# (chosen by bench/bench_speed.py); "dcgan64" is the seed's DCGAN (ngf = ndf = 64 at 64x64).
-PRESET_WIDTH = {"fast": 32, "dcgan64": 64}
-
-
-def resolve_preset(preset: str, device_kind: str) -> tuple[str, str]:
-    """The preset to use and why, for 'auto' and explicit choices alike."""
-    if preset != "auto":
-        return preset, "chosen by the user"
-    if device_kind in ("tpu", "cuda"):
-        return "dcgan64", f"auto: {device_kind.upper()} has the compute for the seed's 64x64 DCGAN"
-    return "fast", f"auto: a small DCGAN at the data's native size trains in minutes on a {device_kind.upper()}"
-
-
-def model_resolution(preset: str, data_resolution: int) -> int:
-    """dcgan64 trains at 64x64 (the data is resized); fast trains at the data's own size."""
-    return 64 if preset == "dcgan64" else data_resolution
-
-
-@dataclass(frozen=True)
-class GeneratorSpec:
-    """Everything needed to rebuild a generator: stored beside its weights."""
-    z_dim: int
-    channels: int
-    resolution: int
-    width: int
-    classes: int = 0   # > 0: class-conditional, the label (one-hot) joins z at the first layer
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+# The torch-free description of the networks (core/architecture.py), under the names the trainer
+# and the benches use here.
+from core.architecture import PRESET_WIDTH, GeneratorSpec, grid_columns, model_resolution, resolve_preset  # noqa: F401
 
 
 def _upsampling_blocks(resolution: int) -> tuple[int, int]:
@@ -89,11 +59,6 @@ class LatentProjection(nn.ConvTranspose2d):
 def default_labels(n: int, classes: int, device=None) -> torch.Tensor:
     """Labels 0, 1, ..., classes-1, 0, 1, ... for n samples: every class, equally often."""
     return torch.arange(n, device=device) % classes
-
-
-def grid_columns(classes: int, default: int = 8) -> int:
-    """Columns of a sample grid: one per class for a conditional generator (up to 16), else `default`."""
-    return classes if 0 < classes <= 16 else default
 
 
 class LogitHead(nn.Conv2d):

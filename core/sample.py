@@ -11,7 +11,6 @@ same images on any device.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import zipfile
@@ -20,67 +19,21 @@ import numpy as np
 import torch
 
 from core import models
+# The generator description and its checks live in core/architecture.py: the UI reads them without torch.
+from core.architecture import MAX_WEIGHTS_MB, GeneratorFileError, GeneratorSpec, check_class, read_spec
 from core.images import grid_image, png_bytes, to_model_range, to_uint8
-from core.models import Generator, GeneratorSpec
+from core.models import Generator
 from core.rundir import write_atomic
 
 MAX_SAMPLES = 1024
-# Upload limits. The largest generator Blink trains (dcgan64, RGB 64x64) is ~3.6M parameters,
-# 14 MB in fp32; these leave room for that and refuse anything that would exhaust memory.
-MAX_WEIGHTS_MB = 64
-MAX_META_BYTES = 256 * 1024
-MAX_PARAMETERS = 16_000_000
-SPEC_LIMITS = {"z_dim": (1, 1024), "width": (1, 256), "classes": (0, 1000)}
-SPEC_CHOICES = {"channels": (1, 3), "resolution": (28, 32, 64)}
+MAX_PARAMETERS = 16_000_000   # an upload limit too: the described generator's size (its files': core.architecture)
 WEIGHT_DTYPES = ("F32", "F16", "BF16")
 DIRECTION_SAMPLES = 2000   # GANSpace uses ~1e4-1e6; 2,000 pin down the top 5 of a small DCGAN
 PICKLE_OPCODE = 0x80       # protocol-2+ pickles (torch.save's legacy format) start with PROTO
 MAX_POOL = 20_000          # training images searched for neighbours: 20k RGB 64x64 is ~250 MB
 
 
-class GeneratorFileError(ValueError):
-    """A generator file that cannot be loaded; the message says why."""
-
-
 # ==== loading, with every check before any tensor is built =====================================
-def read_spec(meta_path: str) -> tuple[GeneratorSpec, dict]:
-    """The generator description: a small JSON object with an integer spec in range."""
-    try:
-        size = os.path.getsize(meta_path)
-    except OSError as exc:
-        raise GeneratorFileError(f"The generator description cannot be read: {exc}")
-    if size > MAX_META_BYTES:
-        raise GeneratorFileError(f"The generator description is {size} bytes; a real one is under "
-                                 f"{MAX_META_BYTES // 1024} KB.")
-    try:
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
-        raw = meta["spec"]
-        values = {}
-        for key in ("z_dim", "channels", "resolution", "width", "classes"):
-            v = raw.get(key, 0) if key == "classes" else raw[key]   # files before conditional G have none
-            # bool is an int subclass and 28.7 would silently truncate: both are refused.
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"spec.{key} must be a whole number, got {v!r}")
-            values[key] = v
-    except RecursionError:   # json decodes each nesting level by recursion: 100 KB of "[" is too deep
-        raise GeneratorFileError(f"{os.path.basename(meta_path)} is not a generator description: its JSON is "
-                                 "nested thousands of levels deep. Upload the generator.json saved with the "
-                                 "generator.") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise GeneratorFileError(f"The generator description ({os.path.basename(meta_path)}) is not valid: {what}")
-    for key, (low, high) in SPEC_LIMITS.items():
-        if not low <= values[key] <= high:
-            raise GeneratorFileError(f"The generator description has spec.{key}={values[key]}; "
-                                     f"it must be between {low} and {high}.")
-    for key, choices in SPEC_CHOICES.items():
-        if values[key] not in choices:
-            raise GeneratorFileError(f"The generator description has spec.{key}={values[key]}; "
-                                     f"it must be one of {', '.join(map(str, choices))}.")
-    return GeneratorSpec(**values), meta
-
-
 def expected_shapes(spec: GeneratorSpec) -> dict[str, tuple[int, ...]]:
     """Every weight's name and shape, from a generator built on the meta device (no memory)."""
     with torch.device("meta"):
@@ -189,15 +142,6 @@ def seed_labels(generator: Generator, seed: int, n: int) -> torch.Tensor | None:
 def grid_columns(generator: Generator, default: int = 8) -> int:
     """One column per class for a conditional generator (with seed_labels, each column is one class)."""
     return models.grid_columns(generator.classes, default)
-
-
-def check_class(generator: Generator, label: int) -> int:
-    """label, if this generator can draw it; ValueError saying why not otherwise."""
-    if not generator.classes:
-        raise ValueError("This generator is unconditional (trained without labels): it has no class to ask for.")
-    if not 0 <= int(label) < generator.classes:
-        raise ValueError(f"{label} is not one of this generator's classes (0 to {generator.classes - 1}).")
-    return int(label)
 
 
 def class_labels(generator: Generator, seed: int, n: int, label: int | None = None) -> torch.Tensor | None:

@@ -19,6 +19,7 @@ import time
 import traceback
 from dataclasses import fields
 
+from core.architecture import resolve_preset
 from core.config import MAX_STEPS, ConfigError, TrainConfig, validate
 from core.control import Control
 from core.ema import WeightAverage
@@ -115,7 +116,6 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
 def resolved_for(config: TrainConfig, device_kind: str) -> tuple[TrainConfig, str]:
     """The config a run trains with on this kind of device, and why it has its preset: the preset
     'auto' becomes here, and hyper-parameters left None set to their defaults for it (TrainConfig.resolved)."""
-    from core.models import resolve_preset
     preset, reason = resolve_preset(config.preset, device_kind)
     return dataclasses.replace(config.resolved(preset), preset=preset), reason
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -9,7 +10,14 @@ import sys
 import time
 import urllib.request
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Debian's chromium, driven through Playwright by the browser tests.
+CHROMIUM = "/usr/bin/chromium"
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM) or shutil.which("chromium") is None,
+                                    reason="Debian's chromium is not installed (apt-get install chromium)")
 
 
 def free_port() -> int:

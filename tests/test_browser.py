@@ -2,18 +2,13 @@
 everyone's live panel updates from the one watcher; the host lands on the Sample tab at the end."""
 import json
 import os
-import shutil
 import urllib.request
 
 import pytest
 
-from tests.apphelpers import RunningApp
+from tests.apphelpers import BROWSER_ARGS, CHROMIUM, RunningApp, needs_chromium
 
-CHROMIUM = "/usr/bin/chromium"
-BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM) or shutil.which("chromium") is None,
-                                 reason="Debian's chromium is not installed (apt-get install chromium)")]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
 
 
 def live_stats(app) -> dict:

@@ -4,18 +4,14 @@ log steps; the Sample tab names its generator and draws the digit asked for; a r
 the form usable."""
 import io
 import os
-import shutil
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from tests.apphelpers import RunningApp
-from tests.test_browser import BROWSER_ARGS, CHROMIUM
+from tests.apphelpers import BROWSER_ARGS, CHROMIUM, RunningApp, needs_chromium
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM) or shutil.which("chromium") is None,
-                                 reason="Debian's chromium is not installed (apt-get install chromium)")]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
 LOG_EVERY = 1000
 
 

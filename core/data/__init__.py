@@ -12,26 +12,44 @@ writing `from core import data` and `data.load(...)`, whatever module a name liv
     sources.py   SOURCES: one row per dataset, carrying how it loads, informs and previews;
                  torchvision download/adopt/extract/parse, the bundled MNIST, the network probe
     own.py       a student's own images: guard_path, listing, decoding budgets, load_own
-    cache.py     the cache folder and files, ImageSet, DatasetError
-    stream.py    resize and BatchStream, what the trainer draws from
+    cache.py     the cache folder and files, DatasetError
+    tensors.py   ImageSet and its cache files (torch)
+    stream.py    resize and BatchStream, what the trainer draws from (torch)
+
+The UI process lists, checks and describes datasets through this package and never imports torch
+(issue 13: its memory): the names that need it (ImageSet, BatchStream, resize) are imported from
+their modules when first used, and the loaders import tensors.py when they build or read a set.
 """
 from __future__ import annotations
 
+import importlib
 import random
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.data.cache import PREP_VERSION, DatasetError, ImageSet, availability, cache_dir
+from core.data.cache import PREP_VERSION, DatasetError, availability, cache_dir
 from core.data.own import (DEFAULT_MAX_MB, MAX_FILES, MAX_IMAGE_BYTES, Listing, allowed_roots, decode_image,
                            guard_path, list_images, load_own)
 from core.data.sources import SOURCES, Source, load_bundled_mnist, network_allowed, source_of
-from core.data.stream import BatchStream, resize
 from core.images import to_model_range
+
+if TYPE_CHECKING:
+    from core.data.tensors import ImageSet
 
 __all__ = ["DEFAULT_MAX_MB", "MAX_FILES", "MAX_IMAGE_BYTES", "PREP_VERSION", "SOURCES", "BatchStream",
            "DatasetError", "ImageSet", "Listing", "Source", "allowed_roots", "cache_dir", "dataset_info",
            "decode_image", "guard_path", "list_images", "load", "load_bundled_mnist", "load_own",
            "network_allowed", "preview", "resize", "to_model_range"]
+# The names that need torch, and their modules: imported on first use (see the module docstring).
+_TORCH_NAMES = {"ImageSet": "core.data.tensors", "BatchStream": "core.data.stream", "resize": "core.data.stream"}
+
+
+def __getattr__(name: str):
+    """data.ImageSet, data.BatchStream, data.resize (PEP 562: called only for names not defined here)."""
+    if name not in _TORCH_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_TORCH_NAMES[name]), name)
 
 
 def load(dataset: str, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:

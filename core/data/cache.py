@@ -1,25 +1,18 @@
-"""The dataset cache: where it lives, the files each set is decoded into once, and what they load as.
+"""The dataset cache: where it lives and the files each set is decoded into once.
 
 Shared by every kind of dataset (sources.py, own.py), so it imports neither. Where the files live
 (cache_dir(): BLINK_DATA_DIR, default ~/.cache/blink/datasets):
     processed/<dataset>-v<N>.pt (+ .json)    a torchvision set, decoded once, uint8
     own/<fingerprint>-v<N>.pt (+ .json)      a user's folder or zip, decoded once
-The .pt holds the images (N, C, H, W) and labels; the .json its name, size and shape, so the UI
-can say what is ready without opening the tensors.
+The .pt holds the images (N, C, H, W) and labels (written and read by tensors.py); the .json its
+name, size and shape, so the UI can say what is ready without opening the tensors, nor torch.
 """
 from __future__ import annotations
 
 import json
 import os
-import random
-from dataclasses import dataclass
 
-import numpy as np
-import torch
 from filelock import FileLock
-
-from core.images import to_model_range
-from core.rundir import write_atomic
 
 # Bump when preprocessing changes: old cache files are then ignored, never silently reused.
 PREP_VERSION = 1
@@ -27,32 +20,6 @@ PREP_VERSION = 1
 
 class DatasetError(ValueError):
     """A dataset that cannot be used; the message says what to do about it."""
-
-
-@dataclass
-class ImageSet:
-    """A preprocessed dataset: uint8 images (N, C, H, W), optional labels, a display name."""
-    images: torch.Tensor
-    name: str
-    labels: torch.Tensor | None = None
-    skipped: int = 0          # unreadable image files left out (own images)
-    ignored: int = 0          # files that are not PNG/JPEG, not used (own images)
-
-    def __len__(self) -> int:
-        return self.images.shape[0]
-
-    @property
-    def channels(self) -> int:
-        return self.images.shape[1]
-
-    @property
-    def resolution(self) -> int:
-        return self.images.shape[-1]
-
-    def sample(self, n: int, rng: random.Random) -> np.ndarray:
-        """n of the images, float32 in [-1, 1]; only those n are read from a memory-mapped set."""
-        idx = sorted(rng.sample(range(len(self.images)), min(n, len(self.images))))
-        return to_model_range(self.images[torch.tensor(idx)]).numpy()
 
 
 def availability(available: bool, size: int | None, channels: int | None, resolution: int | None,
@@ -78,40 +45,6 @@ def file_lock(path: str) -> FileLock:
     filelock rather than fcntl: it locks on Windows too."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     return FileLock(path + ".lock")
-
-
-def save_cached(path: str, images: torch.Tensor, labels: torch.Tensor | None, meta: dict) -> None:
-    """Both files written atomically: a reader never sees half a file. The tensors are saved
-    straight into the temp file: a large dataset is not held in memory twice."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-
-    def save_tensors(f) -> None:
-        try:
-            torch.save({"images": images.contiguous(), "labels": labels}, f)
-        except RuntimeError as exc:
-            # torch reports a write the disk refused (full) as its own RuntimeError, with the
-            # OSError only as context; the callers handle a refused write as the OSError it is.
-            if isinstance(exc.__context__, OSError):
-                raise exc.__context__ from None
-            raise
-
-    write_atomic(path, save_tensors)
-    meta = dict(meta, size=int(images.shape[0]), channels=int(images.shape[1]),
-                resolution=int(images.shape[-1]), version=PREP_VERSION)
-    write_atomic(path[:-3] + ".json", json.dumps(meta).encode())
-
-
-def load_cached(path: str, name: str) -> ImageSet | None:
-    """The cached set, memory-mapped (cheap: pages are read as batches touch them)."""
-    meta = read_meta(path)
-    if meta is None or not os.path.exists(path):
-        return None
-    try:
-        state = torch.load(path, mmap=True, weights_only=True)
-    except Exception:                # a damaged cache file is rebuilt, not fatal
-        return None
-    return ImageSet(state["images"], meta.get("name", name), state.get("labels"),
-                    meta.get("skipped", 0), meta.get("ignored", 0))
 
 
 def read_meta(path: str) -> dict | None:

@@ -5,6 +5,8 @@ too: guard_path (which folders may be read at all; links resolved once), list_im
 zip bombs, too many files, links never followed), and budgets that a small file cannot escape
 (bytes per image, pixels from the header, one decoding allowance per process, a time limit per
 preview). Decoded sets are cached under own/ (see cache.py), keyed by a fingerprint of the files.
+torch only inside the loaders (load_own and the previews, which run in the trainer and the viewer-work
+process): the UI process checks, lists and counts images with this module and never imports torch.
 """
 from __future__ import annotations
 
@@ -20,13 +22,15 @@ import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from core.data.cache import (PREP_VERSION, DatasetError, ImageSet, availability, cache_file, file_lock,
-                             load_cached, read_meta, save_cached)
+from core.data.cache import PREP_VERSION, DatasetError, availability, cache_file, file_lock, read_meta
 from core.images import to_model_range
+
+if TYPE_CHECKING:
+    from core.data.tensors import ImageSet
 
 # The app's own folder: one of the folders a viewer may name (its assets, the bundled MNIST).
 APP_FOLDER = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -305,12 +309,12 @@ def decode_many(names: list[str], read, size: int = OWN_RESOLUTION,
     return arrays, greys, bad
 
 
-def stack_images(arrays: list[np.ndarray], grey: bool) -> torch.Tensor:
+def stack_images(arrays: list[np.ndarray], grey: bool) -> np.ndarray:
     """HW / HWC arrays -> (N, C, H, W) uint8; grey images repeated to RGB when the set is colour."""
     if grey:
-        return torch.from_numpy(np.stack(arrays)[:, None])
+        return np.stack(arrays)[:, None]
     rgb = [a if a.ndim == 3 else np.repeat(a[:, :, None], 3, axis=2) for a in arrays]
-    return torch.from_numpy(np.ascontiguousarray(np.stack(rgb).transpose(0, 3, 1, 2)))
+    return np.ascontiguousarray(np.stack(rgb).transpose(0, 3, 1, 2))
 
 
 # ==== the decoded set, its cache and its preview =============================================
@@ -327,6 +331,7 @@ def _cache_path(listing: Listing) -> str:
 
 def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
     """A folder or zip of PNG/JPEG images -> 64x64 (RGB, or 1 channel if all are grey), cached."""
+    from core.data.tensors import ImageSet, load_cached, save_cached
     listing = list_images(path, max_mb)
     title = f"own images ({os.path.basename(listing.path.rstrip(os.sep)) or listing.path})"
     cache = _cache_path(listing)
@@ -344,12 +349,12 @@ def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
         arrays, greys, bad = decode_many(listing.names, listing.reader())
         if not arrays:
             raise _nothing_usable(listing, len(bad))
-        images = stack_images(arrays, grey=all(greys))
+        decoded = ImageSet(stack_images(arrays, grey=all(greys)), title, skipped=len(bad), ignored=listing.ignored)
         try:
-            save_cached(cache, images, None, {"name": title, "skipped": len(bad), "ignored": listing.ignored})
+            save_cached(cache, decoded.images, None, {"name": title, "skipped": len(bad), "ignored": listing.ignored})
         except OSError:
             pass
-        return ImageSet(images, title, None, skipped=len(bad), ignored=listing.ignored)
+        return decoded
 
 
 
@@ -373,6 +378,7 @@ def own_info(path: str, max_mb: int = DEFAULT_MAX_MB) -> dict:
 
 def preview_own(path: str, n: int, rng: random.Random, max_mb: int = DEFAULT_MAX_MB) -> np.ndarray:
     """n images of a folder or zip: from its cache if decoded already, else decoding only those n."""
+    from core.data.tensors import load_cached
     listing = list_images(path, max_mb)
     cached = load_cached(_cache_path(listing), "")
     return preview_listing(listing, n, rng) if cached is None else cached.sample(n, rng)
@@ -383,9 +389,10 @@ def preview_listing(listing: Listing, n: int, rng: random.Random) -> np.ndarray:
 
     Within PREVIEW_SECONDS: unreadable ones leave gaps rather than a search through a large (or
     hostile) set for readable ones."""
+    import torch
     shown = rng.sample(listing.names, min(n, len(listing.names)))
     arrays, greys, _ = decode_many(shown, listing.reader(), deadline=time.monotonic() + PREVIEW_SECONDS)
     if not arrays:
         raise DatasetError(f"None of the {len(shown)} images picked for the preview could be read "
                            f"({listing.ignored} other files ignored). Use .png, .jpg or .jpeg images.")
-    return to_model_range(stack_images(arrays, all(greys))).numpy()
+    return to_model_range(torch.from_numpy(stack_images(arrays, all(greys)))).numpy()

@@ -12,6 +12,9 @@ is online (BLINK_OFFLINE != 1 and a 2 s connectivity probe succeeds); offline it
 once with the folder and the exact file names to put there. The bundled MNIST subset always
 works. Torchvision's own layout under cache_dir(): MNIST/raw/, FashionMNIST/raw/,
 cifar-10-batches-py/, celeba/; the decoded set then goes to processed/ (see cache.py).
+
+The rows and what they tell the UI need no torch (the UI process never imports it); loading a set
+does, through tensors.py.
 """
 from __future__ import annotations
 
@@ -25,15 +28,17 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from core.data import own
-from core.data.cache import (DatasetError, ImageSet, availability, cache_dir, cache_file, file_lock, load_cached,
-                             read_meta, save_cached)
+from core.data.cache import DatasetError, availability, cache_dir, cache_file, file_lock, read_meta
 from core.data.own import APP_FOLDER, DEFAULT_MAX_MB, OWN_RESOLUTION, Listing
 from core.rundir import write_atomic
+
+if TYPE_CHECKING:
+    from core.data.tensors import ImageSet
 
 BUNDLED_MNIST = os.path.join(APP_FOLDER, "assets", "mnist_subset.npz")
 
@@ -106,9 +111,10 @@ class BundledMnist(Source):
     path: str = BUNDLED_MNIST
 
     def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+        from core.data.tensors import ImageSet
         with np.load(self.path) as npz:
-            images = torch.from_numpy(npz["images"].copy())[:, None]      # (N, 1, 28, 28)
-            labels = torch.from_numpy(npz["labels"].astype(np.int64))
+            images = npz["images"].copy()[:, None]      # (N, 1, 28, 28)
+            labels = npz["labels"].astype(np.int64)
         return ImageSet(images, self.title, labels)
 
     def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
@@ -171,8 +177,8 @@ class TorchvisionSource(Source):
         import torchvision.datasets as tvd
         return getattr(tvd, self.tv_class)
 
-    def tensors(self, ds, root: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The parsed training split -> uint8 images (N, C, H, W) and labels (or None)."""
+    def tensors(self, ds, root: str) -> tuple:
+        """The parsed training split -> uint8 images (N, C, H, W) and labels (or None), tensors or arrays."""
         raise NotImplementedError
 
     # ---- the same for every format
@@ -221,6 +227,7 @@ class TorchvisionSource(Source):
                 f"Delete that folder and download again from {self.url}.") from exc
 
     def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+        from core.data.tensors import ImageSet, load_cached, save_cached
         root = cache_dir()
         path = self.cache_path()
         cached = load_cached(path, self.title)
@@ -247,12 +254,13 @@ class TorchvisionSource(Source):
                 # gzip/tar/pickle/IDX parsers fail in many ways on damaged files; the advice is the same.
                 raise DatasetError(f"{self.title} files in {os.path.join(root, self.folder)} could not be read "
                                    f"({type(exc).__name__}: {exc}). Delete them and fetch them again from {self.url}.") from exc
+            decoded = ImageSet(images, self.title, labels)
             try:
-                save_cached(path, images, labels, {"name": self.title})
+                save_cached(path, decoded.images, decoded.labels, {"name": self.title})
             except OSError:              # full or read-only disk: train from memory, decode again next time
-                return ImageSet(images, self.title, labels)
+                return decoded
         cached = load_cached(path, self.title)
-        return cached if cached is not None else ImageSet(images, self.title, labels)
+        return cached if cached is not None else decoded
 
     def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
         meta = read_meta(self.cache_path())
@@ -317,7 +325,7 @@ class IdxSource(TorchvisionSource):
                 with gzip.open(os.path.join(folder, name), "rb") as src:
                     write_atomic(raw, src)
 
-    def tensors(self, ds, root: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def tensors(self, ds, root: str) -> tuple:
         return ds.data[:, None].contiguous(), ds.targets.long()
 
 
@@ -349,9 +357,9 @@ class CifarSource(TorchvisionSource):
             meta = dict(base.meta, md5=None)
         return Unverified
 
-    def tensors(self, ds, root: str) -> tuple[torch.Tensor, torch.Tensor | None]:
-        images = torch.from_numpy(np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)))   # HWC -> CHW
-        return images, torch.tensor(ds.targets, dtype=torch.int64)
+    def tensors(self, ds, root: str) -> tuple:
+        images = np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))   # HWC -> CHW
+        return images, np.asarray(ds.targets, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -385,7 +393,7 @@ class CelebASource(TorchvisionSource):
             file_list = [(fid, None, name) for fid, _, name in base.file_list]
         return Unverified
 
-    def tensors(self, ds, root: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def tensors(self, ds, root: str) -> tuple:
         folder = os.path.join(root, self.folder, self.images_folder)
         paths = [os.path.join(folder, name) for name in ds.filename]
         arrays, _, bad = own.decode_many(paths, own.read_file)

@@ -1,0 +1,107 @@
+"""Which network a run trains, and what a generator file describes: plain values, no torch.
+
+The preset a run trains (and why), its width and training resolution, and GeneratorSpec, the
+description stored beside a generator's weights (generator.json), with every check of that file.
+The UI process reads these (the time estimate, a resume's config, the Sample tab's checks before
+any work is queued) and never imports torch (issue 13: its memory); core.models builds the
+networks from them and core.sample loads generators with them.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+# Network width per preset. "fast" is sized for a 2-core CPU at the data's native resolution
+# (chosen by bench/bench_speed.py); "dcgan64" is the seed's DCGAN (ngf = ndf = 64 at 64x64).
+PRESET_WIDTH = {"fast": 32, "dcgan64": 64}
+
+# Upload limits. The largest generator Blink trains (dcgan64, RGB 64x64) is ~3.6M parameters,
+# 14 MB in fp32; these leave room for that and refuse anything that would exhaust memory.
+MAX_WEIGHTS_MB = 64
+MAX_META_BYTES = 256 * 1024
+SPEC_LIMITS = {"z_dim": (1, 1024), "width": (1, 256), "classes": (0, 1000)}
+SPEC_CHOICES = {"channels": (1, 3), "resolution": (28, 32, 64)}
+
+
+def resolve_preset(preset: str, device_kind: str) -> tuple[str, str]:
+    """The preset to use and why, for 'auto' and explicit choices alike."""
+    if preset != "auto":
+        return preset, "chosen by the user"
+    if device_kind in ("tpu", "cuda"):
+        return "dcgan64", f"auto: {device_kind.upper()} has the compute for the seed's 64x64 DCGAN"
+    return "fast", f"auto: a small DCGAN at the data's native size trains in minutes on a {device_kind.upper()}"
+
+
+def model_resolution(preset: str, data_resolution: int) -> int:
+    """dcgan64 trains at 64x64 (the data is resized); fast trains at the data's own size."""
+    return 64 if preset == "dcgan64" else data_resolution
+
+
+@dataclass(frozen=True)
+class GeneratorSpec:
+    """Everything needed to rebuild a generator: stored beside its weights."""
+    z_dim: int
+    channels: int
+    resolution: int
+    width: int
+    classes: int = 0   # > 0: class-conditional, the label (one-hot) joins z at the first layer
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def grid_columns(classes: int, default: int = 8) -> int:
+    """Columns of a sample grid: one per class for a conditional generator (up to 16), else `default`."""
+    return classes if 0 < classes <= 16 else default
+
+
+def check_class(generator, label: int) -> int:
+    """label, if this generator (or its GeneratorSpec) can draw it; ValueError saying why not otherwise."""
+    if not generator.classes:
+        raise ValueError("This generator is unconditional (trained without labels): it has no class to ask for.")
+    if not 0 <= int(label) < generator.classes:
+        raise ValueError(f"{label} is not one of this generator's classes (0 to {generator.classes - 1}).")
+    return int(label)
+
+
+class GeneratorFileError(ValueError):
+    """A generator file that cannot be loaded; the message says why."""
+
+
+def read_spec(meta_path: str) -> tuple[GeneratorSpec, dict]:
+    """The generator description: a small JSON object with an integer spec in range."""
+    try:
+        size = os.path.getsize(meta_path)
+    except OSError as exc:
+        raise GeneratorFileError(f"The generator description cannot be read: {exc}")
+    if size > MAX_META_BYTES:
+        raise GeneratorFileError(f"The generator description is {size} bytes; a real one is under "
+                                 f"{MAX_META_BYTES // 1024} KB.")
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+        raw = meta["spec"]
+        values = {}
+        for key in ("z_dim", "channels", "resolution", "width", "classes"):
+            v = raw.get(key, 0) if key == "classes" else raw[key]   # files before conditional G have none
+            # bool is an int subclass and 28.7 would silently truncate: both are refused.
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"spec.{key} must be a whole number, got {v!r}")
+            values[key] = v
+    except RecursionError:   # json decodes each nesting level by recursion: 100 KB of "[" is too deep
+        raise GeneratorFileError(f"{os.path.basename(meta_path)} is not a generator description: its JSON is "
+                                 "nested thousands of levels deep. Upload the generator.json saved with the "
+                                 "generator.") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise GeneratorFileError(f"The generator description ({os.path.basename(meta_path)}) is not valid: {what}")
+    for key, (low, high) in SPEC_LIMITS.items():
+        if not low <= values[key] <= high:
+            raise GeneratorFileError(f"The generator description has spec.{key}={values[key]}; "
+                                     f"it must be between {low} and {high}.")
+    for key, choices in SPEC_CHOICES.items():
+        if values[key] not in choices:
+            raise GeneratorFileError(f"The generator description has spec.{key}={values[key]}; "
+                                     f"it must be one of {', '.join(map(str, choices))}.")
+    return GeneratorSpec(**values), meta

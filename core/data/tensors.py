@@ -1,0 +1,86 @@
+"""A decoded set as tensors: ImageSet, and its .pt cache file written once and memory-mapped after.
+
+The one module of this package besides stream.py that imports torch. The rest (listing, guards,
+decoding, what dataset_info says) serves the UI process, which never imports torch (issue 13:
+its memory), so the loaders import this module only when they build or read a set.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from core.data.cache import PREP_VERSION, read_meta
+from core.images import to_model_range
+from core.rundir import write_atomic
+
+
+@dataclass
+class ImageSet:
+    """A preprocessed dataset: uint8 images (N, C, H, W), optional labels, a display name.
+
+    Loaders may hand over numpy arrays: they become tensors sharing the arrays' memory."""
+    images: torch.Tensor
+    name: str
+    labels: torch.Tensor | None = None
+    skipped: int = 0          # unreadable image files left out (own images)
+    ignored: int = 0          # files that are not PNG/JPEG, not used (own images)
+
+    def __post_init__(self):
+        self.images = torch.as_tensor(self.images)
+        if self.labels is not None:
+            self.labels = torch.as_tensor(self.labels)
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    @property
+    def channels(self) -> int:
+        return self.images.shape[1]
+
+    @property
+    def resolution(self) -> int:
+        return self.images.shape[-1]
+
+    def sample(self, n: int, rng: random.Random) -> np.ndarray:
+        """n of the images, float32 in [-1, 1]; only those n are read from a memory-mapped set."""
+        idx = sorted(rng.sample(range(len(self.images)), min(n, len(self.images))))
+        return to_model_range(self.images[torch.tensor(idx)]).numpy()
+
+
+def save_cached(path: str, images: torch.Tensor, labels: torch.Tensor | None, meta: dict) -> None:
+    """Both files written atomically: a reader never sees half a file. The tensors are saved
+    straight into the temp file: a large dataset is not held in memory twice."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    def save_tensors(f) -> None:
+        try:
+            torch.save({"images": images.contiguous(), "labels": labels}, f)
+        except RuntimeError as exc:
+            # torch reports a write the disk refused (full) as its own RuntimeError, with the
+            # OSError only as context; the callers handle a refused write as the OSError it is.
+            if isinstance(exc.__context__, OSError):
+                raise exc.__context__ from None
+            raise
+
+    write_atomic(path, save_tensors)
+    meta = dict(meta, size=int(images.shape[0]), channels=int(images.shape[1]),
+                resolution=int(images.shape[-1]), version=PREP_VERSION)
+    write_atomic(path[:-3] + ".json", json.dumps(meta).encode())
+
+
+def load_cached(path: str, name: str) -> ImageSet | None:
+    """The cached set, memory-mapped (cheap: pages are read as batches touch them)."""
+    meta = read_meta(path)
+    if meta is None or not os.path.exists(path):
+        return None
+    try:
+        state = torch.load(path, mmap=True, weights_only=True)
+    except Exception:                # a damaged cache file is rebuilt, not fatal
+        return None
+    return ImageSet(state["images"], meta.get("name", name), state.get("labels"),
+                    meta.get("skipped", 0), meta.get("ignored", 0))
