@@ -37,3 +37,13 @@ def test_a_full_disk_is_said_in_plain_words_without_errno(pool):
     with pytest.raises(gr.Error, match="disk is full") as refusal:
         viewer_work.run(shutil.copyfile, __file__, "/dev/full")
     assert "Errno" not in str(refusal.value) and "/dev" not in str(refusal.value)
+
+
+def test_a_worker_killed_between_requests_costs_no_request(pool):
+    """As the kernel's OOM killer would, or a test's train() in this process (it ends its spawned children)."""
+    import signal
+    import time
+    worker = viewer_work.run(os.getpid)
+    os.kill(worker, signal.SIGKILL)
+    time.sleep(2)   # the pool's manager thread sees the death and marks the pool broken
+    assert viewer_work.run(os.getpid) not in (worker, os.getpid())
