@@ -115,8 +115,10 @@ def first_checkpoint(run: RunDir) -> str:
 
 
 # Returned files kept: more than can be in flight (app.py queues 4 at a time per event, and three
-# events return files), since Gradio serves its own cached copy once a reply is sent.
-KEEP_OUTPUTS = 16
+# events return files), and for long enough that a slow viewer still fetches its file after the
+# reply: at 16, eight soak clients making ~0.5 files/s had a timelapse GIF deleted before its
+# (idle-priority) client fetched it, ~30 s after it was made (bench/README.md, soak).
+KEEP_OUTPUTS = 32
 
 
 class OutputFolders:
