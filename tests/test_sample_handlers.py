@@ -12,8 +12,8 @@ import pytest
 
 from app.job import SHIPPED_GENERATOR, Job
 from app.live import LiveFeed
-from app.sample_tab import (DIRECTION_RANGE, FOLLOW, MAX_GRID, MAX_NEIGHBOURS, MAX_STRIP, MAX_ZIP, SEED_MAX, SHIPPED,
-                            SampleTab)
+from app.sample_tab import (DIRECTION_RANGE, FOLLOW, KEEP_OUTPUTS, MAX_GRID, MAX_NEIGHBOURS, MAX_STRIP, MAX_ZIP, SEED_MAX,
+                            SHIPPED, OutputFolders, SampleTab)
 from app.ui import DeviceCache, TrainTab
 from core import sample as sampling
 
@@ -103,3 +103,19 @@ def test_the_generator_everyone_sees_changes_only_with_the_host_key(tab):
     assert "the uploaded generator" in tab.sample(FOLLOW, 0, 2)[1]
     assert re.match("Using the run's generator", tab.use_run_generator(HOST_KEY))
     assert "the shipped generator" in tab.sample(FOLLOW, 0, 2)[1]
+
+
+def test_a_file_served_again_becomes_the_newest_and_is_not_the_next_to_go():
+    """The timelapse of unchanged grids is served again from its file: under a flood of other
+    outputs, the old file was deleted before its viewer fetched it (bench_soak: a 403)."""
+    outputs = OutputFolders()
+    timelapse = outputs.path("timelapse.gif")
+    open(timelapse, "w").close()
+    for i in range(KEEP_OUTPUTS - 1):
+        outputs.path(f"other-{i}.zip")
+    assert outputs.reuse(timelapse)
+    outputs.path("one-more.zip")          # without the reuse, the timelapse would go now
+    assert os.path.exists(timelapse)
+    for i in range(KEEP_OUTPUTS):
+        outputs.path(f"later-{i}.zip")
+    assert not os.path.exists(timelapse) and not outputs.reuse(timelapse)
