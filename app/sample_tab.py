@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 
 import gradio as gr
 import numpy as np
@@ -114,20 +115,27 @@ def first_checkpoint(run: RunDir) -> str:
     return str(min(config.checkpoint_every, config.steps))
 
 
-# Returned files kept: more than can be in flight (app.py queues 4 at a time per event, and three
-# events return files); a viewer fetches its file right after the reply.
+# Returned files kept: the newest KEEP_OUTPUTS always, more than can be in flight (app.py queues 4
+# at a time per event, and three events return files); younger ones too, for a viewer slow to
+# fetch its file after the reply (under the soak's flood a 16-file limit deleted a timelapse GIF
+# ~25 s after it was made, while its client was still fetching it), up to MAX_OUTPUTS whatever
+# their age, so the folder stays bounded.
 KEEP_OUTPUTS = 16
+MAX_OUTPUTS = 64
+SERVE_SECONDS = 120.0
 
 
 class OutputFolders:
     """The files this tab returns, in one temp folder of this server, removed when it exits.
 
-    Each file gets a subfolder of its own (two viewers may ask for the same name); only the
-    newest KEEP_OUTPUTS are kept. An uploaded generator is kept until another one replaces it."""
+    Each file gets a subfolder of its own (two viewers may ask for the same name). The newest
+    KEEP_OUTPUTS are kept, and any handed out in the last `serve_seconds`, up to MAX_OUTPUTS in
+    all. An uploaded generator is kept until another one replaces it."""
 
-    def __init__(self):
+    def __init__(self, serve_seconds: float = SERVE_SECONDS):
         self._root = None
-        self._made = collections.deque()
+        self._made = collections.OrderedDict()   # folder -> when it was last handed out, oldest first
+        self._serve_seconds = serve_seconds
         self._lock = threading.Lock()    # events run in worker threads
 
     def _folder(self) -> str:
@@ -138,12 +146,17 @@ class OutputFolders:
         return self._root
 
     def path(self, name: str) -> str:
-        """Where to write a file to return, in a new subfolder; the oldest beyond the limit go."""
+        """Where to write a file to return, in a new subfolder; the oldest beyond the limits go."""
         with self._lock:
             folder = tempfile.mkdtemp(dir=self._folder())
-            self._made.append(folder)
+            now = time.monotonic()
+            self._made[folder] = now
             while len(self._made) > KEEP_OUTPUTS:
-                shutil.rmtree(self._made.popleft(), ignore_errors=True)
+                oldest, handed_out = next(iter(self._made.items()))
+                if len(self._made) <= MAX_OUTPUTS and now - handed_out < self._serve_seconds:
+                    break
+                del self._made[oldest]
+                shutil.rmtree(oldest, ignore_errors=True)
         return os.path.join(folder, name)
 
     def reuse(self, path: str) -> bool:
@@ -153,8 +166,8 @@ class OutputFolders:
         with self._lock:
             if folder not in self._made or not os.path.exists(path):
                 return False
-            self._made.remove(folder)
-            self._made.append(folder)
+            self._made.move_to_end(folder)
+            self._made[folder] = time.monotonic()
         return True
 
     def upload_folder(self, digest: str) -> str:

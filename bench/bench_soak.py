@@ -262,7 +262,7 @@ def code_caps(uploads_mb: float) -> dict:
     from app import job, sample_tab
     from core import uploads
     caps = {"uploads_mb": uploads_mb or float(uploads.UPLOADS_MB), "runs_mb": float(job.MAX_RUNS_MB),
-            "sample_outputs_files": getattr(sample_tab, "KEEP_OUTPUTS", None)}
+            "sample_outputs_files": getattr(sample_tab, "MAX_OUTPUTS", None)}
     for module in (uploads, sample_tab):
         for name, value in vars(module).items():
             if name.endswith("_MB") and isinstance(value, (int, float)) and name != "UPLOADS_MB":
@@ -350,7 +350,7 @@ def table(report: dict) -> None:
     print(f"| uploads folder MB peak (files) | {soak['uploads_mb_peak']:.1f} ({soak['uploads_files_peak']}) | "
           f"cap {caps['uploads_mb']:.0f} MB |")
     print(f"| Sample tab outputs MB peak (files) | {soak['sample_outputs_mb_peak']:.1f} "
-          f"({soak['sample_outputs_files_peak']}) | {caps['sample_outputs_files']} returned files kept |")
+          f"({soak['sample_outputs_files_peak']}) | {caps['sample_outputs_files']} returned files at most |")
     print(f"| Gradio upload/cache folder MB peak (files) | {soak['gradio_mb_peak']:.1f} ({soak['gradio_files_peak']}) "
           "| no cap in the code |")
     print(f"| runs folder MB peak | {soak['runs_mb_peak']:.1f} | cap {caps['runs_mb']:.0f} MB |")

@@ -129,13 +129,13 @@ def test_uploads_are_evicted_least_recently_used_but_never_a_kept_runs_zip(tmp_p
 
 def test_sample_outputs_are_bounded_and_removed_when_the_app_exits(tmp_path):
     from gradio_client import handle_file
-    from app.sample_tab import KEEP_OUTPUTS
+    from app.sample_tab import KEEP_OUTPUTS, MAX_OUTPUTS
     temp = tmp_path / "tmp"
     temp.mkdir()
     app = RunningApp(str(tmp_path), env={"TMPDIR": str(temp)}).wait_ready()
     try:
         client = app.client()
-        for i in range(KEEP_OUTPUTS // 2 + 2):   # more files than are kept, of two kinds
+        for i in range(KEEP_OUTPUTS // 2 + 2):   # more files than are always kept, of two kinds
             client.predict(i, i + 1, 4, "linear", api_name="/interpolation_gif")
             client.predict(i, 4, api_name="/download_samples")
         shipped = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "generator")
@@ -149,7 +149,9 @@ def test_sample_outputs_are_bounded_and_removed_when_the_app_exits(tmp_path):
                            "", api_name="/upload_generator")
         (root,) = temp.glob("blink-sample-*")
         outputs = [p for p in root.iterdir() if p.name != "uploaded"]
-        assert len(outputs) == KEEP_OUTPUTS, outputs
+        # All made within the serving time, so all still there for a slow viewer; the count and
+        # age limits themselves: tests/test_sample_handlers.py.
+        assert KEEP_OUTPUTS < len(outputs) == 2 * (KEEP_OUTPUTS // 2 + 2) <= MAX_OUTPUTS, outputs
         assert len(list((root / "uploaded").iterdir())) == 1     # the one in use
     finally:
         app.stop()

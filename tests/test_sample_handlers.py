@@ -12,8 +12,8 @@ import pytest
 
 from app.job import SHIPPED_GENERATOR, Job
 from app.live import LiveFeed
-from app.sample_tab import (DIRECTION_RANGE, FOLLOW, KEEP_OUTPUTS, MAX_GRID, MAX_NEIGHBOURS, MAX_STRIP, MAX_ZIP, SEED_MAX,
-                            SHIPPED, OutputFolders, SampleTab)
+from app.sample_tab import (DIRECTION_RANGE, FOLLOW, KEEP_OUTPUTS, MAX_GRID, MAX_NEIGHBOURS, MAX_OUTPUTS, MAX_STRIP,
+                            MAX_ZIP, SEED_MAX, SHIPPED, OutputFolders, SampleTab)
 from app.ui import DeviceCache, TrainTab
 from core import sample as sampling
 
@@ -108,7 +108,7 @@ def test_the_generator_everyone_sees_changes_only_with_the_host_key(tab):
 def test_a_file_served_again_becomes_the_newest_and_is_not_the_next_to_go():
     """The timelapse of unchanged grids is served again from its file: under a flood of other
     outputs, the old file was deleted before its viewer fetched it (bench_soak: a 403)."""
-    outputs = OutputFolders()
+    outputs = OutputFolders(serve_seconds=0)     # the count limit alone
     timelapse = outputs.path("timelapse.gif")
     open(timelapse, "w").close()
     for i in range(KEEP_OUTPUTS - 1):
@@ -119,3 +119,16 @@ def test_a_file_served_again_becomes_the_newest_and_is_not_the_next_to_go():
     for i in range(KEEP_OUTPUTS):
         outputs.path(f"later-{i}.zip")
     assert not os.path.exists(timelapse) and not outputs.reuse(timelapse)
+
+
+def test_outputs_younger_than_the_serving_time_stay_up_to_the_hard_limit():
+    """A slow viewer's file outlives a flood of others' for a while, and the folder stays bounded."""
+    outputs = OutputFolders(serve_seconds=600)
+    made = []
+    for i in range(MAX_OUTPUTS):
+        made.append(outputs.path(f"f{i}.zip"))
+        open(made[-1], "w").close()
+    assert all(os.path.exists(p) for p in made)          # all young: none deleted past KEEP_OUTPUTS
+    newer = outputs.path("one-more.zip")
+    assert not os.path.exists(made[0]) and all(os.path.exists(p) for p in made[1:])
+    assert os.path.isdir(os.path.dirname(newer))
