@@ -115,14 +115,14 @@ def run(fn, *args):
     from app.errors import refused   # here, not at the top: the workers import this module, never Gradio
     pool = _get_pool()
     try:
-        try:
-            future = pool.submit(_in_worker, fn, args)
-        except BrokenProcessPool:
-            # The worker died between requests (the kernel's OOM killer, a kill by hand): not
-            # this request's doing, so a new pool serves it.
-            _discard(pool)
-            pool = _get_pool()
-            future = pool.submit(_in_worker, fn, args)
+        future = pool.submit(_in_worker, fn, args)
+    except BrokenProcessPool:
+        # The worker died between requests (the kernel's OOM killer, a kill by hand): not this
+        # request's doing, so a new pool serves it.
+        _discard(pool)
+        pool = _get_pool()
+        future = pool.submit(_in_worker, fn, args)
+    try:
         return future.result()
     except BrokenProcessPool:
         # A worker died mid-request (out of memory, killed): a new pool serves the next one.

@@ -23,7 +23,7 @@ from core import models
 from core.architecture import MAX_WEIGHTS_MB, GeneratorFileError, GeneratorSpec, check_class, read_spec
 from core.images import grid_image, png_bytes, to_model_range, to_uint8
 from core.models import Generator
-from core.rundir import write_atomic
+from core.rundir import generator_files, write_atomic
 
 MAX_SAMPLES = 1024
 MAX_PARAMETERS = 16_000_000   # an upload limit too: the described generator's size (its files': core.architecture)
@@ -113,7 +113,6 @@ def load_generator(weights_path: str, meta_path: str, device: str = "cpu") -> tu
 
 
 def load_run_generator(run_path: str, device: str = "cpu") -> tuple[Generator, dict]:
-    from core.rundir import generator_files
     weights, meta = generator_files(run_path)
     if not os.path.exists(weights):
         raise GeneratorFileError(f"No generator in {run_path} yet: it is saved at the first checkpoint.")

@@ -18,3 +18,13 @@ def runs_root(tmp_path, monkeypatch):
     root.mkdir()
     monkeypatch.setenv("BLINK_RUNS_DIR", str(root))
     return str(root)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    """The real app (`python app.py`) on an empty runs folder, one per test module; a module that
+    needs another set-up defines its own `app`."""
+    from tests.apphelpers import RunningApp
+    running = RunningApp(str(tmp_path_factory.mktemp("runs"))).wait_ready()
+    yield running
+    assert running.stop() is not None

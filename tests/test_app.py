@@ -13,13 +13,6 @@ from tests.apphelpers import RunningApp, wait_for
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    running = RunningApp(str(tmp_path_factory.mktemp("runs"))).wait_ready()
-    yield running
-    assert running.stop() is not None
-
-
 def test_bad_settings_are_refused_before_any_process_starts(app):
     client = app.client()
     # The project's own checks answer, naming the field (the number boxes have no limits of their own;

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.apphelpers import BROWSER_ARGS, CHROMIUM, RunningApp, children_of, needs_chromium
+from tests.apphelpers import BROWSER_ARGS, CHROMIUM, children_of, needs_chromium
 
 pytestmark = pytest.mark.slow
 
@@ -14,13 +14,6 @@ def torch_loaded(pid: int) -> bool:
     """Whether torch's libraries are mapped into the process `pid`."""
     with open(f"/proc/{pid}/maps") as f:
         return "libtorch" in f.read()
-
-
-@pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    running = RunningApp(str(tmp_path_factory.mktemp("runs"))).wait_ready()
-    yield running
-    assert running.stop() is not None
 
 
 def test_previews_and_samples_are_drawn_without_torch_in_the_ui_process(app):

@@ -351,7 +351,7 @@ def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
             raise _nothing_usable(listing, len(bad))
         decoded = ImageSet(stack_images(arrays, grey=all(greys)), title, skipped=len(bad), ignored=listing.ignored)
         try:
-            save_cached(cache, decoded.images, None, {"name": title, "skipped": len(bad), "ignored": listing.ignored})
+            save_cached(cache, decoded)
         except OSError:
             pass
         return decoded

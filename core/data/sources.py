@@ -256,7 +256,7 @@ class TorchvisionSource(Source):
                                    f"({type(exc).__name__}: {exc}). Delete them and fetch them again from {self.url}.") from exc
             decoded = ImageSet(images, self.title, labels)
             try:
-                save_cached(path, decoded.images, decoded.labels, {"name": self.title})
+                save_cached(path, decoded)
             except OSError:              # full or read-only disk: train from memory, decode again next time
                 return decoded
         cached = load_cached(path, self.title)

@@ -52,14 +52,15 @@ class ImageSet:
         return to_model_range(self.images[torch.tensor(idx)]).numpy()
 
 
-def save_cached(path: str, images: torch.Tensor, labels: torch.Tensor | None, meta: dict) -> None:
+def save_cached(path: str, image_set: ImageSet) -> None:
     """Both files written atomically: a reader never sees half a file. The tensors are saved
     straight into the temp file: a large dataset is not held in memory twice."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    images = image_set.images
 
     def save_tensors(f) -> None:
         try:
-            torch.save({"images": images.contiguous(), "labels": labels}, f)
+            torch.save({"images": images.contiguous(), "labels": image_set.labels}, f)
         except RuntimeError as exc:
             # torch reports a write the disk refused (full) as its own RuntimeError, with the
             # OSError only as context; the callers handle a refused write as the OSError it is.
@@ -68,8 +69,9 @@ def save_cached(path: str, images: torch.Tensor, labels: torch.Tensor | None, me
             raise
 
     write_atomic(path, save_tensors)
-    meta = dict(meta, size=int(images.shape[0]), channels=int(images.shape[1]),
-                resolution=int(images.shape[-1]), version=PREP_VERSION)
+    meta = {"name": image_set.name, "skipped": image_set.skipped, "ignored": image_set.ignored,
+            "size": int(images.shape[0]), "channels": int(images.shape[1]),
+            "resolution": int(images.shape[-1]), "version": PREP_VERSION}
     write_atomic(path[:-3] + ".json", json.dumps(meta).encode())
 
 
