@@ -222,7 +222,7 @@ class TrainTab:
     def config_from_form(self, dataset, data_path, gan, preset, batch_size, precision, device, steps,
                          log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
                          checkpoint_every=TrainConfig.checkpoint_every,
-                         conditional=TrainConfig.conditional) -> TrainConfig:
+                         conditional=TrainConfig.conditional, seed=TrainConfig.seed) -> TrainConfig:
         """The form as a TrainConfig, validated once against the dataset's size and the device's caps."""
         try:
             config = TrainConfig(dataset=str(dataset), data_path=check_data_path(str(dataset), data_path), gan=str(gan),
@@ -230,7 +230,8 @@ class TrainTab:
                                  precision=str(precision), device=str(device), steps=form_number(steps, "steps"),
                                  log_every=form_number(log_every, "log_every"),
                                  grid_every=form_number(grid_every, "grid_every"),
-                                 checkpoint_every=form_number(checkpoint_every, "checkpoint_every"))
+                                 checkpoint_every=form_number(checkpoint_every, "checkpoint_every"),
+                                 seed=form_number(seed, "seed"))
             # The only checks before the one validate are the two its inputs need: the probe would
             # run for any string, and an unknown dataset has no size (validate names it, with the
             # choices). A probe is kept (DeviceCache), so this is the one probe of this Start.
@@ -247,14 +248,15 @@ class TrainTab:
 
     def start(self, dataset, data_path, gan, preset, batch_size, precision, device, steps,
               log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
-              checkpoint_every=TrainConfig.checkpoint_every, conditional=TrainConfig.conditional, key=""):
+              checkpoint_every=TrainConfig.checkpoint_every, conditional=TrainConfig.conditional,
+              seed=TrainConfig.seed, key=""):
         self.require_host(key)
         # Answered at once, before the settings are checked (a device probe can take seconds). A
         # trainer that has written its final status may take a moment to exit: job.start waits.
         if self.job.is_active() and self.job.snapshot().status.state not in FINAL_STATES:
             raise refused(self.job.busy_message(), title="A run is going")
         config = self.config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
-                                       log_every, grid_every, checkpoint_every, conditional)
+                                       log_every, grid_every, checkpoint_every, conditional, seed)
         try:
             run = self.job.start(config)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
@@ -399,7 +401,7 @@ class TrainTab:
                         self.dataset_note = gr.Markdown(elem_id="dataset-note")
                         self.dataset_preview = gr.Image(label="Real images from the dataset", format="png",
                                                         type="numpy", interactive=False, elem_id="dataset-preview")
-            with gr.Accordion("Advanced: labels; how often to log, draw a grid and save", open=False):
+            with gr.Accordion("Advanced: labels; how often to log, draw a grid and save; seed", open=False):
                 self.conditional = gr.Radio(
                     [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
                      ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
@@ -412,12 +414,14 @@ class TrainTab:
                                                 label="Grid every (steps)")
                     self.checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0,
                                                       label="Checkpoint every (steps)")
+                    self.seed = gr.Number(value=TrainConfig.seed, precision=0, label="Seed",
+                                          info="the same seed and settings start the same run; another seed, another run")
         self.query_form = [self.dataset, self.gan, self.preset, self.batch_size, self.precision, self.steps,
                            self.device]   # QUERY_FIELDS order
 
     def _wire_events(self, blocks: gr.Blocks) -> None:
         form = [self.dataset, self.data_path, self.gan, self.preset, self.batch_size, self.precision, self.device,
-                self.steps, self.log_every, self.grid_every, self.checkpoint_every, self.conditional]
+                self.steps, self.log_every, self.grid_every, self.checkpoint_every, self.conditional, self.seed]
         # In the browser only: the last message goes at once, so a refusal is not shown beside it.
         self.start_button.click(None, None, self.message, js="() => ''", api_visibility="private")
         self.start_button.click(self.start, form + [self.key], self.message, api_name="start").success(

@@ -67,7 +67,8 @@ class TrainConfig:
                                      "DCGAN's fast preset, else 0")
     z_dim: int | None = option(None, "latent size; default: the seed's 100, or 16 for the fast preset",
                                range=(1, None))
-    seed: int = option(0, "random seed")
+    seed: int = option(0, "random seed: the same seed and settings start the same run; another seed, another run",
+                       "Seed", range=(0, 2**31 - 1))
     log_every: int = option(25, "steps between loss points and status updates", "Log every", range=(1, 100_000))
     grid_every: int = option(100, "steps between fixed-noise grids", "Grid every", range=(1, 100_000))
     checkpoint_every: int = option(500, "steps between checkpoints (also at stop and end)", "Checkpoint every",

@@ -26,7 +26,7 @@ def test_bad_settings_are_refused_before_any_process_starts(app):
 
 def test_a_short_run_streams_events_and_grids_then_samples(app):
     client = app.client()
-    message = client.predict("bundled-mnist", "", "dcgan", "auto", 32, "fp32", "auto", 120, api_name="/start")
+    message = client.predict("bundled-mnist", "", "dcgan", "auto", 32, "fp32", "auto", 120, seed=7, api_name="/start")
     assert "Started run" in message
     seen_events, seen_grids = [], set()
 
@@ -43,6 +43,8 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     # The event log grew while we watched, and every loss is finite.
     assert len(set(seen_events)) >= 3
     run_path = os.path.dirname(os.path.dirname(status["grid"]))
+    with open(os.path.join(run_path, "config.json")) as f:   # the form's values, the Advanced seed among them
+        assert (json.load(f)["seed"], status["step"]) == (7, 120)
     with open(os.path.join(run_path, "events.jsonl")) as f:
         events = [json.loads(line) for line in f]
     losses = [e for e in events if "loss_d" in e]

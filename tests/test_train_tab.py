@@ -51,6 +51,8 @@ def test_bad_numbers_are_refused_naming_the_field_and_its_range(tab):
     assert refusal(tab, batch_size=high * 5) == f"{label} must be between {low} and {high:,} (got {high * 5:,})."
     assert refusal(tab, steps=None).startswith(f"{spec('steps')['label']} is empty: type a whole number")
     assert refusal(tab, batch_size="lots").startswith(f"{label} must be a whole number")
+    assert refusal(tab, seed=-1) == f"Seed must be between 0 and {2**31 - 1:,} (got -1)."
+    assert tab.config_from_form(**FORM, seed=12).seed == 12
 
 
 def test_an_unknown_device_is_refused_with_the_choices(tab):
