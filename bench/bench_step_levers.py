@@ -2,6 +2,7 @@
 
     python bench/bench_step_levers.py compile     # bare loop, eager vs torch.compile(G), torch.compile(D)
     python bench/bench_step_levers.py layers      # the 1-channel layers: conv vs unfold/fold + matmul
+    python bench/bench_step_levers.py profile     # where the FLOP share goes: GFLOP/s per kind of op
 
 compile: bench_speed.py's bare loop (2 threads, channels_last, fused Adam) in fresh processes,
 eager then compiled (inductor, its cache in a temp folder: the first compile is what a cold
@@ -9,6 +10,11 @@ standby would pay), 200 timed steps after 30 warm-up steps; prints steps/s and t
 layers: forward + backward of D's first conv (1 -> 32, 28x28) and G's last transposed conv
 (32 -> 1, to 28x28) at batch 128, as torch runs them (contiguous and channels_last) and as
 im2col matrix products (F.unfold / F.fold around one matmul), median of 30 after 5.
+profile: the bare loop in a fresh process, 50 steps under torch.profiler (each op's own time on the
+calling thread, which waits for its parallel work: per op, wall time) and one step under
+FlopCounterMode; per kind of op (convolution forward, convolution backward, matrix products,
+everything else) its GFLOP and ms per step, its GFLOP/s and that as a share of torch.mm's peak
+measured in the same process; then 200 steps timed without the profiler for the whole step's share.
 """
 from __future__ import annotations
 
@@ -80,5 +86,62 @@ def layers_lever() -> None:
           f"matmul + fold {ms(lambda: fold_conv_transpose(h, w).sum().backward()):.2f} ms", flush=True)
 
 
+# The bare loop's timed section replaced: profile, count FLOPs, then time it unprofiled.
+PROFILE_SECTION = r"""
+from torch.profiler import profile
+from torch.utils.flop_counter import FlopCounterMode
+sys.path.insert(0, os.path.join(os.getcwd(), "bench"))
+from bench_speed import matmul_peak
+KINDS = {"aten::mkldnn_convolution": "conv forward", "aten::_convolution": "conv forward",
+         "aten::convolution_backward": "conv backward", "aten::mm": "matmul", "aten::addmm": "matmul"}
+with profile() as prof:
+    for _ in range(50):
+        gan_step(stream)
+ms = {}
+for event in prof.key_averages():
+    kind = KINDS.get(event.key, "everything else")
+    ms[kind] = ms.get(kind, 0.0) + event.self_cpu_time_total / 1e3 / 50
+with FlopCounterMode(display=False) as counter:
+    gan_step(stream)
+flops = {}
+for op, count in counter.get_flop_counts()["Global"].items():
+    name = str(op).split(".")[1]
+    kind = {"convolution": "conv forward", "convolution_backward": "conv backward"}.get(name, "matmul")
+    flops[kind] = flops.get(kind, 0) + count
+peak = max(matmul_peak() for _ in range(3))
+t0 = time.perf_counter()
+for _ in range(steps):
+    gan_step(stream)
+print("PROFILE " + json.dumps({"ms": ms, "gflop": {k: v / 1e9 for k, v in flops.items()}, "peak": peak,
+                               "steps_per_second": steps / (time.perf_counter() - t0)}), flush=True)
+"""
+
+
+def profile_lever() -> None:
+    from bench_speed import BARE_CHILD
+    from core.config import TrainConfig
+    timed = "t0 = time.perf_counter()\nfor _ in range(steps):\n    gan_step(stream)\n"
+    assert timed in BARE_CHILD
+    code = BARE_CHILD.replace("import torch\n", "import torch; torch.set_num_threads(2)\n", 1)
+    code = code.replace(timed, PROFILE_SECTION + "t0 = time.perf_counter()\n")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(TrainConfig().to_dict()), "200", "30"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    result = json.loads(next(line[8:] for line in out.splitlines() if line.startswith("PROFILE ")))
+    peak, ms, gflop = result["peak"], result["ms"], result["gflop"]
+    total_ms, total_gflop = sum(ms.values()), sum(gflop.values())
+    print(f"fp32 torch.mm peak {peak:.0f} GFLOP/s; profiled step {total_ms:.1f} ms, {total_gflop:.2f} GFLOP")
+    for kind in ("conv forward", "conv backward", "matmul", "everything else"):
+        g, t = gflop.get(kind, 0.0), ms.get(kind, 0.0)
+        rate = g / t * 1e3 if t else 0.0
+        print(f"{kind:16s} {g:5.2f} GFLOP {t:6.1f} ms ({t / total_ms:5.1%} of the step) -> "
+              f"{rate:6.1f} GFLOP/s = {rate / peak:5.1%} of peak")
+    flop_ms = total_ms - ms.get("everything else", 0.0)
+    print(f"if everything else took no time: {total_gflop / flop_ms * 1e3:.1f} GFLOP/s = "
+          f"{total_gflop / flop_ms * 1e3 / peak:.1%} of peak")
+    rate = result["steps_per_second"] * total_gflop
+    print(f"unprofiled: {result['steps_per_second']:.2f} steps/s x {total_gflop:.2f} GFLOP = {rate:.1f} GFLOP/s "
+          f"= {rate / peak:.1%} of peak")
+
+
 if __name__ == "__main__":
-    {"compile": compile_lever, "layers": layers_lever}[sys.argv[1] if len(sys.argv) > 1 else "layers"]()
+    {"compile": compile_lever, "layers": layers_lever, "profile": profile_lever}[sys.argv[1] if len(sys.argv) > 1 else "layers"]()

@@ -1,0 +1,143 @@
+"""What a student sees T seconds after Start, and how far a long run gets (issue 17).
+
+    python bench/bench_digits.py at --seconds 30 60 --seeds 0 1 2   # from pressing Start in the app
+    python bench/bench_digits.py ceiling --minutes 10                # one long CLI run's quality curve
+
+at: starts the real app (`python app.py`, with its warm standby trainer) once. For each seed and
+each T it presses Start through the named API (default settings, the Advanced tab's seed), presses
+Stop T seconds after pressing Start, waits for the run to end, and scores the generator the run
+saved at the stop (what the Sample tab and a download give: the EMA of G where the run has one)
+on 5,000 samples, classes 0-9 in turn, with the shipped MNIST classifier: the share called with
+p > 0.9 ("confident"), the digits among those, the share called as the digit asked for, and the
+Frechet distance of the classifier's features against 2,000 real digits. Between runs the page
+stays open (a /status call a second) for --pause seconds while the app readies its next standby.
+Nothing polls during a run: the client sleeps until T, so it costs the trainer nothing.
+
+ceiling: the CLI trainer (bench_speed.run_trainer) at defaults, stopped through the run directory
+--minutes after its training loop began; its own quality curve (1,024 samples every 200 steps)
+gives the Frechet distance at step 2,000 and at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+FINAL = ("done", "failed", "stopped")
+SCORED_SAMPLES = 5000
+
+
+def press_start(client, seed: int) -> float:
+    """Press Start with the default form and `seed`; the time it was pressed (perf_counter)."""
+    from gradio_client.exceptions import AppError
+    from core.config import TrainConfig
+    defaults = TrainConfig()
+    for _ in range(100):   # the previous trainer writes its final status, then takes a moment to exit
+        pressed = time.perf_counter()
+        try:
+            client.predict(defaults.dataset, "", defaults.gan, defaults.preset, defaults.batch_size,
+                           defaults.precision, defaults.device, 100_000, seed=seed, api_name="/start")
+            return pressed
+        except AppError as exc:
+            if "already training" not in str(exc):
+                raise
+            time.sleep(0.2)
+    raise RuntimeError("the app stayed busy")
+
+
+def wait_final(client, timeout: float = 120) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = client.predict(api_name="/status")
+        if status.get("state") in FINAL:
+            return status
+        time.sleep(0.2)
+    raise TimeoutError("the run did not end")
+
+
+def score_run(run_path: str, meter) -> dict:
+    from core.sample import load_run_generator
+    generator, _ = load_run_generator(run_path)
+    return meter.measure(generator, "cpu")
+
+
+def at_seconds(args) -> None:
+    from core.data import load_bundled_mnist
+    from core.quality import MnistMeter
+    from tests.apphelpers import RunningApp
+    meter = MnistMeter(load_bundled_mnist().images, n_fake=SCORED_SAMPLES)
+    root = tempfile.mkdtemp(prefix="blink-bench-digits-")
+    app = RunningApp(root).wait_ready()
+    rows = []
+    try:
+        client = app.client()
+        for seed in args.seeds:
+            for seconds in args.seconds:
+                for _ in range(int(args.pause)):   # the page is open meanwhile; the next standby warms up
+                    client.predict(api_name="/status")
+                    time.sleep(1.0)
+                pressed = press_start(client, seed)
+                time.sleep(max(0.0, seconds - (time.perf_counter() - pressed)))
+                client.predict(api_name="/stop")
+                stop_sent = time.perf_counter() - pressed
+                status = wait_final(client)
+                values = score_run(os.path.join(root, status["run"]), meter)
+                rows.append({"seed": seed, "T": seconds, "step": status["step"], "stop_sent": stop_sent, **values})
+                print(f"seed {seed}, Stop {stop_sent:.1f} s after Start: step {status['step']}, "
+                      f"confident {values['confident']:.3f}, classes {values['classes']:.0f}, "
+                      f"label_match {values['label_match']:.3f}, fd {values['fd']:.2f} "
+                      f"({status['state']}: {status.get('message', '')[:60]})", flush=True)
+    finally:
+        app.stop()
+    for seconds in args.seconds:
+        at = [r for r in rows if r["T"] == seconds]
+        print(f"at {seconds} s from Start, median of {len(at)} seeds: "
+              + ", ".join(f"{k} {statistics.median(r[k] for r in at):.3f} ({', '.join(f'{r[k]:.3f}' for r in at)})"
+                          for k in ("confident", "label_match", "fd"))
+              + f"; classes min {min(r['classes'] for r in at):.0f}; steps {[r['step'] for r in at]}", flush=True)
+
+
+def ceiling(args) -> None:
+    from bench_speed import run_trainer
+    seconds = args.minutes * 60
+    out = run_trainer([f"--steps={args.max_steps}", f"--seed={args.seed}"],
+                      stop_when=lambda event: event.get("time", 0) >= seconds, timeout=seconds + 300)
+    curve = [e for e in out["events"] if "quality_fd" in e]
+    if not curve:
+        raise RuntimeError(f"no quality measurements: {out['status']}")
+    print("step time_s fd confident classes label_match")
+    for e in curve:
+        print(e["step"], round(e["time"], 1), e["quality_fd"], e["quality_confident"], e["quality_classes"],
+              e.get("quality_label_match"), flush=True)
+    at_2000 = min(curve, key=lambda e: abs(e["step"] - 2000))
+    last = curve[-1]
+    best = min(curve, key=lambda e: e["quality_fd"])
+    print(f"fd at step {at_2000['step']}: {at_2000['quality_fd']:.2f}; at the end (step {last['step']}, "
+          f"{last['time']:.0f} s of training): {last['quality_fd']:.2f} -> {at_2000['quality_fd'] / last['quality_fd']:.2f}x "
+          f"lower (target >= 2x); lowest {best['quality_fd']:.2f} at step {best['step']}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode", required=True)
+    at = sub.add_parser("at", help="from pressing Start in the app to Stop at T seconds")
+    at.add_argument("--seconds", type=float, nargs="+", default=[30.0, 60.0])
+    at.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    at.add_argument("--pause", type=float, default=15.0, help="seconds the page is open before each Start")
+    long_run = sub.add_parser("ceiling", help="one long CLI run's quality curve")
+    long_run.add_argument("--minutes", type=float, default=10.0)
+    long_run.add_argument("--seed", type=int, default=0)
+    long_run.add_argument("--max-steps", type=int, default=200_000)
+    args = parser.parse_args()
+    {"at": at_seconds, "ceiling": ceiling}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
