@@ -65,6 +65,9 @@ class TrainConfig:
     ema: float | None = option(None, "decay of the moving average of G's weights that grids, quality and the "
                                      "saved generator sample from (0: sample G itself); default: 0.99 for "
                                      "DCGAN's fast preset, else 0")
+    lr_decay_start: float | None = option(None, "share of the run after which both learning rates fall linearly "
+                                                "toward 0 at its last step (CycleGAN's schedule; 1: constant); "
+                                                "default: 0.5 for DCGAN's fast preset, else 1")
     z_dim: int | None = option(None, "latent size; default: the seed's 100, or 16 for the fast preset",
                                range=(1, None))
     seed: int = option(0, "random seed: the same seed and settings start the same run; another seed, another run",
@@ -89,6 +92,8 @@ class TrainConfig:
             values["z_dim"] = Z_DIM.get(preset, Z_DIM["default"])
         if values.get("ema", self.ema) is None:   # off unless the preset's defaults turn it on
             values["ema"] = 0.0
+        if values.get("lr_decay_start", self.lr_decay_start) is None:   # constant unless the preset's decay
+            values["lr_decay_start"] = 1.0
         return dataclasses.replace(self, **values)
 
     # ---- serialisation ----------------------------------------------------------------
@@ -180,6 +185,9 @@ def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dic
             raise ConfigError(f"{name} {b} must be in [0, 1).")
     if not (0 <= resolved.ema < 1):
         raise ConfigError(f"ema {resolved.ema} is out of range; use a value in [0, 1), e.g. 0.99 (0: off).")
+    if not (0 <= resolved.lr_decay_start <= 1):
+        raise ConfigError(f"lr_decay_start {resolved.lr_decay_start} is out of range; use a share of the run in "
+                          "[0, 1], e.g. 0.5 (1: constant learning rates).")
     if resolved.gp_weight < 0:
         raise ConfigError("gp_weight must be 0 or more (10 is WGAN-GP's default).")
     if dataset_size is not None and cfg.batch_size > dataset_size:

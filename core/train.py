@@ -272,6 +272,9 @@ class Loop:
         fused = {"fused": True} if info.kind in ("cpu", "cuda") else {}
         self.opt_g = torch.optim.Adam(self.G.parameters(), lr=config.lr_g, betas=betas, **fused)
         self.opt_d = torch.optim.Adam(self.D.parameters(), lr=config.lr_d, betas=betas, **fused)
+        # The learning rates' share of the config's (lr_factor), set at the first step: a loaded
+        # optimizer state brings the rates it was saved with.
+        self.lr_scale = None
         self.train_step = GanStep(self.G, self.D, self.opt_g, self.opt_d, losses.make_loss(config.gan, config.gp_weight),
                                   self.rt, config.n_critic, config.z_dim, config.precision)
 
@@ -362,10 +365,21 @@ class Loop:
     def step(self) -> dict:
         """One generator update (core/step.py GanStep) on this replica's batches, then the average
         of G's weights, in the same graph on XLA; tensors only."""
+        self.set_learning_rates(lr_factor(self.step_count, self.config.steps, self.config.lr_decay_start))
         tensors = self.train_step(self.stream)
         if self.ema:
             self.ema.update()
         return tensors
+
+    def set_learning_rates(self, factor: float) -> None:
+        """Both optimizers at factor x the config's rates. A Python float in param_groups: on XLA a
+        changing value becomes device data, not a new graph (notes/torch_xla.md), unless it is 0
+        (a constant there), which lr_factor never returns."""
+        if factor != self.lr_scale:
+            for optimizer, lr in ((self.opt_g, self.config.lr_g), (self.opt_d, self.config.lr_d)):
+                for group in optimizer.param_groups:
+                    group["lr"] = lr * factor
+            self.lr_scale = factor
 
     # ---- the loop --------------------------------------------------------------------------
     def run(self) -> None:
@@ -480,6 +494,17 @@ class Loop:
                 self.save_grid()
         self._status(state, message)
         self.run_dir.clear_request()
+
+
+# ---- the learning rates' schedule (pure: unit-tested without a Loop) -----------------------
+def lr_factor(step: int, steps: int, decay_start: float) -> float:
+    """The learning rates' share of the config's for the update after `step` updates of a
+    `steps`-long run: 1 until decay_start x steps, then falling linearly to 1 / (the decay's
+    length) for the last update, never 0 (CycleGAN's schedule at decay_start 0.5)."""
+    start = int(decay_start * steps)
+    if step < start:
+        return 1.0
+    return (steps - step) / (steps - start)
 
 
 # ---- rules on the logged values (pure: unit-tested without a Loop) -----------------------
