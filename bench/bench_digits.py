@@ -1,7 +1,7 @@
 """What a student sees T seconds after Start, and how far a long run gets (issue 17).
 
     python bench/bench_digits.py at --seconds 30 60 --seeds 0 1 2   # from pressing Start in the app
-    python bench/bench_digits.py ceiling --minutes 10                # one long CLI run's quality curve
+    python bench/bench_digits.py ceiling --steps 8500 --minutes 10   # one long CLI run's quality curve
 
 at: starts the real app (`python app.py`, with its warm standby trainer) once. For each seed and
 each T it presses Start through the named API (default settings, the Advanced tab's seed), presses
@@ -13,9 +13,11 @@ Frechet distance of the classifier's features against 2,000 real digits. Between
 stays open (a /status call a second) for --pause seconds while the app readies its next standby.
 Nothing polls during a run: the client sleeps until T, so it costs the trainer nothing.
 
-ceiling: the CLI trainer (bench_speed.run_trainer) at defaults, stopped through the run directory
---minutes after its training loop began; its own quality curve (1,024 samples every 200 steps)
-gives the Frechet distance at step 2,000 and at the end.
+ceiling: the CLI trainer (bench_speed.run_trainer) at defaults for a run of --steps (8,500: about
+10 minutes here, so that the default schedule's second-half decay happens as it would in a run
+the user sized to 10 minutes), stopped through the run directory if it is still going --minutes
+after its training loop began; its own quality curve (1,024 samples every 200 steps) gives the
+Frechet distance at step 2,000 and at the end.
 """
 from __future__ import annotations
 
@@ -107,7 +109,7 @@ def at_seconds(args) -> None:
 def ceiling(args) -> None:
     from bench_speed import run_trainer
     seconds = args.minutes * 60
-    out = run_trainer([f"--steps={args.max_steps}", f"--seed={args.seed}"],
+    out = run_trainer([f"--steps={args.steps}", f"--seed={args.seed}"],
                       stop_when=lambda event: event.get("time", 0) >= seconds, timeout=seconds + 300)
     curve = [e for e in out["events"] if "quality_fd" in e]
     if not curve:
@@ -134,7 +136,7 @@ def main() -> None:
     long_run = sub.add_parser("ceiling", help="one long CLI run's quality curve")
     long_run.add_argument("--minutes", type=float, default=10.0)
     long_run.add_argument("--seed", type=int, default=0)
-    long_run.add_argument("--max-steps", type=int, default=200_000)
+    long_run.add_argument("--steps", type=int, default=8500, help="the run's length")
     args = parser.parse_args()
     {"at": at_seconds, "ceiling": ceiling}[args.mode](args)
 

@@ -18,6 +18,7 @@ apart, uniformly: figures from then are not comparable for --cond). Options:
   --r1 g[,k]       R1 penalty gamma g on real images every k steps (lazy, scaled by k)
   --loss           ns | hinge
   --decay f        linear lr decay from lr to f*lr over --steps
+  --decay-from s   ... starting at step s (constant before: CycleGAN's schedule with s = steps/2)
   --aug translate  DiffAugment-style random 1/8 translation of real and fake before D
   --lr/--lr-d/--betas/--batch
   --ema d[,d2,...] EMAs of G, each scored beside G (one decay: key "ema"; several: "ema<d>")
@@ -216,6 +217,7 @@ def main() -> None:
     p.add_argument("--mbstd", action="store_true")
     p.add_argument("--r1", default=None)
     p.add_argument("--decay", type=float, default=None)
+    p.add_argument("--decay-from", type=int, default=0)
     p.add_argument("--aug", default=None)
     p.add_argument("--extra-conv", action="store_true")
     p.add_argument("--d-extra", action="store_true")
@@ -258,7 +260,7 @@ def main() -> None:
     opt_d = torch.optim.Adam(d.parameters(), lr=a.lr_d or a.lr, betas=betas, **fused)
     scheds = []
     if a.decay is not None:
-        f = lambda s: 1 - (1 - a.decay) * min(s, a.steps) / a.steps
+        f = lambda s: 1 - (1 - a.decay) * max(0, min(s, a.steps) - a.decay_from) / (a.steps - a.decay_from)
         scheds = [torch.optim.lr_scheduler.LambdaLR(o, f) for o in (opt_g, opt_d)]
     if a.warmup or a.cosine is not None:
         f = lambda s: lr_factor(s, a.warmup, a.cosine, a.horizon or a.steps)
