@@ -38,30 +38,17 @@ SCORED_SAMPLES = 5000
 
 def press_start(client, seed: int) -> float:
     """Press Start with the default form and `seed`; the time it was pressed (perf_counter)."""
-    from gradio_client.exceptions import AppError
     from core.config import TrainConfig
-    defaults = TrainConfig()
-    for _ in range(100):   # the previous trainer writes its final status, then takes a moment to exit
-        pressed = time.perf_counter()
-        try:
-            client.predict(defaults.dataset, "", defaults.gan, defaults.preset, defaults.batch_size,
-                           defaults.precision, defaults.device, 100_000, seed=seed, api_name="/start")
-            return pressed
-        except AppError as exc:
-            if "already training" not in str(exc):
-                raise
-            time.sleep(0.2)
-    raise RuntimeError("the app stayed busy")
+    from tests.apphelpers import press_start as press
+    d = TrainConfig()
+    _, pressed = press(client, d.dataset, "", d.gan, d.preset, d.batch_size, d.precision, d.device, 100_000, seed=seed)
+    return pressed
 
 
-def wait_final(client, timeout: float = 120) -> dict:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        status = client.predict(api_name="/status")
-        if status.get("state") in FINAL:
-            return status
-        time.sleep(0.2)
-    raise TimeoutError("the run did not end")
+def wait_final(client) -> dict:
+    from tests.apphelpers import wait_for
+    return wait_for(lambda: (status := client.predict(api_name="/status"))["state"] in FINAL and status,
+                    timeout=120, interval=0.2, what="the run to end")
 
 
 def score_run(run_path: str, meter) -> dict:

@@ -33,8 +33,8 @@ while True:
 
 
 def bare_steps_per_second(config: dict, steps: int, policy: str, bursts: tuple[float, float] | None) -> float:
-    from bench_speed import BARE_CHILD, _child_output
-    code = BARE_CHILD.replace("import torch\n", "import torch; torch.set_num_threads(2)\n", 1)
+    from bench_speed import _child_output, bare_loop_code
+    code = bare_loop_code(2)
     env = {**os.environ, **({"OMP_WAIT_POLICY": policy} if policy else {})}
     burner = subprocess.Popen([sys.executable, "-c", BURNER, *map(str, bursts)]) if bursts else None
     try:

@@ -102,6 +102,11 @@ print("BENCH " + json.dumps({"steps_per_second": steps / (time.perf_counter() - 
 """
 
 
+def bare_loop_code(threads: int, prelude: str = "") -> str:
+    """BARE_CHILD with torch at `threads` threads, and `prelude` run right after torch's import."""
+    return BARE_CHILD.replace("import torch\n", f"import torch; torch.set_num_threads({threads})\n{prelude}", 1)
+
+
 def _child_output(stdout: str) -> dict:
     for line in stdout.splitlines()[::-1]:
         if line.startswith("BENCH "):

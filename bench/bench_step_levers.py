@@ -32,9 +32,9 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 
 def compile_lever() -> None:
-    from bench_speed import BARE_CHILD, _child_output
+    from bench_speed import _child_output, bare_loop_code
     from core.config import TrainConfig
-    eager = BARE_CHILD.replace("import torch\n", "import torch; torch.set_num_threads(2)\n", 1)
+    eager = bare_loop_code(2)
     compiled = eager.replace("gan_step = GanStep(G, D,", "G, D = torch.compile(G), torch.compile(D)\n"
                              "compile_t0 = time.perf_counter()\ngan_step = GanStep(G, D,")
     compiled = compiled.replace("t0 = time.perf_counter()\nfor _ in range(steps):",
@@ -118,11 +118,11 @@ print("PROFILE " + json.dumps({"ms": ms, "gflop": {k: v / 1e9 for k, v in flops.
 
 
 def profile_lever() -> None:
-    from bench_speed import BARE_CHILD
+    from bench_speed import bare_loop_code
     from core.config import TrainConfig
     timed = "t0 = time.perf_counter()\nfor _ in range(steps):\n    gan_step(stream)\n"
-    assert timed in BARE_CHILD
-    code = BARE_CHILD.replace("import torch\n", "import torch; torch.set_num_threads(2)\n", 1)
+    code = bare_loop_code(2)
+    assert timed in code
     code = code.replace(timed, PROFILE_SECTION + "t0 = time.perf_counter()\n")
     out = subprocess.run([sys.executable, "-c", code, json.dumps(TrainConfig().to_dict()), "200", "30"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout

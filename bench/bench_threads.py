@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    from bench_speed import BARE_CHILD
+    from bench_speed import bare_loop_code
     from core.config import TrainConfig
     settings = dict(kv.split("=", 1) for kv in args.set)
     cfg = TrainConfig(**{k: type(getattr(TrainConfig(), k) if getattr(TrainConfig(), k) is not None else 0.0)(v)
@@ -39,10 +39,8 @@ def main() -> None:
     rates: dict[int, list[float]] = {n: [] for n in args.threads}
     for pair in range(args.pairs):
         for n in args.threads:
-            prelude = f"import torch; torch.set_num_threads({n})\n"
-            if args.width:
-                prelude += f"from core import models; models.PRESET_WIDTH['fast'] = {args.width}\n"
-            code = BARE_CHILD.replace("import torch\n", prelude, 1)
+            prelude = f"from core import models; models.PRESET_WIDTH['fast'] = {args.width}\n" if args.width else ""
+            code = bare_loop_code(n, prelude)
             out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg), str(args.steps), str(args.warmup)],
                                  cwd=ROOT, capture_output=True, text=True, check=True).stdout
             sps = json.loads(out.strip().splitlines()[-1][6:])["steps_per_second"]

@@ -34,16 +34,8 @@ def vm_hwm_mb(pid: int) -> float | None:
 
 def one_run(client, steps: int) -> tuple[float, float | None]:
     """(seconds to the first loss point, trainer peak RSS MB sampled while it runs)."""
-    from gradio_client.exceptions import AppError
-    for _ in range(100):   # the previous trainer writes "done", then takes a moment to exit
-        try:
-            t0 = time.perf_counter()
-            client.predict("bundled-mnist", "", "dcgan", "auto", 64, "fp32", "auto", steps, api_name="/start")
-            break
-        except AppError as exc:
-            if "already training" not in str(exc):
-                raise
-            time.sleep(0.2)
+    from tests.apphelpers import press_start
+    _, t0 = press_start(client, "bundled-mnist", "", "dcgan", "auto", 64, "fp32", "auto", steps)
     first = None
     trainer_peak = None
     while True:

@@ -272,9 +272,6 @@ class Loop:
         fused = {"fused": True} if info.kind in ("cpu", "cuda") else {}
         self.opt_g = torch.optim.Adam(self.G.parameters(), lr=config.lr_g, betas=betas, **fused)
         self.opt_d = torch.optim.Adam(self.D.parameters(), lr=config.lr_d, betas=betas, **fused)
-        # The learning rates' share of the config's (lr_factor), set at the first step: a loaded
-        # optimizer state brings the rates it was saved with.
-        self.lr_scale = None
         self.train_step = GanStep(self.G, self.D, self.opt_g, self.opt_d, losses.make_loss(config.gan, config.gp_weight),
                                   self.rt, config.n_critic, config.z_dim, config.precision)
 
@@ -372,14 +369,13 @@ class Loop:
         return tensors
 
     def set_learning_rates(self, factor: float) -> None:
-        """Both optimizers at factor x the config's rates. A Python float in param_groups: on XLA a
-        changing value becomes device data, not a new graph (notes/torch_xla.md), unless it is 0
-        (a constant there), which lr_factor never returns."""
-        if factor != self.lr_scale:
-            for optimizer, lr in ((self.opt_g, self.config.lr_g), (self.opt_d, self.config.lr_d)):
-                for group in optimizer.param_groups:
-                    group["lr"] = lr * factor
-            self.lr_scale = factor
+        """Both optimizers at factor x the config's rates, every step (so a loaded optimizer state's
+        rates never linger). A Python float in param_groups: on XLA a changing value becomes device
+        data, not a new graph (notes/torch_xla.md), unless it is 0 (a constant there), which
+        lr_factor never returns."""
+        for optimizer, lr in ((self.opt_g, self.config.lr_g), (self.opt_d, self.config.lr_d)):
+            for group in optimizer.param_groups:
+                group["lr"] = lr * factor
 
     # ---- the loop --------------------------------------------------------------------------
     def run(self) -> None:

@@ -95,6 +95,22 @@ def alive(pid: int) -> bool:
         return False
 
 
+def press_start(client, *form, timeout: float = 60.0, **options) -> tuple[str, float]:
+    """Press Start through the named API; (its message, time.perf_counter() when the accepted
+    press was sent). Refused as "already training" it is pressed again: the last run's trainer
+    writes its final status a moment before it exits."""
+    from gradio_client.exceptions import AppError
+
+    def pressed():
+        sent = time.perf_counter()
+        try:
+            return client.predict(*form, **options, api_name="/start"), sent
+        except AppError as exc:
+            if "already training" not in str(exc):
+                raise
+    return wait_for(pressed, timeout, interval=0.2, what="the previous trainer to exit")
+
+
 def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:

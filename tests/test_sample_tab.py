@@ -15,7 +15,7 @@ from PIL import Image
 
 from core import quality
 from core.rundir import FINAL_STATES, RunDir
-from tests.apphelpers import ROOT, RunningApp, wait_for
+from tests.apphelpers import ROOT, RunningApp, press_start, wait_for
 
 pytestmark = pytest.mark.slow
 TILE = 28 + 2          # core.images.grid_image: 28 px digits, 2 px apart
@@ -50,14 +50,9 @@ def _classes(classifier, path: str, columns: int) -> np.ndarray:
 
 
 def _start(client, steps: int, checkpoint_every: int, gan: str = "dcgan", conditional: str = "auto") -> str:
-    def started():
-        try:
-            return client.predict("bundled-mnist", "", gan, "auto", 32, "fp32", "cpu", steps, 10, 250,
-                                  checkpoint_every, conditional, api_name="/start")
-        except AppError as exc:   # the last run's trainer writes its final status a moment before it exits
-            if "already training" not in str(exc):
-                raise
-    assert "Started run" in wait_for(started, timeout=60, what="the previous trainer to exit")
+    message, _ = press_start(client, "bundled-mnist", "", gan, "auto", 32, "fp32", "cpu", steps, 10, 250,
+                             checkpoint_every, conditional)
+    assert "Started run" in message
     return client.predict(api_name="/status")["run"]
 
 

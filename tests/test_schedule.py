@@ -62,7 +62,7 @@ def test_a_run_decays_both_rates_and_a_resume_follows_its_step_and_new_length(tm
 
 def test_the_first_step_after_a_resume_sets_the_rates_the_checkpoint_brought(tmp_path):
     """A 10-step run saved at a fifth of the rate, resumed to 40 steps: updates 11-20 come before
-    the new decay, so they run at the full rate, though the factor (1) is where a fresh run starts."""
+    the new decay, so they run at the full rate, not at the rate the optimizer state brought."""
     run_path = tmp_path / "run"
     assert train.main(["--steps", "10", *SMALL_RUN, "--run-dir", str(run_path)]) == 0
     run = RunDir(str(run_path))
