@@ -154,6 +154,47 @@ def test_measure_restores_train_mode_and_is_deterministic(meter, test_digits):
     # Its cost is a benchmark figure (bench/bench_speed.py), not a test: CI machines are shared.
 
 
+class _ClassTableGenerator(nn.Module):
+    """A known-perfect conditional G: for each asked digit, a real image of that digit
+    (each digit's images in turn)."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        super().__init__()
+        self.z_dim, self.classes = 8, 10
+        self.by_class = [images[labels == c] for c in range(10)]
+        self.taken = [0] * 10
+
+    def forward(self, z, y):
+        out = []
+        for c in y.tolist():
+            pool = self.by_class[c]
+            out.append(pool[self.taken[c] % len(pool)])
+            self.taken[c] += 1
+        return torch.stack(out)
+
+
+@needs_classifier
+def test_a_conditional_generator_is_asked_for_the_digits_in_the_real_sets_proportions():
+    """Asked for each digit equally often, a perfect conditional G would score against the
+    real set's class mix; asked in the set's proportions, it scores as the real digits do."""
+    bundled = load_bundled_mnist()
+    images, labels = bundled.images, bundled.labels
+    # A set where ones are a quarter of the digits (MNIST's own mix is close to even).
+    keep = (labels == 1) | (torch.arange(len(labels)) % 3 == 0)
+    images, labels = images[keep], labels[keep]
+    reference, pool = slice(0, None, 2), slice(1, None, 2)     # G draws from the other half
+    meter = quality.MnistMeter(images[reference], real_labels=labels[reference], n_fake=2000)
+    share = torch.bincount(meter.asked, minlength=10).float() / len(meter.asked)
+    expected = torch.bincount(labels[reference], minlength=10).float() / len(labels[reference])
+    assert (share - expected).abs().max() < 0.03 and share[1] > 0.2
+    G = _ClassTableGenerator(images[pool].float() / 127.5 - 1, labels[pool])
+    measured = meter.measure(G, torch.device("cpu"))
+    assert measured["label_match"] > 0.97
+    in_turn = torch.arange(2000) % 10
+    each_equally = meter.score_samples(G(torch.zeros(2000, 8), in_turn), in_turn)
+    assert measured["fd"] < each_equally["fd"] / 3, (measured["fd"], each_equally["fd"])
+
+
 @needs_classifier
 def test_for_dataset_picks_the_meter():
     bundled = load_bundled_mnist()
