@@ -38,7 +38,8 @@ if ROOT not in sys.path:
 # The child: the real CLI trainer (core.train.main), plus two measuring hooks that change
 # nothing it does: the wall-clock time at which Loop.run starts (to add start-up overhead to
 # the trainer's own 'time' field), and VmHWM when it exits. For tuning only: BLINK_BENCH_WIDTH
-# overrides the "fast" preset's width, BLINK_BENCH_SNAPSHOTS keeps G at every grid step.
+# overrides the "fast" preset's width, BLINK_BENCH_SNAPSHOTS keeps G at every grid step and the
+# saved generator at every checkpoint.
 TRAINER_CHILD = r"""
 import json, os, sys, time
 sys.path.insert(0, os.getcwd())
@@ -62,6 +63,17 @@ if snapshots:   # tuning: keep G's weights at every grid step, to score them off
         save_file(state, os.path.join(snapshots, f"G_{self.step_count:06d}.safetensors"),
                   {"time": str(self.report.elapsed()), "step": str(self.step_count), "width": str(self.G.spec.width)})
     train.Loop.save_grid = save_grid
+    # ... and the generator the product saved (the EMA of G where the run has one) at every checkpoint.
+    import shutil
+    from core.rundir import GENERATOR_FILES
+    original_write = train.Loop._write_checkpoint
+    def write_checkpoint(self):
+        original_write(self)
+        folder = os.path.join(snapshots, f"checkpoint_{self.step_count:06d}")
+        os.makedirs(folder, exist_ok=True)
+        for name in GENERATOR_FILES:
+            shutil.copy(self.run_dir.file(name), folder)
+    train.Loop._write_checkpoint = write_checkpoint
 code = train.main(sys.argv[1:])
 marks["vm_hwm_kb"] = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")))
 print("BENCH " + json.dumps(marks), flush=True)

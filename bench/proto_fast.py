@@ -233,6 +233,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--at", default="400,800,1200")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--wide", default=None, metavar="MNIST_DIR",
+                   help="score 10,000 samples against MNIST's 60,000 training digits (bench_digits.py ceiling's meter)")
     a = p.parse_args()
     at = scored_steps(a.at)
     decays = [float(d) for d in a.ema.split(",")]
@@ -270,7 +272,13 @@ def main() -> None:
     gan_step = GanStep(g, d, opt_g, opt_d, ProtoLoss(a.loss, aug, r1_gamma, r1_every),
                        devices.Runtime(devices.probe("cpu")), z_dim=a.zdim)
     emas = {("ema" if len(decays) == 1 else f"ema{decay:g}"): (copy.deepcopy(g), decay) for decay in decays}
-    meter = quality.default_mnist_meter()
+    if a.wide:
+        from bench_digits import read_idx_images, read_idx_labels
+        train_images = read_idx_images(os.path.join(a.wide, "train-images-idx3-ubyte.gz"))
+        train_labels = read_idx_labels(os.path.join(a.wide, "train-labels-idx1-ubyte.gz"))
+        meter = quality.MnistMeter(train_images, n_real=len(train_images), n_fake=10_000, real_labels=train_labels)
+    else:
+        meter = quality.default_mnist_meter()
     latents = meter.latents(a.zdim)
     t0 = time.perf_counter()
     train_s = 0.0
@@ -293,7 +301,8 @@ def main() -> None:
                    "loss_d": round(float(values["loss_d"]), 3), "loss_g": round(float(values["loss_g"]), 3)}
             for label, net in [("G", g)] + [(k, e) for k, (e, _) in emas.items()]:
                 if nc:
-                    ys = torch.arange(len(latents)) % nc
+                    # the digits in turn (the tables so far); --wide: in the training set's proportions
+                    ys = meter.asked if a.wide else torch.arange(len(latents)) % nc
                     net.eval()
                     with torch.no_grad():
                         images = torch.cat([net(z, y) for z, y in zip(latents.split(512), ys.split(512))])
