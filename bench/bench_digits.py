@@ -122,6 +122,8 @@ def ceiling(args) -> None:
     from core.data import load_bundled_mnist
     from core.quality import MnistMeter
     from core.sample import load_run_generator
+    if not os.path.exists(os.path.join(args.mnist, "train-images-idx3-ubyte.gz")):
+        sys.exit(f"The wide meter needs MNIST's .gz files in {args.mnist}: give their folder with --mnist.")
     train_images = read_idx_images(os.path.join(args.mnist, "train-images-idx3-ubyte.gz"))
     test_images = read_idx_images(os.path.join(args.mnist, "t10k-images-idx3-ubyte.gz"))
     seconds = args.minutes * 60
