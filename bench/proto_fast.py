@@ -302,7 +302,7 @@ def main() -> None:
             for label, net in [("G", g)] + [(k, e) for k, (e, _) in emas.items()]:
                 if nc:
                     # the digits in turn (the tables so far); --wide: in the training set's proportions
-                    ys = meter.asked if a.wide else torch.arange(len(latents)) % nc
+                    ys = meter.asked_labels(net) if a.wide else torch.arange(len(latents)) % nc
                     net.eval()
                     with torch.no_grad():
                         images = torch.cat([net(z, y) for z, y in zip(latents.split(512), ys.split(512))])

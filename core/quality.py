@@ -254,7 +254,7 @@ class MnistMeter:
     def asked_labels(self, G: nn.Module) -> torch.Tensor | None:
         """The digits a conditional G is asked for: the real set's proportions where the meter
         has its labels, else each digit in turn; None for an unconditional G."""
-        if getattr(G, "classes", 0) == 10 and self.asked is not None:
+        if getattr(G, "classes", 0) and self.asked is not None:
             return self.asked
         return sample_labels(G, self.n_fake)
 
