@@ -109,7 +109,8 @@ class D(nn.Module):
         if self.embed is None:
             return self.net(x).flatten()
         h = self.net[:-1](x)   # projection discriminator (Miyato & Koyama 2018) on the last features
-        return self.net[-1](h).flatten() + (h.sum((2, 3)) * self.embed(y)).sum(1)
+        features = h[:, :self.embed.embedding_dim]   # without the minibatch-std channel (--mbstd)
+        return self.net[-1](h).flatten() + (features.sum((2, 3)) * self.embed(y)).sum(1)
 
 
 def translate(x, ratio=0.125):
