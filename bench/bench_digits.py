@@ -2,6 +2,7 @@
 
     python bench/bench_digits.py at --seconds 30 60 --seeds 0 1 2   # from pressing Start in the app
     python bench/bench_digits.py ceiling --steps 8500 --minutes 10   # one long CLI run's quality curve
+    python bench/bench_digits.py wide runs/a runs/b --batchnorm        # saved generators, wide meter
 
 at: starts the real app (`python app.py`, with its warm standby trainer) once. For each seed and
 each T it presses Start through the named API (default settings, the Advanced tab's seed), presses
@@ -22,6 +23,11 @@ meter scoring the generator the run saved at every checkpoint (10,000 samples ag
 60,000 training digits, from --mnist), each with its floor: real test digits the run never saw,
 scored the same way. The trainer's meter is cheap enough to run inside training time, but its
 floor (1.7-3.7 over five draws) is where a good generator already is; the wide meter's is 0.33.
+
+wide: the wide meter's fd of each run directory's saved generator (any runs: the same seed with
+two --ema values trains the same G, so their difference is the average's alone). --batchnorm
+also scores it with BatchNorm statistics recomputed from its own activations and in training
+mode (batch statistics), to tell a statistics mismatch from the weights.
 """
 from __future__ import annotations
 
@@ -117,14 +123,56 @@ def fd_floor(meter, real: np.ndarray, n: int, draws: int) -> list[float]:
     return [meter.score_samples(real[rng.choice(len(real), n, replace=False)])["fd"] for _ in range(draws)]
 
 
+def wide_meter(mnist: str, samples: int):
+    """The meter that can resolve a good generator: `samples` fakes against MNIST's 60,000
+    training digits, a conditional G asked in their class counts (floor 0.33 at 10,000)."""
+    from core.quality import MnistMeter
+    if not os.path.exists(os.path.join(mnist, "train-images-idx3-ubyte.gz")):
+        sys.exit(f"The wide meter needs MNIST's .gz files in {mnist}: give their folder with --mnist.")
+    train_images = read_idx_images(os.path.join(mnist, "train-images-idx3-ubyte.gz"))
+    train_labels = read_idx_labels(os.path.join(mnist, "train-labels-idx1-ubyte.gz"))
+    return MnistMeter(train_images, n_real=len(train_images), n_fake=samples, real_labels=train_labels)
+
+
+def score_runs(args) -> None:
+    import copy
+    import torch
+    from core.sample import load_run_generator
+    meter = wide_meter(args.mnist, args.samples)
+    for run in args.runs:
+        generator, _ = load_run_generator(run)
+        print(f"{run}: fd {meter.measure(generator, 'cpu')['fd']:.3f} (BatchNorm statistics as saved)", flush=True)
+        if not args.batchnorm:
+            continue
+        standing = copy.deepcopy(generator)
+        for module in standing.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.reset_running_stats()
+                module.momentum = None   # a plain average over the batches below
+        standing.train()
+        latents, asked = meter.latents(generator.z_dim), meter.asked_labels(generator)
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for _ in range(100):   # batches of 128 in the asked mix, as training sees them
+                pick = torch.randint(0, len(latents), (128,))
+                standing(torch.randn(128, generator.z_dim), None if asked is None else asked[pick])
+        print(f"{run}: fd {meter.measure(standing, 'cpu')['fd']:.3f} (statistics recomputed from its own "
+              "activations, 100 batches)", flush=True)
+        generator.train()
+        images = torch.empty(len(latents), generator.channels, generator.resolution, generator.resolution)
+        with torch.no_grad():
+            for batch in torch.randperm(len(latents)).split(128):   # mixed-class batches, as in training
+                images[batch] = generator(latents[batch], None if asked is None else asked[batch]).float()
+        print(f"{run}: fd {meter.score_samples(images, asked)['fd']:.3f} (training mode: batch statistics)",
+              flush=True)
+
+
 def ceiling(args) -> None:
     from bench_speed import config_args, run_trainer
     from core.data import load_bundled_mnist
     from core.quality import MnistMeter
     from core.sample import load_run_generator
-    if not os.path.exists(os.path.join(args.mnist, "train-images-idx3-ubyte.gz")):
-        sys.exit(f"The wide meter needs MNIST's .gz files in {args.mnist}: give their folder with --mnist.")
-    train_images = read_idx_images(os.path.join(args.mnist, "train-images-idx3-ubyte.gz"))
+    wide = wide_meter(args.mnist, args.samples)
     test_images = read_idx_images(os.path.join(args.mnist, "t10k-images-idx3-ubyte.gz"))
     seconds = args.minutes * 60
     with tempfile.TemporaryDirectory(prefix="blink-bench-ceiling-") as snapshots:
@@ -135,10 +183,8 @@ def ceiling(args) -> None:
         if not curve:
             raise RuntimeError(f"no quality measurements: {out['status']}")
         # The trainer's meter (1,024 samples against 2,000 real digits, cheap enough to run inside
-        # training time) has a floor near the values a good generator reaches; this one, 10,000
-        # samples against all 60,000 training digits, separates them.
-        train_labels = read_idx_labels(os.path.join(args.mnist, "train-labels-idx1-ubyte.gz"))
-        wide = MnistMeter(train_images, n_real=len(train_images), n_fake=args.samples, real_labels=train_labels)
+        # training time) has a floor near the values a good generator reaches; the wide one
+        # separates them.
         checkpoints = {}
         for name in sorted(os.listdir(snapshots)):
             if name.startswith("checkpoint_"):
@@ -149,7 +195,7 @@ def ceiling(args) -> None:
     floors = {"trainer": fd_floor(trainer_meter, test_images, trainer_meter.n_fake, 5),
               "wide": fd_floor(wide, test_images, args.samples, 1)}
     print(f"trainer's meter (1,024 vs 2,000): curve every 200 steps; wide meter ({args.samples:,} vs "
-          f"{len(train_images):,} training digits): the saved generator at every checkpoint")
+          "60,000 training digits): the saved generator at every checkpoint")
     print("step time_s trainer_fd confident classes label_match | wide_fd wide_confident wide_label_match")
     for step in sorted(set(curve) | set(checkpoints)):
         e, w = curve.get(step), checkpoints.get(step)
@@ -182,11 +228,16 @@ def main() -> None:
     long_run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                           help="a config value other than the default (a candidate for the long run)")
     long_run.add_argument("--width", type=int, default=None, help="the fast preset's width (default 32)")
-    long_run.add_argument("--samples", type=int, default=10_000, help="samples the wide meter scores")
-    long_run.add_argument("--mnist", default=os.path.join(os.path.dirname(ROOT), "shared", "data", "mnist"),
+    score = sub.add_parser("wide", help="the wide meter's fd of saved generators")
+    score.add_argument("runs", nargs="+", help="run directories (each with its generator.safetensors)")
+    score.add_argument("--batchnorm", action="store_true",
+                       help="also with recomputed BatchNorm statistics and in training mode")
+    for mode in (long_run, score):
+        mode.add_argument("--samples", type=int, default=10_000, help="samples the wide meter scores")
+        mode.add_argument("--mnist", default=os.path.join(os.path.dirname(ROOT), "shared", "data", "mnist"),
                           help="folder with MNIST's four .gz files (train- and t10k-images-idx3-ubyte.gz)")
     args = parser.parse_args()
-    {"at": at_seconds, "ceiling": ceiling}[args.mode](args)
+    {"at": at_seconds, "ceiling": ceiling, "wide": score_runs}[args.mode](args)
 
 
 if __name__ == "__main__":
