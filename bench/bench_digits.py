@@ -175,9 +175,9 @@ def ceiling(args) -> None:
     wide = wide_meter(args.mnist, args.samples)
     test_images = read_idx_images(os.path.join(args.mnist, "t10k-images-idx3-ubyte.gz"))
     seconds = args.minutes * 60
+    config = {"steps": args.steps, "seed": args.seed, **dict(kv.split("=", 1) for kv in args.set)}
     with tempfile.TemporaryDirectory(prefix="blink-bench-ceiling-") as snapshots:
-        out = run_trainer(config_args({"steps": args.steps, "seed": args.seed, **dict(kv.split("=", 1) for kv in args.set)}),
-                          snapshots=snapshots, width=args.width,
+        out = run_trainer(config_args(config), snapshots=snapshots, width=args.width,
                           stop_when=lambda event: event.get("time", 0) >= seconds, timeout=seconds + 300)
         curve = {e["step"]: e for e in out["events"] if "quality_fd" in e}
         if not curve:

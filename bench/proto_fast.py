@@ -274,10 +274,8 @@ def main() -> None:
                        devices.Runtime(devices.probe("cpu")), z_dim=a.zdim)
     emas = {("ema" if len(decays) == 1 else f"ema{decay:g}"): (copy.deepcopy(g), decay) for decay in decays}
     if a.wide:
-        from bench_digits import read_idx_images, read_idx_labels
-        train_images = read_idx_images(os.path.join(a.wide, "train-images-idx3-ubyte.gz"))
-        train_labels = read_idx_labels(os.path.join(a.wide, "train-labels-idx1-ubyte.gz"))
-        meter = quality.MnistMeter(train_images, n_real=len(train_images), n_fake=10_000, real_labels=train_labels)
+        from bench_digits import wide_meter
+        meter = wide_meter(a.wide, 10_000)
     else:
         meter = quality.default_mnist_meter()
     latents = meter.latents(a.zdim)
