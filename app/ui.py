@@ -90,6 +90,14 @@ def precision_choices(info: devices.DeviceInfo) -> list[tuple[str, str]]:
     return [(p if p not in info.precision_refused else f"{p} (not on this {info.kind})", p) for p in PRECISIONS]
 
 
+def batch_size_note(info: devices.DeviceInfo) -> str:
+    """The batch size's one meaning (images per step over all devices) and the other view of it."""
+    if info.devices > 1:
+        return (f"images per step over all {info.devices} devices: {TrainConfig.batch_size} is "
+                f"{TrainConfig.batch_size // info.devices} per device; use a multiple of {info.devices}")
+    return "images per step"
+
+
 def precision_notes(info: devices.DeviceInfo) -> str:
     """Why a precision is refused or comes with a caveat on this device, in full sentences."""
     notes = [f"**{p}**: {info.precision_refused[p]}" for p in PRECISIONS if p in info.precision_refused]
@@ -160,7 +168,7 @@ def measured_images_per_second(runs_root: str, kind: str, preset: str, gan: str)
     for run in list_runs(runs_root)[:20]:
         status = run.read_status()
         if (status.device_kind, status.preset, status.gan) == (kind, preset, gan) and status.images_per_second:
-            return status.images_per_second / max(status.cores, 1)
+            return status.images_per_second
     return None
 
 
@@ -174,7 +182,7 @@ def estimate_note(config: TrainConfig, info: devices.DeviceInfo, runs_root: str)
         speed, source = CPU_FAST_IMAGES_PER_SECOND / gans.get(config.gan).cpu_cost, "rough"
     if speed is None:
         return "Time estimate: shown once the run has measured its speed."
-    per_step = config.batch_size * n_critic / speed   # replicas run in parallel, each its own batch
+    per_step = config.batch_size * n_critic / speed   # the batch is global: split over the devices
     note = f"About **{views.duration(per_step * config.steps)}** for {config.steps:,} steps on this {info.kind.upper()} ({source})."
     if per_step > CRAWL_SECONDS_PER_STEP:
         note += (f"  \n⚠️ About {per_step:.1f} s a step at batch {config.batch_size}: the curves and grids will "
@@ -388,8 +396,10 @@ class TrainTab:
                 self.preset = gr.Dropdown(list(PRESETS), value="auto", label="Model size",
                                           info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
             with gr.Row():
-                self.batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size")
-                self.precision = gr.Radio(precision_choices(self.info), value="fp32", label="Precision",
+                self.batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size",
+                                            info=batch_size_note(self.info))
+                self.precision = gr.Radio(precision_choices(self.info), value=devices.default_precision(self.info.kind),
+                                          label="Precision",
                                           info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
                 self.device = gr.Dropdown(list(DEVICES), value="auto", label="Device")
                 self.steps = gr.Number(value=TrainConfig.steps, precision=0, label="Training length (steps)")

@@ -57,9 +57,9 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
     pending = {"stop": "stopping...", "pause": "pausing..."}.get(status.request)
     parts = [f"**{pending if pending and state in ('running', 'compiling') else state}**"]
     if status.device:
-        replicas, processes = status.cores, status.processes
-        layout = f" in {processes} processes" if 1 < processes < replicas else ""   # v2/v3: threads in each
-        parts.append(f"{status.device}" + (f", {replicas} replicas{layout}" if replicas > 1 else ""))
+        split = (f", batch {status.batch_size} = {status.batch_size // status.devices} per device"
+                 if status.devices > 1 and status.batch_size else "")
+        parts.append(f"{status.device}" + (f" in one process{split}" if status.devices > 1 else ""))
     if status.preset:
         parts.append(f"{status.preset} model" + (f", {status.classes} classes" if status.classes else ""))
     if status.steps:
@@ -85,8 +85,8 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
 def diagnostics_rows(status: Status) -> list[list[str]]:
     """The run's diagnostics as rows [what, value], for the Diagnostics part of the live panel."""
     diag = dict(status.diagnostics)
-    rows = [("device", status.device), ("replicas (cores)", status.cores),
-            ("worker processes", status.processes),
+    rows = [("device", status.device), ("devices", f"{status.devices}: {status.layout}" if status.layout
+                                             else status.devices),
             ("precision", status.precision),
             ("model preset", f"{status.preset} ({status.preset_reason})"),
             ("labels", f"class-conditional on the dataset's {status.classes} classes" if status.classes
@@ -97,11 +97,12 @@ def diagnostics_rows(status: Status) -> list[list[str]]:
     labels = {"compiles": "XLA graph compilations", "fallback_ops": "ops run on the host (CPU fallback)",
               "data_wait_share": "share of time waiting for data", "data_load_seconds": "dataset load s",
               "first_step_seconds": "first step s", "graph_executions": "XLA graph executions",
-              "all_reduces": "XLA all-reduces lowered", "compile_seconds": "XLA compile s (left out of speed and ETA)",
+              "batch_shards": "each device's piece of a batch (from its sharding)",
+              "compile_seconds": "XLA compile s (left out of speed and ETA)",
               "matmul_precision": "XLA fp32 mat-mul precision"}
     for key, value in diag.items():
-        if isinstance(value, list):
-            value = ", ".join(value) or "none"
+        if isinstance(value, list):   # op names, or shapes ([[32, 1, 28, 28], ...])
+            value = ", ".join("x".join(map(str, v)) if isinstance(v, list) else v for v in value) or "none"
         rows.append((labels.get(key, key), value))
     return [[k, "" if v is None else str(v)] for k, v in rows]
 

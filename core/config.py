@@ -38,6 +38,11 @@ def option(default, help: str, label: str = "", choices: tuple[str, ...] = (),
     return field(default=default, metadata=dict(help=help, label=label, choices=choices, range=range))
 
 
+# Fields an older Blink saved that no longer mean anything: dropped when its runs are read.
+# num_cores chose how many TPU replica processes to launch; one process now drives every device.
+RETIRED_FIELDS = ("num_cores",)
+
+
 class ConfigError(ValueError):
     """A config value the user must change; the message says which and how."""
 
@@ -52,8 +57,10 @@ class TrainConfig:
     conditional: str = option("auto", "auto: a class-conditional GAN when the dataset has labels; off",
                               "Class-conditional", CONDITIONAL)
     # The seed's 128, also the fastest on CPU.
-    batch_size: int = option(128, "images per replica (per TPU core) and step", "Batch size", range=(1, 4096))
-    precision: str = option("fp32", "number format of the forward and backward passes", "Precision", PRECISIONS)
+    batch_size: int = option(128, "images per step, over all devices: each of N devices gets batch/N",
+                             "Batch size", range=(1, 4096))
+    precision: str = option("auto", "number format of the forward and backward passes; auto: bf16 on a TPU, "
+                                    "else fp32", "Precision", ("auto",) + PRECISIONS)
     device: str = option("auto", "where to train; auto picks a TPU, then CUDA, then the CPU", "Device", DEVICES)
     steps: int = option(2000, "generator updates", "Training length (steps)", range=(1, MAX_STEPS))
     lr_g: float | None = option(None, "generator learning rate; default: the GAN type's")
@@ -78,7 +85,6 @@ class TrainConfig:
                                    range=(1, MAX_STEPS))
     quality_every: int = option(200, "steps between quality measurements (0: off; each ~0.25 s on CPU)",
                                 range=(0, MAX_STEPS))
-    num_cores: int = option(0, "TPU replicas; 0: all cores present", range=(0, None))
     max_image_mb: int = option(200, "upload size limit for own images, in MB", range=(1, 2000))
 
     # ---- derived values ---------------------------------------------------------------
@@ -106,6 +112,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
         known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in values.items() if k not in RETIRED_FIELDS}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"Unknown config field(s): {', '.join(unknown)}. Known: {', '.join(sorted(known))}.")
@@ -195,6 +202,12 @@ def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dic
             f"batch_size {cfg.batch_size} is larger than the dataset ({dataset_size} images); "
             f"use at most {dataset_size}.")
     if device_caps is not None:
+        count = device_caps.get("devices", 1)
+        if cfg.batch_size % count:
+            lower, higher = cfg.batch_size // count * count, (cfg.batch_size // count + 1) * count
+            raise ConfigError(
+                f"Batch size {cfg.batch_size} does not split evenly over {count} devices (each gets batch / {count}): "
+                f"use a multiple of {count}, e.g. {higher if lower == 0 else lower} or {higher}.")
         reason = device_caps.get("precision_refused", {}).get(cfg.precision)
         if reason:
             raise ConfigError(f"Precision {cfg.precision} is not offered on {device_caps.get('name', 'this device')}: {reason}")

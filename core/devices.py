@@ -5,12 +5,12 @@ starts nothing, and a missing or broken torch_xla (no wheel for the platform, a 
 it was not built for) turns into a notice and a fallback, never a crash.
 
 Two entry points:
-- `probe(requested)` says what a device can do (kind, name, cores, which precisions it runs
+- `probe(requested)` says what a device can do (kind, name, device count, which precisions it runs
   well and why not). The UI calls it through `probe_in_subprocess` so that the UI process
   itself never imports torch_xla or touches an accelerator.
-- `Runtime` is what the trainer uses inside its own process: the torch device, autocast,
-  optimizer steps (all-reduced on XLA), step closures for reading values without a sync
-  inside the step, cross-replica means, memory and compile counters.
+- `Runtime` is what the trainer uses inside its own process: the torch device (with several
+  XLA devices, an SPMD data mesh over all of them), autocast, optimizer steps, step closures
+  for reading values without a sync inside the step, memory and compile counters.
 """
 from __future__ import annotations
 
@@ -40,11 +40,17 @@ class DeviceInfo:
     """What a device can do, in plain values the UI can show and the config can check."""
     kind: str                                   # tpu | xla-cpu | cuda | cpu
     name: str                                   # e.g. "TPU v3 (8 cores)", "NVIDIA H200", "CPU (2 cores)"
-    cores: int = 1                              # replicas the trainer will run
+    devices: int = 1                            # devices the one trainer process drives (SPMD when > 1)
     precision_refused: dict[str, str] = field(default_factory=dict)   # precision -> reason
     precision_warned: dict[str, str] = field(default_factory=dict)    # precision -> caveat
     notice: str = ""                            # e.g. why a requested device fell back
-    processes: int = 1                          # worker processes torch_xla.launch starts (TPU: one per chip)
+
+    @property
+    def layout(self) -> str:
+        """How the trainer uses the devices, in words for the status line and the doctor."""
+        if self.devices > 1:
+            return f"{self.devices} devices in one process (SPMD: each batch split {self.devices} ways)"
+        return "1 device, one process"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,21 +169,26 @@ def _cpu_info(notice: str = "") -> DeviceInfo:
     return DeviceInfo("cpu", f"CPU ({os.cpu_count()} cores)", 1, refused, {}, notice)
 
 
+def xla_cpu_device_count() -> int:
+    """XLA:CPU devices, as torch_xla counts them: its own CPU_NUM_DEVICES (default 1)."""
+    value = os.environ.get("CPU_NUM_DEVICES", "").strip()
+    return int(value) if value.isascii() and value.isdigit() and int(value) > 0 else 1
+
+
 def _xla_cpu_info(notice: str = "") -> DeviceInfo:
-    # Always one replica, whatever CPU_NUM_DEVICES says: collectives across several XLA:CPU
-    # devices under torch_xla.launch hang (one thread per device, mismatched op ids; upstream
-    # pytorch/xla#5342, #9089), so `launch` never replicates on XLA:CPU. Multi-device XLA:CPU
-    # is exercised by the SPMD test instead.
+    # CPU_NUM_DEVICES=4 gives four XLA:CPU devices that the trainer drives with SPMD, the very
+    # program a v5e-8 runs: CI's road to the multi-chip code (notes/torch_xla.md section 9).
+    count = xla_cpu_device_count()
     return DeviceInfo(
-        "xla-cpu", "XLA:CPU (1 device)", 1,
+        "xla-cpu", f"XLA:CPU ({count} device{'s' if count > 1 else ''})", count,
         {"fp16": "XLA devices compute in bfloat16, not float16; use bf16 (no loss scaling needed) or fp32."},
         {"bf16": "XLA:CPU emulates bfloat16: correct, but slow. It is here to test the TPU path."},
         notice)
 
 
 def _tpu_info(pci_ids: list[str], notice: str = "") -> DeviceInfo:
-    """A TPU host as torch_xla.launch will run it: one process per chip, and on v2/v3, whose chips
-    have two cores each, two threads per process (v3-8: 4 processes x 2 = 8 replicas)."""
+    """A TPU host: one device per chip, and on v2/v3, whose chips have two cores each, one per
+    core (v3-8: 4 chips, 8 devices). One trainer process drives them all with SPMD."""
     chips = len(pci_ids)
     generation = tpu_generation(pci_ids, _accelerator_type(pci_ids))
     cores_per_chip = 2 if generation in ("v2", "v3", "v2/v3") else 1
@@ -187,8 +198,8 @@ def _tpu_info(pci_ids: list[str], notice: str = "") -> DeviceInfo:
         "tpu", f"TPU {generation} ({layout})" if chips > 1 else f"TPU {generation} (1 chip)", cores,
         {"fp16": "TPUs have no float16 matrix units; use bf16 (same range as fp32, no loss scaling)."},
         {"fp32": "fp32 runs its matrix products at full fp32 precision (mat-mul precision 'highest': six bf16 "
-                 "passes per product, per torch_xla's docs), so bf16 is the usual choice on a TPU."},
-        notice, processes=chips)
+                 "passes per product, per torch_xla's docs): several times slower than bf16, the TPU default."},
+        notice)
 
 
 def _cuda_info(notice: str = "") -> DeviceInfo:
@@ -198,7 +209,9 @@ def _cuda_info(notice: str = "") -> DeviceInfo:
     if not torch.cuda.is_bf16_supported():
         refused["bf16"] = f"{name} has no bfloat16 support (needs compute capability 8.0+); use fp16 or fp32."
     warned = {"fp16": "fp16 trains with a gradient scaler (init 16384, growth 1.5); a DCGAN in fp16 has been "
-                      "seen to blow up after ~15 epochs where fp32 and bf16 stayed stable."}
+                      "seen to blow up after ~15 epochs where fp32 and bf16 stayed stable.",
+              "fp32": "fp32 convolutions run in TF32 on tensor cores (PyTorch's default, "
+                      "torch.backends.cudnn.allow_tf32); matrix products stay in full fp32."}
     return DeviceInfo("cuda", name, 1, refused, warned, notice)
 
 
@@ -241,14 +254,18 @@ def _fallback_after(prefix: str) -> DeviceInfo:
     return _cpu_info(prefix + "training on the CPU.")
 
 
+def default_precision(kind: str) -> str:
+    """The precision a run gets unless the user picks one: bf16 on a TPU (its native format, no
+    loss scaling), fp32 elsewhere (XLA:CPU emulates bf16 slowly; a CPU without it crawls)."""
+    return "bf16" if kind == "tpu" else "fp32"
+
+
 def prepare_environment(requested: str) -> None:
     """Set what torch_xla reads at import, before anything imports it (the trainer calls this first).
 
-    xla-cpu means the CPU even on a TPU host: PJRT_DEVICE=CPU, and one CPU device, since
-    collectives across several XLA:CPU devices under torch_xla.launch hang (see _xla_cpu_info)."""
+    xla-cpu means the CPU even on a TPU host: PJRT_DEVICE=CPU, with CPU_NUM_DEVICES devices."""
     if requested == "xla-cpu":
         os.environ["PJRT_DEVICE"] = "CPU"
-        os.environ["CPU_NUM_DEVICES"] = "1"
 
 
 def probe_in_subprocess(requested: str = "auto", timeout: float = 120.0) -> DeviceInfo:
@@ -282,43 +299,73 @@ def autocast(kind: str, precision: str):
 # Runtime: what the trainer holds inside its process
 # ------------------------------------------------------------------------------------------
 class Runtime:
-    """One replica's view of the device. On TPU there is one Runtime per core."""
+    """The trainer's view of its device(s). One per trainer process: with several XLA devices it
+    drives them all with SPMD (one program, each batch split over a 1-D data mesh, the weights
+    replicated; XLA inserts the gradient reductions), so nothing differs from one device but
+    where a batch lives."""
 
     def __init__(self, info: DeviceInfo):
         import torch
         self.info = info
         self.kind = info.kind
         self.is_xla = info.kind in ("tpu", "xla-cpu")
+        self.mesh = None
+        self.device_count = 1
         if self.is_xla:
             import torch_xla
             import torch_xla.runtime as xr
-            self._xla, self._xr = torch_xla, xr
+            self._xla = torch_xla
+            if info.devices > 1:
+                # Before any tensor reaches an XLA device (pytorch/xla's SPMD guide).
+                xr.use_spmd()
+                import torch_xla.distributed.spmd as xs
+                # From the runtime's global count, not the probe's: on a multi-host pod the mesh
+                # spans every host's devices with no code change (docs: spmd_advanced.md).
+                self.mesh = xs.get_1d_mesh("data")
+                self.device_count = xr.global_runtime_device_count()
             self.device = torch_xla.device()          # from the runtime, never a hard-coded "xla:0"
-            self.world_size = xr.world_size()
-            self.rank = xr.global_ordinal()
         else:
             self.device = torch.device("cuda" if info.kind == "cuda" else "cpu")
-            self.world_size, self.rank = 1, 0
             if info.kind == "cuda":
                 # Batch shapes never change (drop_last), so cuDNN's one-off algorithm search
                 # pays for itself after the first step.
                 torch.backends.cudnn.benchmark = True
-        self.is_master = self.rank == 0
-        # XLA_ALWAYS_ALLREDUCE=1 keeps collectives in the graph even with one replica; we honour
-        # it too (loss means, stop/pause agreement), so a 1-device run exercises the exact
-        # multi-core code path (the only way to run it on XLA:CPU, see _xla_cpu_info).
-        self.replicated = self.is_xla and (
-            self.world_size > 1 or os.environ.get("XLA_ALWAYS_ALLREDUCE", "0").lower() in ("1", "true"))
 
     # ---- seeding --------------------------------------------------------------------
     def seed(self, seed: int) -> None:
-        """Seed torch and the device RNG; each replica gets its own noise stream."""
+        """Seed torch and the device RNG (torch.manual_seed does not reach XLA's)."""
         import torch
-        torch.manual_seed(seed + self.rank)
+        torch.manual_seed(seed)
         if self.is_xla:
-            # torch.manual_seed does not reach the XLA RNG: without this every replica
-            # draws identical noise.
-            self._xla.manual_seed(seed + self.rank)
+            self._xla.manual_seed(seed)
+
+    # ---- where a batch lives ----------------------------------------------------------
+    def _batch_spec(self, tensor) -> tuple:
+        return ("data",) + (None,) * (tensor.dim() - 1)
+
+    def to_device(self, tensor):
+        """A host batch on the device; with a mesh, each device receives only its share."""
+        if self.mesh is None:
+            return tensor.to(self.device, non_blocking=True)
+        import torch_xla.core.xla_model as xm
+        import torch_xla.distributed.spmd as xs
+        sharding = xs.ShardingSpec(self.mesh, self._batch_spec(tensor))
+        return xm.send_cpu_data_to_device([tensor], self.device, input_sharding=sharding)[0]
+
+    def shard_batch(self, tensor):
+        """Split a batch made on the device (the noise) over the mesh on its first dimension."""
+        if self.mesh is not None:
+            import torch_xla.distributed.spmd as xs
+            xs.mark_sharding(tensor, self.mesh, self._batch_spec(tensor))
+        return tensor
+
+    def batch_shards(self, tensor) -> list[list[int]]:
+        """The shape of each device's piece of a batch, read from the tensor's sharding (a
+        diagnostic, read once: it copies the shards to the host)."""
+        if self.mesh is None:
+            return [list(tensor.shape)]
+        import torch_xla.distributed.spmd as xs
+        return [list(shard.data.shape) for shard in xs.XLAShardedTensor(tensor).local_shards]
 
     # ---- precision ------------------------------------------------------------------
     def autocast(self, precision: str):
@@ -333,18 +380,14 @@ class Runtime:
 
     # ---- stepping -------------------------------------------------------------------
     def backward_and_step(self, loss, optimizer, scaler=None) -> None:
-        """loss.backward() then the optimizer step; all-reduced across replicas on XLA."""
+        """loss.backward() then the optimizer step (under SPMD, XLA reduces the gradients)."""
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()   # after every step: without it a single overflow leaves NaN forever
             return
         loss.backward()
-        if self.is_xla:
-            import torch_xla.core.xla_model as xm
-            xm.optimizer_step(optimizer)   # all-reduce gradients, then step
-        else:
-            optimizer.step()
+        optimizer.step()
 
     def mark_step(self) -> None:
         """End of one traced step on XLA (cut the graph and dispatch it); no-op elsewhere."""
@@ -369,37 +412,6 @@ class Runtime:
             # One device-to-host copy for all values: one CUDA sync, not one per value.
             floats = torch.stack([tensors[k].detach().float().reshape(()) for k in names]).cpu().tolist()
             fn(dict(zip(names, floats)))
-
-    def mean_across_replicas(self, tensors: dict) -> dict:
-        """Global means of scalar tensors: one core's loss is not the model's loss."""
-        if not self.replicated:
-            return tensors
-        import torch
-        import torch_xla.core.xla_model as xm
-        names = sorted(tensors)
-        stacked = torch.stack([tensors[k].float() for k in names])
-        reduced = xm.all_reduce(xm.REDUCE_SUM, stacked, scale=1.0 / self.world_size)
-        return {k: reduced[i] for i, k in enumerate(names)}
-
-    def agree(self, flags: dict[str, bool]) -> dict[str, bool]:
-        """Each flag true on every replica if it is true on any, now (one small graph and a sync).
-
-        Training steps do not use this: their flags ride in the log step's own reduction (see
-        core/control.py). This is for the pause loop, where no step runs."""
-        if not self.replicated:
-            return {k: bool(v) for k, v in flags.items()}
-        import torch
-        import torch_xla.core.xla_model as xm
-        names = sorted(flags)
-        local = torch.tensor([float(bool(flags[k])) for k in names], device=self.device)
-        agreed = xm.all_reduce(xm.REDUCE_SUM, local).cpu().tolist()
-        return {k: agreed[i] > 0 for i, k in enumerate(names)}
-
-    def broadcast_parameters(self, module) -> None:
-        """Start every replica from replica 0's weights."""
-        if self.is_xla and self.world_size > 1:
-            import torch_xla.core.xla_model as xm
-            xm.broadcast_master_param(module)
 
     # ---- diagnostics ----------------------------------------------------------------
     def memory(self) -> tuple[int, int] | None:
@@ -443,13 +455,6 @@ class Runtime:
         data = met.metric_data("ExecuteTime")
         return int(data[0]) if data else 0
 
-    def all_reduce_count(self) -> int | None:
-        """All-reduces lowered into graphs so far (XLA only): above 0 once replicas agree in-graph."""
-        if not self.is_xla:
-            return None
-        import torch_xla.debug.metrics as met
-        return int(met.counter_value("xla::all_reduce") or 0)
-
     def compile_seconds(self) -> float:
         """Seconds spent compiling so far (0 off XLA): speed and ETA leave them out."""
         if not self.is_xla:
@@ -479,77 +484,6 @@ class Runtime:
         import torch
         return {k: v.detach().to("cpu").contiguous(memory_format=torch.contiguous_format).clone()
                 for k, v in module.state_dict().items()}
-
-
-def launch(fn: Callable, args: tuple, info: DeviceInfo, num_cores: int = 0) -> None:
-    """Run fn(rank, *args) once per replica, in the processes a TPU run really has.
-
-    XLA (TPU and XLA:CPU) goes through torch_xla.launch, which starts worker processes (one per
-    TPU chip; on v2/v3 two threads in each): the caller must be allowed children (no daemon).
-    XLA:CPU runs one worker with one device, so every XLA:CPU run takes a TPU run's road. A
-    single-chip TPU (Colab's v5e-1) runs inline: one replica needs no workers. num_cores=1 on a
-    multi-chip TPU is torch_xla's single-process mode, also in this process, which configures the
-    runtime for one chip. torch_xla.launch starts no other count (its nprocs is None or 1): other
-    values run on every core. CUDA and CPU run inline.
-    """
-    if launches_workers(info, num_cores):
-        import torch_xla
-        torch_xla.launch(_WorkerReplica(fn), args=args)
-    elif info.kind == "tpu" and info.cores > 1:
-        import torch_xla
-        torch_xla.launch(fn, args=args, debug_single_process=True)
-    else:
-        fn(0, *args)
-
-
-class _WorkerReplica:
-    """fn, as torch_xla.launch sends it to its worker processes.
-
-    A terminal's Ctrl-C reaches the whole process group, workers included; the trainer turns it
-    into a stop that every replica agrees on (checkpoint kept), so a worker must not die of it.
-    Its replicas run in threads, where no signal handler can be set, but this object is
-    unpickled in the worker's main thread: that is where the worker starts ignoring SIGINT."""
-
-    def __init__(self, fn: Callable):
-        self.fn = fn
-
-    def __call__(self, rank: int, *args):
-        return self.fn(rank, *args)
-
-    def __setstate__(self, state: dict) -> None:
-        import signal
-        import threading
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        self.__dict__.update(state)
-
-
-def launches_workers(info: DeviceInfo, num_cores: int = 0) -> bool:
-    """Whether launch() runs the replicas in torch_xla.launch's worker processes."""
-    return info.kind == "xla-cpu" or (info.kind == "tpu" and info.cores > 1 and num_cores != 1)
-
-
-def end_child_processes() -> list[int]:
-    """SIGKILL this process's remaining worker children (launch workers a crash left behind).
-
-    A worker stuck in a collective whose peer died would otherwise hold its TPU chip forever.
-    Only multiprocessing's spawned workers: not its resource tracker. Returns their pids."""
-    import glob
-    import signal
-    killed = []
-    for children_file in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
-        try:
-            children = [int(c) for c in open(children_file).read().split()]
-        except OSError:
-            continue
-        for child in children:
-            try:
-                if b"spawn_main" in open(f"/proc/{child}/cmdline", "rb").read():
-                    os.kill(child, signal.SIGKILL)
-                    killed.append(child)
-            except OSError:
-                pass
-    return killed
 
 
 if __name__ == "__main__":

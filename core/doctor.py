@@ -4,7 +4,7 @@
     python -m core.doctor --device xla-cpu   # or any device choice, as on the page
 
 Run it first in a notebook or on a new machine. The short run takes the road a run from the
-page takes (core.train.train -> devices.launch -> torch_xla.launch's workers on XLA), into a
+page takes (core.train.train, one process driving every device: SPMD on several), into a
 temporary run directory, and reports what a TPU user needs to know: graph compilations (they
 must stop growing), ops that fell back to the host, and images per second.
 """
@@ -43,10 +43,7 @@ def describe(requested: str = "auto") -> tuple[devices.DeviceInfo, list[str]]:
     else:
         lines.append("TPU chips on PCI: none")
     info = devices.probe(requested)
-    replicas = f"{info.cores} replica" + ("s" if info.cores > 1 else "")
-    road = (f"{replicas} in {info.processes} torch_xla.launch worker process" + ("es" if info.processes > 1 else "")
-            if devices.launches_workers(info) else f"{replicas}, in the trainer process")
-    lines.append(f"Device: {info.name} ({info.kind}): {road}")
+    lines.append(f"Device: {info.name} ({info.kind}): {info.layout}, in the trainer process")
     if info.kind == "cuda":
         import torch
         total = torch.cuda.get_device_properties(0).total_memory
@@ -76,9 +73,10 @@ def short_run(requested: str, steps: int, batch_size: int | None) -> tuple[bool,
     state = train(config, run_path)
     status = run.read_status()
     diag = status.diagnostics
+    split = (f", {config.batch_size // status.devices} per device on {status.devices} devices"
+             if status.devices > 1 else "")
     lines = [f"Short run: {state} after {status.step} of {steps} steps "
-             f"(batch {config.batch_size} per replica, {status.cores} replica(s), "
-             f"{status.elapsed:.1f} s)"]
+             f"(batch {config.batch_size}{split}, {status.elapsed:.1f} s)"]
     if state != "done":
         lines.append(f"  {status.message}")
         lines.append(f"  The run directory is kept for a look: {run_path}")
@@ -92,6 +90,9 @@ def short_run(requested: str, steps: int, batch_size: int | None) -> tuple[bool,
         steady = len(counts) >= 3 and counts[-1] == counts[len(counts) // 2]
         lines.append(f"  XLA: {diag['compiles']} graph compilations ({diag.get('compile_seconds')} s), "
                      + ("stopped growing" if steady else "STILL GROWING: a step's graph changes shape"))
+        if diag.get("batch_shards"):
+            lines.append("  each device's piece of a batch: " + ", ".join("x".join(map(str, shape))
+                                                                    for shape in diag["batch_shards"]))
         fallbacks = diag.get("fallback_ops") or []
         lines.append("  ops run on the host: " + (", ".join(fallbacks) if fallbacks else "none"))
     if diag.get("memory_total"):
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m core.doctor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", choices=DEVICES)
     parser.add_argument("--steps", type=int, default=30, help="steps of the short run (0: skip it)")
-    parser.add_argument("--batch-size", type=int, default=None, help="per replica (default: the app's)")
+    parser.add_argument("--batch-size", type=int, default=None, help="over all devices (default: the app's)")
     args = parser.parse_args(argv)
     print("Blink self-check", flush=True)
     info, lines = describe(args.device)

@@ -8,7 +8,7 @@ its progress to a `progress_fn`:
     report.start()                         # the loop begins: training time counts from here
     report.stepped(step)                   # after each step's mark_step
     report.paused(seconds)                 # paused time is not training time
-    report.write(state, message, step, saved_step, warning, data_seconds)   # replica 0 only
+    report.write(state, message, step, saved_step, warning, data_seconds)
     report.elapsed()                       # training seconds, earlier sessions included
 
 On XLA the first steps compile: the state reads "compiling" until the steps are steady, and the
@@ -16,7 +16,6 @@ seconds spent compiling are left out of the speed and the ETA.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import NamedTuple
 
@@ -55,16 +54,18 @@ def memory_due(step: int, log_every: int) -> bool:
 
 
 class Reporter:
-    """One replica's view of the run's progress; only replica 0 writes it (`write`)."""
+    """The run's progress, as the trainer sees it; `write` makes it the run's status."""
 
     def __init__(self, run, rt, config, *, trainer_pid: int, preset_reason: str, classes: int,
                  matmul_precision: str | None, data_load_seconds: float, images_skipped: int):
-        """run: the RunDir; rt: the replica's core.devices.Runtime; config: the resolved TrainConfig.
+        """run: the RunDir; rt: the trainer's core.devices.Runtime; config: the resolved TrainConfig.
         The keywords are facts of the run's setup that every status repeats."""
         self.run, self.rt, self.config = run, rt, config
         self.trainer_pid, self.preset_reason, self.classes = trainer_pid, preset_reason, classes
         self.matmul_precision = matmul_precision
         self.data_load_seconds, self.images_skipped = data_load_seconds, images_skipped
+        # Each device's piece of a batch, read from the batch's sharding once it exists (the loop sets it).
+        self.batch_shards: list[list[int]] | None = None
         self.elapsed_before = 0.0   # training seconds of earlier sessions: a resumed run's checkpoint says
         self.start()
 
@@ -103,11 +104,11 @@ class Reporter:
         session_seconds = now - self.t_start
         speed = steps_per_second(self.steady, step, now, rt.compile_seconds())
         remaining = seconds_left(cfg.steps, step, speed)
-        images_per_step = cfg.batch_size * cfg.n_critic * rt.world_size
+        images_per_step = cfg.batch_size * cfg.n_critic   # the batch is global: split over the devices
         memory = rt.memory() if memory_due(step, cfg.log_every) else None
         diagnostics = {
             "compiles": rt.compile_count(), "fallback_ops": rt.fallback_ops(),
-            "graph_executions": rt.execution_count(), "all_reduces": rt.all_reduce_count(),
+            "graph_executions": rt.execution_count(), "batch_shards": self.batch_shards,
             "compile_seconds": round(rt.compile_seconds(), 2) if rt.is_xla else None,
             "matmul_precision": self.matmul_precision,
             "data_wait_share": round(data_seconds / session_seconds, 4) if session_seconds > 0 else None,
@@ -122,8 +123,8 @@ class Reporter:
                            "with no clear message. Lower the batch size.")
         self.run.write_status(
             state, message, step=step, steps=cfg.steps, pid=self.trainer_pid,
-            worker_pid=os.getpid() if os.getpid() != self.trainer_pid else None,
-            device=rt.info.name, device_kind=rt.kind, cores=rt.world_size, processes=rt.info.processes,
+            device=rt.info.name, device_kind=rt.kind, devices=rt.device_count, layout=rt.info.layout,
+            batch_size=cfg.batch_size,
             precision=cfg.precision, gan=cfg.gan,
             preset=cfg.preset, preset_reason=self.preset_reason, classes=self.classes,
             steps_per_second=round(speed, 3) if speed else None,

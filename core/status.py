@@ -19,12 +19,12 @@ class Status:
     step: int = 0
     steps: int = 0                    # the run's total
     saved_step: int = 0               # the step of the last checkpoint: where a resume continues
-    pid: int | None = None            # the trainer process
-    worker_pid: int | None = None     # the launch worker that runs replica 0, when it is not the trainer
+    pid: int | None = None            # the trainer process: the only one, whatever the device count
     device: str = ""                  # e.g. "CPU (2 cores)", from core.devices.DeviceInfo
     device_kind: str = ""             # tpu | xla-cpu | cuda | cpu
-    cores: int = 1                    # replicas
-    processes: int = 1                # launch worker processes (TPU v2/v3: threads in each)
+    devices: int = 1                  # devices the trainer drives (SPMD when > 1)
+    layout: str = ""                  # how, in words (core.devices.DeviceInfo.layout)
+    batch_size: int = 0               # the global batch: each device gets batch_size / devices
     precision: str = ""
     gan: str = ""
     preset: str = ""                  # the model preset that runs (never "auto")

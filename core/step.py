@@ -6,9 +6,9 @@ its loop).
     tensors = step(batches)     # n_critic critic updates, then one generator update
 
 `batches` is anything with next_with_labels() -> (images, labels or None), a core.data.BatchStream
-in the trainer. The step returns tensors only (losses and the loss's stats, detached): reading
-them is the caller's choice, never an `.item()` inside the step. A variant (a bench's candidate,
-the SPMD test's sharded batch) overrides `noise` or `next_batch` rather than copying the step.
+in the trainer (under SPMD its batches arrive split over the devices). The step returns tensors only (losses and the loss's stats, detached): reading
+them is the caller's choice, never an `.item()` inside the step. A variant (a bench's candidate)
+overrides `noise` or `next_batch` rather than copying the step.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time
 class GanStep:
     def __init__(self, G, D, opt_g, opt_d, loss, rt, n_critic: int = 1, z_dim: int = 100,
                  precision: str = "fp32"):
-        """rt: the replica's core.devices.Runtime (autocast, gradient scaler, optimizer step)."""
+        """rt: the trainer's core.devices.Runtime (autocast, gradient scaler, optimizer step)."""
         self.G, self.D, self.opt_g, self.opt_d, self.loss, self.rt = G, D, opt_g, opt_d, loss, rt
         self.n_critic, self.z_dim, self.precision = n_critic, z_dim, precision
         self.scaler_g = rt.make_scaler(precision)
@@ -33,7 +33,8 @@ class GanStep:
 
     def noise(self, count: int):
         import torch
-        return torch.randn(count, self.z_dim, 1, 1, device=self.rt.device)
+        # Split over the devices like the real batch, so each device generates its own share.
+        return self.rt.shard_batch(torch.randn(count, self.z_dim, 1, 1, device=self.rt.device))
 
     def __call__(self, batches) -> dict:
         """n_critic discriminator updates, then one generator update. Returns tensors only.

@@ -73,9 +73,6 @@ class Stop(Exception):
 # Grids come often while the picture changes fastest, then at the configured interval.
 EARLY_GRID_STEPS, EARLY_GRID_EVERY = 200, 10
 EARLY_QUALITY_STEP = 50     # the first quality point, long before quality_every
-# A launch worker whose trainer vanished (kill -9) stops cleanly at its next log step; if it is
-# stuck in a collective instead (a peer died too), it exits after this long rather than keep a chip.
-ORPHAN_GRACE_SECONDS = 60
 
 
 # ------------------------------------------------------------------------------------------
@@ -83,9 +80,9 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
           device_info=None) -> str:
     """Train per config into run_path; return the final state. Never raises for training faults.
 
-    watch_parent: the pid of the app that started this trainer; the run stops (checkpoint kept)
-    when that process is gone. On XLA the replicas run in torch_xla.launch's worker processes,
-    children of this one: they watch this process and the app.
+    One process drives every device (SPMD on several XLA devices), so every decision here is
+    this process's own. watch_parent: the pid of the app that started this trainer; the run
+    stops (checkpoint kept) when that process is gone.
     """
     from core import devices
     devices.prepare_environment(config.device)   # before anything imports torch_xla
@@ -104,20 +101,35 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     # every reader of the run see is what the checkpoint and the generator hold.
     run.write_config(config)
     try:
-        devices.launch(_replica, (config, run_path, resume, watch_parent, os.getpid(), info, preset_reason), info,
-                       num_cores=config.num_cores)
-    except Exception as exc:   # a worker died (BrokenProcessPool), or the workers could not start
-        _report_worker_failure(run, exc)
-    finally:
-        devices.end_child_processes()   # a worker the pool did not end must not keep a TPU chip
+        loop = Loop(config, run, info, resume, Control(run, (watch_parent,)), preset_reason=preset_reason)
+        try:
+            loop.run()
+        except Stop as stop:
+            loop.finish(stop.state, stop.message)
+    except Stop as stop:   # raised while building the loop (a refused resume), or while finishing
+        try:
+            run.write_status(stop.state, stop.message)
+        except OSError:
+            pass
+    except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
+        _log_traceback(run, "trainer")
+        try:
+            run.write_status("failed", failure_message(run, f"Training failed: {_describe(exc).strip()[:300]}."))
+        except OSError:
+            pass
+        if isinstance(exc, KeyboardInterrupt):
+            raise
     return run.read_status().state or "failed"
 
 
 def resolved_for(config: TrainConfig, device_kind: str) -> tuple[TrainConfig, str]:
     """The config a run trains with on this kind of device, and why it has its preset: the preset
-    'auto' becomes here, and hyper-parameters left None set to their defaults for it (TrainConfig.resolved)."""
+    and precision 'auto' become here, and hyper-parameters left None set to their defaults for
+    it (TrainConfig.resolved)."""
+    from core.devices import default_precision
     preset, reason = resolve_preset(config.preset, device_kind)
-    return dataclasses.replace(config.resolved(preset), preset=preset), reason
+    precision = default_precision(device_kind) if config.precision == "auto" else config.precision
+    return dataclasses.replace(config.resolved(preset), preset=preset, precision=precision), reason
 
 
 def failure_message(run: RunDir, message: str, saved_step: int | None = None) -> str:
@@ -137,7 +149,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _log_traceback(run: RunDir, header: str) -> None:
-    """Append the exception being handled to the run's error.log; each replica logs its own."""
+    """Append the exception being handled to the run's error.log."""
     try:
         with open(run.file("error.log"), "a") as f:
             f.write(f"[{header}, pid {os.getpid()}]\n{traceback.format_exc()}")
@@ -145,112 +157,41 @@ def _log_traceback(run: RunDir, header: str) -> None:
         pass
 
 
-def _report_worker_failure(run: RunDir, exc: Exception) -> None:
-    """A launch worker ended without a final status (killed, crashed): say so in the run."""
-    from concurrent.futures.process import BrokenProcessPool
-    if run.read_status().state in FINAL_STATES:
-        return   # replica 0 already said what happened
-    if isinstance(exc, BrokenProcessPool):
-        what = "A training worker process ended abruptly: it was killed (most often for memory) or crashed"
-    else:
-        what = f"The training workers could not run: {type(exc).__name__}: {str(exc)[:300]}"
-    last_error = _last_error_line(run)
-    cause = f" (its last error: {last_error})." if last_error else "."
-    run.write_status("failed", failure_message(run, what + cause))
-
-
-def _last_error_line(run: RunDir) -> str:
-    try:
-        lines = [line.strip() for line in open(run.file("error.log")) if line.strip()]
-    except OSError:
-        return ""
-    return lines[-1][:300] if lines else ""
-
-
-def _exit_when_orphaned(trainer_pid: int) -> None:
-    """In a launch worker: once the trainer is gone, give the loop's own check time to stop
-    cleanly, then exit even if a collective holds the loop."""
-    import threading
-
-    def watch():
-        while pid_alive(trainer_pid):
-            time.sleep(1.0)
-        time.sleep(ORPHAN_GRACE_SECONDS)
-        os._exit(1)
-    threading.Thread(target=watch, name="blink-orphan-watch", daemon=True).start()
-
-
-def _replica(rank: int, config: TrainConfig, run_path: str, resume: bool, app_pid, trainer_pid: int, info,
-             preset_reason: str = "") -> None:
-    run = RunDir(run_path)
-    in_worker = os.getpid() != trainer_pid
-    if in_worker:
-        _exit_when_orphaned(trainer_pid)
-    loop = None
-    try:
-        loop = Loop(config, run, info, resume, (app_pid, trainer_pid), trainer_pid=trainer_pid,
-                    preset_reason=preset_reason)
-        try:
-            loop.run()
-        except Stop as stop:
-            loop.finish(stop.state, stop.message)
-    except Stop as stop:   # raised while building the loop (a refused resume)
-        if rank == 0:
-            run.write_status(stop.state, stop.message)
-    except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
-        message = _describe(exc).strip()
-        _log_traceback(run, f"replica {rank}")
-        if rank == 0:   # one replica speaks for the run (each one logs its traceback above)
-            try:
-                run.write_status("failed", failure_message(run, f"Training failed: {message[:300]}."))
-            except OSError:
-                pass
-        replicated = loop.rt.world_size > 1 if loop is not None else info.cores > 1
-        if in_worker and replicated:
-            # The other replicas wait for this one in their next collective. Ending this process
-            # breaks launch's pool, which terminates them all and tells the trainer.
-            os._exit(1)
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-
-
 class Loop:
-    """One replica's training state; `run()` is the loop, `step()` one generator update.
+    """The run's training state; `run()` is the loop, `step()` one generator update.
 
     Two seams lead out of it: `report` (core/report.py) turns what happened into the run's
-    status, and `control` (core/control.py) says at each log step whether to go on."""
+    status, and `control` (core/control.py, passed in) says at each log step whether to go on."""
 
-    def __init__(self, config: TrainConfig, run: RunDir, info, resume: bool, watch_pids=(),
-                 trainer_pid: int | None = None, preset_reason: str = ""):
+    def __init__(self, config: TrainConfig, run: RunDir, info, resume: bool, control: Control | None = None,
+                 preset_reason: str = ""):
         """config: resolved for this device (resolved_for), as train() passes it.
-        watch_pids: processes whose end stops the run (the app, the trainer of a launch worker).
-        trainer_pid: the trainer process (this one when None); the status names it.
+        control: what decides at each log step (default: the run's requests alone).
         preset_reason: why the run has its preset, for the status (default: as resolve_preset says)."""
         import torch
         from core import data, devices, losses, models
 
         self.config, self.run_dir = config, run
         self.rt = devices.Runtime(info)
-        self.master = self.rt.is_master
-        self.control = Control(run, self.rt, watch_pids)
+        self.control = control or Control(run)
         self.rt.seed(config.seed)
         matmul_precision = self.rt.set_matmul_precision(config.precision)
 
-        # ---- data: decoded, resized and cached once; this replica's shard only ----------
+        # ---- data: decoded, resized and cached once, in this one process --------------------
         t0 = time.perf_counter()
         dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb)
         resolution = models.model_resolution(config.preset, dataset.resolution)
         images = data.resize(dataset.images, resolution)
-        validate(config, dataset_size=len(images) // self.rt.world_size)
+        validate(config, dataset_size=len(images))
         # Class-conditional when the dataset has labels (config.conditional "auto"): on MNIST the
         # unconditional fast model plateaus near 60% confident digits, the conditional one passes
         # 80% by step ~600 (bench/README.md, "Conditional"); and a viewer can ask for a digit.
         labels = dataset.labels if config.conditional == "auto" else None
         self.classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
-        self.stream = data.BatchStream(images, config.batch_size, self.rt.device, self.rt.rank,
-                                       self.rt.world_size, config.seed, keep_on_device=info.kind == "cuda",
-                                       labels=labels if self.classes else None)
-        self.report = Reporter(run, self.rt, config, trainer_pid=trainer_pid or os.getpid(),
+        self.stream = data.BatchStream(images, config.batch_size, self.rt.device, config.seed,
+                                       keep_on_device=info.kind == "cuda", labels=labels if self.classes else None,
+                                       place=self.rt.to_device)
+        self.report = Reporter(run, self.rt, config, trainer_pid=os.getpid(),
                                preset_reason=preset_reason or models.resolve_preset(config.preset, info.kind)[1],
                                classes=self.classes, matmul_precision=matmul_precision,
                                data_load_seconds=time.perf_counter() - t0, images_skipped=dataset.skipped)
@@ -265,8 +206,6 @@ class Loop:
             # steps 10-20% faster in them (bench/README.md).
             self.G.to(memory_format=torch.channels_last)
             self.D.to(memory_format=torch.channels_last)
-        self.rt.broadcast_parameters(self.G)
-        self.rt.broadcast_parameters(self.D)
         betas = (config.beta1, config.beta2)
         # One fused kernel for all of a net's parameters (CPU and CUDA; XLA fuses on its own).
         fused = {"fused": True} if info.kind in ("cpu", "cuda") else {}
@@ -284,7 +223,6 @@ class Loop:
         self.fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)[:grid_count]
         # What every viewer sees (grids, the quality meter, the generator file) comes from
         # G_sampled: the moving average of G's weights when config.ema > 0 (core/ema.py), else G.
-        # Each replica averages its own copy: G's weights are identical after the all-reduce.
         self.ema = WeightAverage(self.G, config.ema) if config.ema else None
         self.G_sampled = self.ema.module if self.ema else self.G
         self.step_count = 0
@@ -299,7 +237,7 @@ class Loop:
         self.d_wins_streak = 0
         self.warning = ""
         self.quality, self._make_quality = None, None
-        if self.master and config.quality_every:
+        if config.quality_every:
             from core import quality
             # Built at the first measurement, not here: its real-image features take ~0.4 s,
             # which would delay the first loss point on the page.
@@ -337,11 +275,11 @@ class Loop:
         """Save only weights that produced finite losses: a diverged run keeps its last good one."""
         if not self.values_finite or self.step_count == self.saved_step:
             return
-        if not self.master or self._replica0_work("saving the checkpoint", self._write_checkpoint):
-            self.saved_step = self.step_count
+        self._work("saving the checkpoint", self._write_checkpoint)
+        self.saved_step = self.step_count
 
     def _write_checkpoint(self) -> None:
-        """Replica 0's copy: the replicas hold identical weights, one copy to the host is enough."""
+        """Replicated weights (SPMD included) come to the host whole: one copy is the whole model."""
         rt, scaler_g, scaler_d = self.rt, self.train_step.scaler_g, self.train_step.scaler_d
         g_state = rt.cpu_state_dict(self.G)
         sampled_state = rt.cpu_state_dict(self.G_sampled) if self.ema else g_state
@@ -360,8 +298,8 @@ class Loop:
         self.run_dir.save_generator(sampled_state, meta)
 
     def step(self) -> dict:
-        """One generator update (core/step.py GanStep) on this replica's batches, then the average
-        of G's weights, in the same graph on XLA; tensors only."""
+        """One generator update (core/step.py GanStep), then the average of G's weights, in the
+        same graph on XLA; tensors only."""
         self.set_learning_rates(lr_factor(self.step_count, self.config.steps, self.config.lr_decay_start))
         tensors = self.train_step(self.stream)
         if self.ema:
@@ -387,15 +325,15 @@ class Loop:
             tensors = self.step()
             self.step_count += 1
             step = self.step_count
-            # A request seen between log steps makes this step a log step: the flags then go
-            # through the same agreement as always, and the curve gets the stopped step's point.
+            # A request seen between log steps makes this step a log step: the curve gets the
+            # stopped step's point, and the request is acted on after it.
             log_now = step == 1 or step % cfg.log_every == 0 or step == cfg.steps or self.control.request_waiting()
             if log_now:
-                # The control flags ride in the same reduction as the losses (core/control.py).
-                values = {**tensors, **self.control.flag_tensors()}
-                rt.read_later(self._on_values, {"step": _as_tensor(step, tensors), **rt.mean_across_replicas(values)})
+                rt.read_later(self._on_values, {"step": _as_tensor(step, tensors), **tensors})
             rt.mark_step()
             self.report.stepped(step)
+            if self.report.batch_shards is None:   # once: how the first batch was split over the devices
+                self.report.batch_shards = rt.batch_shards(self.stream.last_batch)
             if grid_due(step, cfg):
                 self.save_grid()
             if log_now:
@@ -404,22 +342,20 @@ class Loop:
                 self.save_checkpoint()
             if self._make_quality and (step % cfg.quality_every == 0 or step == cfg.steps
                                        or step == min(EARLY_QUALITY_STEP, cfg.quality_every)):
-                self._replica0_work("measuring quality", self._measure_quality)
+                self._work("measuring quality", self._measure_quality)
         self.finish("done", f"Finished {self.step_count} steps.")
 
     def _on_values(self, values: dict) -> None:
         """Runs once the logged step's values exist (a step closure on XLA)."""
         step = int(values.pop("step"))
-        self.control.take_agreed(values)
         self.values_finite = all(math.isfinite(v) for v in values.values())
         self.last_values = values
         if self.config.gan == "dcgan":
             self.d_wins_streak = self.d_wins_streak + 1 if d_has_won(values) else 0
-        if self.master:
-            event = {"step": step, "time": round(self.report.elapsed(), 3), **_rounded(values)}
-            if self.rt.is_xla:   # the graph counters, read after this step's graph ran
-                event.update(xla_compiles=self.rt.compile_count(), xla_executions=self.rt.execution_count())
-            self._replica0_work("writing the loss log", lambda: self.run_dir.append_event(event))
+        event = {"step": step, "time": round(self.report.elapsed(), 3), **_rounded(values)}
+        if self.rt.is_xla:   # the graph counters, read after this step's graph ran
+            event.update(xla_compiles=self.rt.compile_count(), xla_executions=self.rt.execution_count())
+        self._work("writing the loss log", lambda: self.run_dir.append_event(event))
 
     def _after_log(self) -> None:
         diverged = divergence_message(self.last_values, self.step_count, self.saved_step, self.config.precision)
@@ -437,34 +373,24 @@ class Loop:
         self._status("running", "Training...")
 
     def _stop_for(self, decision: str) -> None:
-        """End the run if the agreed decision says so: every replica raises the same Stop at the same step."""
-        if decision == "failed":
-            what = (self.control.failure or "Training failed on another replica (see error.log)") + "."
-            raise Stop("failed", failure_message(self.run_dir, what, saved_step=self.saved_step))
         if decision == "gone":
             raise Stop("stopped", "Stopped: the app that started this run has closed. Resume it from the UI or CLI.")
         if decision == "stop":
             raise Stop("stopped", f"Stopped by request at step {self.step_count}.")
 
-    def _replica0_work(self, what: str, work) -> bool:
-        """Run work that only replica 0 does (files, grids, quality); True if it succeeded.
-
-        A failure here must not end replica 0 alone: the others would wait in their next
-        all-reduce forever. It is kept and reported through the next log step's agreement, so
-        every replica ends the run together, with this message."""
+    def _work(self, what: str, work) -> None:
+        """Run the loop's bookkeeping (files, grids, quality): a failure ends the run as `failed`
+        with what it was doing, the last good checkpoint kept."""
         try:
             work()
-            return True
         except Exception as exc:
-            if not self.control.failure:
-                self.control.failure = f"Training failed while {what} at step {self.step_count}: {_describe(exc)}"
-                _log_traceback(self.run_dir, f"replica {self.rt.rank}, {what}")
-            return False
+            _log_traceback(self.run_dir, what)
+            message = f"Training failed while {what} at step {self.step_count}: {_describe(exc)}."
+            raise Stop("failed", failure_message(self.run_dir, message, saved_step=self.saved_step)) from exc
 
     def _status(self, state: str, message: str) -> None:
-        if self.master:
-            self._replica0_work("writing the status", lambda: self.report.write(
-                state, message, self.step_count, self.saved_step, self.warning, self.train_step.data_seconds))
+        self._work("writing the status", lambda: self.report.write(
+            state, message, self.step_count, self.saved_step, self.warning, self.train_step.data_seconds))
 
     def save_grid(self) -> None:
         import torch
@@ -472,9 +398,8 @@ class Loop:
         with torch.no_grad(), self.rt.autocast(self.config.precision):
             images = self.G_sampled(self.fixed_noise_device)
         self.G_sampled.train()
-        if self.master:
-            self._replica0_work("saving the sample grid", lambda: self.run_dir.save_grid(
-                images.float().cpu().numpy(), self.step_count, self.grid_columns))
+        self._work("saving the sample grid", lambda: self.run_dir.save_grid(
+            images.float().cpu().numpy(), self.step_count, self.grid_columns))
 
     def _measure_quality(self) -> None:
         if self.quality is None:

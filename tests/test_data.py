@@ -406,17 +406,42 @@ def test_preview_shapes_range_and_seed(cache, tmp_path):
 
 
 # ---- the pipeline --------------------------------------------------------------------------------
-def test_batch_stream_shards_are_disjoint_and_fixed_size():
+def test_batch_stream_epochs_are_fixed_size_and_cover_every_image_once():
     images = torch.arange(100, dtype=torch.uint8).view(100, 1, 1, 1).expand(100, 1, 2, 2).contiguous()
-    seen = []
-    for rank in range(2):
-        stream = data.BatchStream(images, 16, "cpu", rank=rank, world_size=2, seed=1)
-        batches = [next(stream) for _ in range(stream.batches_per_epoch)]
-        assert all(b.shape == (16, 1, 2, 2) for b in batches)
-        values = torch.cat(batches)[:, 0, 0, 0].add(1).mul(127.5).round().long()
-        assert all(v % 2 == rank for v in values.tolist())
-        seen.append(set(values.tolist()))
-    assert not seen[0] & seen[1]
+    stream = data.BatchStream(images, 16, "cpu", seed=1)
+    batches = [next(stream) for _ in range(stream.batches_per_epoch)]
+    assert all(b.shape == (16, 1, 2, 2) for b in batches)
+    values = torch.cat(batches)[:, 0, 0, 0].add(1).mul(127.5).round().long().tolist()
+    assert len(set(values)) == len(values) == 96          # drop_last: 6 full batches, no image twice
+
+
+def test_batch_stream_on_the_device_draws_its_indices_there_with_no_copy_or_sync():
+    """keep_on_device (the CUDA road): every op of a batch, the epoch's shuffle included, runs on
+    the stream's device (the uint8 -> float conversion is the one copy, in place), with no .item()
+(a host sync on CUDA)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            tensors = [t for t in (*args, *(kwargs or {}).values(), out) if isinstance(t, torch.Tensor)]
+            self.seen.append((func.__name__, {t.device.type for t in tensors}))
+            return out
+
+    images = torch.randint(0, 256, (40, 1, 4, 4), dtype=torch.uint8)
+    stream = data.BatchStream(images, 8, "cpu", keep_on_device=True, labels=torch.arange(40) % 10)
+    with Ops() as ops:
+        for _ in range(stream.batches_per_epoch + 1):     # a new epoch's shuffle included
+            stream.next_with_labels()
+    names = [name for name, _ in ops.seen]
+    assert any(name.startswith("randperm") for name in names), names
+    assert not [n for n in names if n.startswith(("copy_", "_local_scalar_dense", "item"))], names
+    assert all(kinds <= {stream.images.device.type} for _, kinds in ops.seen), ops.seen
+    assert stream._order.device == stream.images.device
 
 
 def test_resize_uint8_matches_float_path():

@@ -1,9 +1,9 @@
 """The TPU path (PyTorch/XLA), proven on XLA:CPU (PJRT_DEVICE=CPU).
 
-All XLA work runs in subprocesses: the XLA runtime cannot be re-initialised in-process, and
-torch_xla.launch refuses a runtime that is already up. Every subprocess has a timeout: several
-XLA:CPU devices meeting in a collective under launch hang instead of failing (pytorch/xla#5342),
-and a hang must fail the test, not the CI job. Each XLA:CPU compile takes seconds on 2 cores,
+All XLA work runs in subprocesses: the XLA runtime cannot be re-initialised in-process. Every
+subprocess has a timeout: a hang must fail the test, not the CI job. CPU_NUM_DEVICES=4 gives
+four XLA:CPU devices, which the trainer drives with SPMD from one process: the program a
+multi-chip TPU runs. Each XLA:CPU compile takes seconds on 2 cores,
 so every run is tiny (preset fast at 28x28, batch 8-16, a handful of steps).
 
 The fallback tests at the top need no torch_xla and run everywhere.
@@ -218,7 +218,7 @@ def test_cli_training_on_xla_cpu_end_to_end(tmp_path, broken_xla):
     assert states[0] == "compiling" and states[-1] == "done", states
     assert "running" in states and states.index("running") > states.index("compiling"), states
     assert status["device_kind"] == "xla-cpu" and status["precision"] == "bf16"
-    assert status["cores"] == 1          # XLA:CPU is never replicated (its collectives hang)
+    assert status["devices"] == 1 and status["diagnostics"]["batch_shards"] == [[16, 1, 28, 28]]   # no mesh
     diag = status["diagnostics"]
     assert isinstance(diag["compiles"], int) and diag["compiles"] > 0
     assert diag["fallback_ops"] == [], "ops outside devices.ALLOWED_FALLBACK_OPS ran on the host"
@@ -254,7 +254,7 @@ def test_cli_training_on_xla_cpu_end_to_end(tmp_path, broken_xla):
 
 
 def _cli_run(tmp_path, *flags: str, **env: str) -> tuple[dict, list[dict]]:
-    """The real CLI trainer on XLA:CPU (through devices.launch -> torch_xla.launch's worker)."""
+    """The real CLI trainer on XLA:CPU, in one process (SPMD over CPU_NUM_DEVICES devices)."""
     run = str(tmp_path / "run")
     _check(_run(["-m", "core.train", "--device", "xla-cpu", "--preset", "fast", "--run-dir", run, *flags], **env))
     return _status(run), _events(run)
@@ -267,14 +267,18 @@ def _cli_run(tmp_path, *flags: str, **env: str) -> tuple[dict, list[dict]]:
     # Five critic updates (gradient penalty: double backward) per generator update, one graph.
     pytest.param("wgan-gp", 8, marks=pytest.mark.slow),
 ])
-def test_real_trainer_compiles_once_and_never_falls_back(tmp_path, gan, batch):
-    """Every graph a run has (first steps, steady step, log step, grid, quality meter, checkpoint)
-    is met by step 10; steps 10-16 repeat them all and must compile nothing new."""
+def test_real_trainer_on_four_devices_compiles_once_and_never_falls_back(tmp_path, gan, batch):
+    """On 4 XLA:CPU devices (SPMD), every graph a run has (first steps, steady step, log step,
+    grid, quality meter, checkpoint, the learning-rate decay, the EMA) is met by step 10; steps
+    10-16 repeat them all and must compile nothing new. Each device holds a quarter of the batch,
+    as read from the batch's own sharding."""
     status, events = _cli_run(tmp_path, "--gan", gan, "--batch-size", str(batch), "--steps", "16",
                               "--log-every", "2", "--grid-every", "4", "--quality-every", "4",
-                              "--checkpoint-every", "4")
+                              "--checkpoint-every", "4", "--lr-decay-start", "0.5", "--ema", "0.99",
+                              CPU_NUM_DEVICES="4")
     assert status["state"] == "done" and status["device_kind"] == "xla-cpu", status
-    assert status["worker_pid"] != status["pid"], "the replica did not run in a launch worker"
+    assert status["devices"] == 4 and "one process" in status["layout"], status
+    assert status["diagnostics"]["batch_shards"] == [[batch // 4, 1, 28, 28]] * 4, status["diagnostics"]
     compiles = {e["step"]: e["xla_compiles"] for e in events if "xla_compiles" in e}
     assert compiles[10] > 0 and compiles[16] == compiles[10], compiles
     assert [e["step"] for e in events if "quality_fd" in e] == [4, 8, 12, 16]   # the meter ran on XLA
@@ -285,64 +289,32 @@ def test_real_trainer_compiles_once_and_never_falls_back(tmp_path, gan, batch):
 
 
 @pytest.mark.xla
-def test_control_agreement_adds_no_graph_execution(tmp_path):
-    """With XLA_ALWAYS_ALLREDUCE=1 the stop/pause/failure flags are all-reduced every log step, in
-    the step's own graph: between log steps with no grid, quality or checkpoint in between, the
-    run executes exactly one graph per step."""
-    status, events = _cli_run(tmp_path, "--batch-size", "16", "--steps", "9", "--log-every", "3",
-                              "--grid-every", "1000", "--quality-every", "0", "--checkpoint-every", "1000",
-                              XLA_ALWAYS_ALLREDUCE="1")
-    assert status["state"] == "done", status
-    assert status["diagnostics"]["all_reduces"] > 0, "the flags were not reduced across replicas in-graph"
-    executions = {e["step"]: e["xla_executions"] for e in events if "xla_executions" in e}
-    assert [executions[b] - executions[a] for a, b in ((3, 6), (6, 9))] == [3, 3], executions   # no early grid yet
-
-
-@pytest.mark.xla
-def test_failure_in_replica0_work_ends_every_replica_through_the_agreement(tmp_path):
+def test_a_failure_in_the_trainers_bookkeeping_ends_the_run_with_its_checkpoint(tmp_path):
     """Saving the grid raises from step 4 (a fault injected by the test script): the run ends
-    `failed` at the next log step (6) through the agreed flags, the checkpoint of step 4 is kept,
-    and the trainer and its worker exit."""
+    `failed` there, saying what it was doing, with the checkpoint of step 2 kept."""
     run = str(tmp_path / "run")
-    proc = _run([os.path.join(SCRIPTS, "replica0_failure.py"), "--device", "xla-cpu", "--preset", "fast",
+    proc = _run([os.path.join(SCRIPTS, "grid_failure.py"), "--device", "xla-cpu", "--preset", "fast",
                  "--batch-size", "16", "--steps", "300", "--log-every", "3", "--grid-every", "2",
-                 "--checkpoint-every", "2", "--quality-every", "0", "--run-dir", run], XLA_ALWAYS_ALLREDUCE="1")
+                 "--checkpoint-every", "2", "--quality-every", "0", "--run-dir", run], CPU_NUM_DEVICES="4")
     status = _status(run)
     assert proc.returncode == 1 and status["state"] == "failed", (proc.stdout[-2000:], proc.stderr[-2000:])
     assert "while saving the sample grid at step 4" in status["message"], status["message"]
-    assert "simulated fault" in status["message"] and "checkpoint (step 4) is kept" in status["message"]
-    assert status["step"] == 6 and status["saved_step"] == 4
+    assert "simulated fault" in status["message"] and "checkpoint (step 2) is kept" in status["message"]
+    assert status["saved_step"] == 2
     assert os.path.exists(os.path.join(run, "checkpoint.pt"))
     assert "saving the sample grid" in open(os.path.join(run, "error.log")).read()
-    assert not alive(status["worker_pid"]) and status["worker_pid"] != status["pid"]
-
-
-# ------------------------------------------------------------------------------------------
-# Several devices, as far as XLA:CPU allows
-# ------------------------------------------------------------------------------------------
-@pytest.mark.xla
-@pytest.mark.slow
-def test_spmd_over_four_cpu_devices_trains_real_models(tmp_path):
-    out = str(tmp_path / "spmd.json")
-    _script("spmd_train.py", out, "wgan-gp", 3, 16, CPU_NUM_DEVICES="4")
-    with open(out) as f:
-        r = json.load(f)
-    assert r["is_spmd"] and r["devices"] == 4
-    assert "devices=[4,1,1,1]" in r["real_sharding"], r["real_sharding"]   # the batch is split 4 ways
-    assert len(r["losses"]) == 3 and r["finite"], r["losses"]
+    assert not alive(status["pid"])
 
 
 @pytest.mark.xla
 @pytest.mark.slow
-def test_always_allreduce_trainer_pauses_and_stops_through_collectives(tmp_path):
-    """One device with XLA_ALWAYS_ALLREDUCE=1 runs the multi-core code for real, in a launch
-    worker: loss means and the pause/stop flags all-reduced in the log step's graph."""
-    out, run = str(tmp_path / "ar.json"), str(tmp_path / "run")
-    _script("allreduce_control.py", out, run, XLA_ALWAYS_ALLREDUCE="1")
+def test_four_device_trainer_pauses_and_stops(tmp_path):
+    """The trainer on 4 devices (SPMD) pauses (no step runs while paused) and stops where it paused."""
+    out, run = str(tmp_path / "ps.json"), str(tmp_path / "run")
+    _script("pause_stop.py", out, run, CPU_NUM_DEVICES="4")
     with open(out) as f:
         r = json.load(f)
-    assert r["status"]["diagnostics"]["all_reduces"] > 0, "the collective was not lowered into the graph"
-    assert r["status"]["worker_pid"] != r["status"]["pid"], "the replica did not run in a launch worker"
+    assert r["status"]["devices"] == 4
     assert r["state"] == "stopped" and r["status"]["state"] == "stopped"
     assert r["seen"]["paused_status_step"] is not None, "status never said 'paused'"
     assert r["seen"]["paused_at"] == r["seen"]["paused_status_step"], "steps ran while paused"
@@ -350,22 +322,6 @@ def test_always_allreduce_trainer_pauses_and_stops_through_collectives(tmp_path)
     assert r["status"]["step"] == r["seen"]["paused_at"]      # it stopped where it paused
     _assert_finite_losses(r["events"])
     assert r["status"]["diagnostics"]["fallback_ops"] == []
-
-
-@pytest.mark.xla
-def test_launch_replicas_get_disjoint_data_and_different_noise(tmp_path):
-    """torch_xla.launch over 2 CPU devices, no collectives: per-replica sharding and seeding."""
-    _script("launch_shards.py", str(tmp_path), CPU_NUM_DEVICES="2")
-    reports = []
-    for rank in range(2):
-        with open(tmp_path / f"rank{rank}.json") as f:
-            reports.append(json.load(f))
-    assert [r["rank"] for r in reports] == [0, 1] and all(r["world_size"] == 2 for r in reports)
-    assert [r["is_master"] for r in reports] == [True, False]
-    a, b = (set(r["seen"]) for r in reports)
-    assert len(a) == len(reports[0]["seen"]) and len(b) == len(reports[1]["seen"]), "a shard repeated an image"
-    assert a and b and not a & b, "replicas saw the same images"
-    assert reports[0]["noise"] != reports[1]["noise"], "replicas drew identical noise"
 
 
 # ------------------------------------------------------------------------------------------
@@ -406,18 +362,19 @@ def test_probe_does_not_claim_a_tpu_when_pjrt_device_says_cpu(tpu_host, monkeypa
     assert info.kind != "tpu" and "PJRT_DEVICE=CPU" in info.notice, info
 
 
-@pytest.mark.parametrize("pci_ids, accelerator_type, name, replicas, processes", [
-    (["0x0063"], "v5litepod-1", "TPU v5e (1 chip)", 1, 1),                    # Colab's free TPU
-    (["0x0063"] * 8, "v5litepod-8", "TPU v5e (8 chips)", 8, 8),               # Kaggle v5e-8
-    (["0x006f"] * 8, "", "TPU v6e (8 chips)", 8, 8),                          # Kaggle v6e-8, from PCI alone
-    (["0x0027"] * 4, "v3-8", "TPU v3 (4 chips, 2 cores each)", 8, 4),         # v3-8: 4 processes x 2 threads
+@pytest.mark.parametrize("pci_ids, accelerator_type, name, count", [
+    (["0x0063"], "v5litepod-1", "TPU v5e (1 chip)", 1),                    # Colab's free TPU: no mesh
+    (["0x0063"] * 8, "v5litepod-8", "TPU v5e (8 chips)", 8),               # Kaggle v5e-8
+    (["0x006f"] * 8, "", "TPU v6e (8 chips)", 8),                          # Kaggle v6e-8, from PCI alone
+    (["0x0027"] * 4, "v3-8", "TPU v3 (4 chips, 2 cores each)", 8),         # v3-8: 8 devices on 4 chips
 ])
-def test_todays_tpus_by_name(tpu_host, monkeypatch, pci_ids, accelerator_type, name, replicas, processes):
+def test_todays_tpus_by_name(tpu_host, monkeypatch, pci_ids, accelerator_type, name, count):
     devices = tpu_host(pci_ids, libtpu=True, accelerator_type=accelerator_type)
     monkeypatch.setattr(devices, "xla_import_error", lambda: "")   # torch_xla imports (not imported here)
     info = devices.probe("auto")
-    assert (info.kind, info.name, info.cores, info.processes) == ("tpu", name, replicas, processes)
-    assert devices.launches_workers(info) == (replicas > 1)   # one chip trains inline, no workers
+    assert (info.kind, info.name, info.devices) == ("tpu", name, count)
+    assert ("SPMD" in info.layout) == (count > 1), info.layout
+    assert devices.default_precision(info.kind) == "bf16"
     assert "fp16" in info.precision_refused and "highest" in info.precision_warned["fp32"]
 
 
@@ -426,11 +383,11 @@ def test_xla_cpu_on_a_tpu_host_means_the_cpu(monkeypatch):
     monkeypatch.setenv("PJRT_DEVICE", "TPU")
     monkeypatch.setenv("CPU_NUM_DEVICES", "4")
     devices.prepare_environment("xla-cpu")
-    assert os.environ["PJRT_DEVICE"] == "CPU" and os.environ["CPU_NUM_DEVICES"] == "1"
+    assert os.environ["PJRT_DEVICE"] == "CPU" and devices.xla_cpu_device_count() == 4
 
 
 # ------------------------------------------------------------------------------------------
-# The app's own process tree: python app.py -> trainer -> torch_xla.launch worker
+# The app's own process tree on 4 devices: python app.py -> one trainer process, nothing below it
 # ------------------------------------------------------------------------------------------
 XLA_FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
                 device="xla-cpu", steps=12, log_every=2, grid_every=6, checkpoint_every=6)
@@ -441,12 +398,18 @@ def _parent(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
+def _children(pid: int) -> list[int]:
+    import glob
+    return [int(c) for path in glob.glob(f"/proc/{pid}/task/*/children") for c in open(path).read().split()]
+
+
 @pytest.fixture(scope="module")
 def xla_app(tmp_path_factory):
     if _xla_import_error():
         pytest.skip(_xla_import_error())
     from tests.apphelpers import RunningApp
-    app = RunningApp(str(tmp_path_factory.mktemp("xla-runs")), env={"OMP_NUM_THREADS": "1"}).wait_ready()
+    app = RunningApp(str(tmp_path_factory.mktemp("xla-runs")),
+                     env={"OMP_NUM_THREADS": "1", "CPU_NUM_DEVICES": "4"}).wait_ready()
     app.seen_pids = set()
     yield app
     app.stop()
@@ -461,14 +424,17 @@ def _wait_status(client, predicate, timeout: float = XLA_TIMEOUT, what: str = "s
     return wait_for(check, timeout, what=what)
 
 
-def _worker_of(client, app) -> tuple[int, int]:
-    """(trainer pid, worker pid) of the running run, checked against the real process tree."""
-    status = _wait_status(client, lambda s: s.get("worker_pid") and s.get("state") in ("compiling", "running"),
-                          what="the launch worker to report")
-    trainer, worker = status["pid"], status["worker_pid"]
-    assert _parent(worker) == trainer and _parent(trainer) == app.process.pid, "not UI -> trainer -> worker"
-    app.seen_pids.update((trainer, worker))
-    return trainer, worker
+def _trainer_of(client, app) -> int:
+    """The running run's trainer pid, checked against the real process tree: a child of the app,
+    driving 4 devices, with no process of its own below it."""
+    status = _wait_status(client, lambda s: s.get("pid") and s.get("state") in ("compiling", "running"),
+                          what="the trainer to report")
+    trainer = status["pid"]
+    assert _parent(trainer) == app.process.pid, "the trainer is not the app's child"
+    assert status["devices"] == 4 and "one process" in status["layout"], status
+    assert [c for c in _children(trainer) if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()] == []
+    app.seen_pids.add(trainer)
+    return trainer
 
 
 def _wait_end(client, timeout: float = 120) -> dict:
@@ -477,55 +443,61 @@ def _wait_end(client, timeout: float = 120) -> dict:
 
 def _wait_exit(*pids: int) -> None:
     from tests.apphelpers import wait_for
-    wait_for(lambda: not any(alive(p) for p in pids), 60, what="the trainer and its worker to exit")
+    wait_for(lambda: not any(alive(p) for p in pids), 60, what="the trainer to exit")
 
 
-def _start_long_run(client, app, min_step: int) -> tuple[int, int]:
-    """Start a run that would outlast the test; (trainer, worker) once it trains past min_step."""
+def _start_long_run(client, app, min_step: int) -> int:
+    """Start a run that would outlast the test; its trainer once it trains past min_step."""
     client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
-    trainer, worker = _worker_of(client, app)
+    trainer = _trainer_of(client, app)
     _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= min_step, what="training")
-    return trainer, worker
+    return trainer
 
 
 @pytest.mark.xla
 @pytest.mark.slow
-def test_app_start_trains_xla_cpu_through_a_launch_worker(xla_app):
+def test_app_start_trains_on_four_xla_devices_in_one_process(xla_app):
     client = xla_app.client()
     assert "Started run" in client.predict(**XLA_FORM, key="", api_name="/start")
-    trainer, worker = _worker_of(client, xla_app)
+    trainer = _trainer_of(client, xla_app)
     status = _wait_end(client, XLA_TIMEOUT)
     assert status["state"] == "done" and status["step"] == 12, status
-    assert status["device"].startswith("XLA:CPU") and status["diagnostics"]["fallback_ops"] == []
-    _wait_exit(trainer, worker)
+    assert status["device"] == "XLA:CPU (4 devices)" and status["diagnostics"]["fallback_ops"] == []
+    assert status["diagnostics"]["batch_shards"] == [[4, 1, 28, 28]] * 4
+    _wait_exit(trainer)
 
 
 @pytest.mark.xla
 @pytest.mark.slow
-def test_app_stop_mid_run_keeps_a_checkpoint(xla_app):
+def test_app_stop_mid_run_on_four_devices_keeps_a_checkpoint(xla_app):
     client = xla_app.client()
-    trainer, worker = _start_long_run(client, xla_app, min_step=4)
+    trainer = _start_long_run(client, xla_app, min_step=4)
+    asked = time.time()
     assert "Stopping" in client.predict(key="", api_name="/stop")
     status = _wait_end(client)
+    heard = time.time() - asked
     assert status["state"] == "stopped" and status["saved_step"] == status["step"] > 0, status
+    assert heard < 15, f"Stop took {heard:.1f} s"     # about a second when the machine is quiet
     assert os.path.exists(os.path.join(os.path.dirname(os.path.dirname(status["grid"])), "checkpoint.pt"))
-    _wait_exit(trainer, worker)
+    _wait_exit(trainer)
 
 
 @pytest.mark.xla
 @pytest.mark.slow
-def test_app_worker_killed_fails_plainly_and_a_new_start_works(xla_app):
+def test_app_trainer_killed_fails_plainly_keeps_the_checkpoint_and_a_new_start_works(xla_app):
     import signal
     from tests.apphelpers import wait_for
     client = xla_app.client()
-    trainer, worker = _start_long_run(client, xla_app, min_step=2)
-    os.kill(worker, signal.SIGKILL)
+    trainer = _start_long_run(client, xla_app, min_step=7)   # past the checkpoint of step 6
+    os.kill(trainer, signal.SIGKILL)
     status = _wait_end(client)
     assert status["state"] == "failed", status
-    assert "worker process ended abruptly" in status["message"] and "Hint:" in status["message"], status["message"]
+    assert "killed (SIGKILL)" in status["message"] and "is kept" in status["message"], status["message"]
+    run_dir = os.path.dirname(os.path.dirname(status["grid"]))
+    assert os.path.exists(os.path.join(run_dir, "checkpoint.pt"))
     _wait_exit(trainer)
-    # The device is free again: a new Start trains.
-    new_trainer, _ = _start_long_run(client, xla_app, min_step=2)
+    # The devices are free again: a new Start trains.
+    new_trainer = _start_long_run(client, xla_app, min_step=2)
     assert new_trainer != trainer
     client.predict(key="", api_name="/stop")
     _wait_status(client, lambda s: s["state"] == "stopped", timeout=120, what="the new run to stop")
@@ -534,10 +506,12 @@ def test_app_worker_killed_fails_plainly_and_a_new_start_works(xla_app):
 
 
 @pytest.mark.xla
-def test_doctor_reports_the_launch_road_and_a_real_run():
-    proc = _check(_run(["-m", "core.doctor", "--device", "xla-cpu", "--steps", "15"]))
+def test_doctor_reports_four_devices_in_one_process_and_a_real_run():
+    proc = _check(_run(["-m", "core.doctor", "--device", "xla-cpu", "--steps", "15", "--batch-size", "16"],
+                       CPU_NUM_DEVICES="4"))
     out = proc.stdout
-    assert "Device: XLA:CPU" in out and "1 torch_xla.launch worker process" in out, out
+    assert "Device: XLA:CPU (4 devices)" in out and "4 devices in one process" in out, out
+    assert "4 per device on 4 devices" in out and "4x1x28x28" in out, out
     assert "Short run: done after 15 of 15 steps" in out and "stopped growing" in out, out
     assert "ops run on the host: none" in out and "img/s" in out, out
 
@@ -589,10 +563,10 @@ def test_cli_interrupted_stops_with_a_checkpoint(tmp_path, signal_name):
 
 
 @pytest.mark.xla
-def test_cli_ctrl_c_on_the_launch_road_stops_every_replica_with_a_checkpoint(tmp_path):
+def test_cli_ctrl_c_on_four_devices_stops_with_a_checkpoint(tmp_path):
     import signal
-    code, status, output = _interrupt_cli(tmp_path, "xla-cpu", signal.SIGINT)
-    assert code == 0 and status["state"] == "stopped", (status, output[-2000:])
-    assert status["worker_pid"] != status["pid"] and not alive(status["worker_pid"])
+    code, status, output = _interrupt_cli(tmp_path, "xla-cpu", signal.SIGINT, CPU_NUM_DEVICES="4")
+    assert code == 0 and status["state"] == "stopped" and status["devices"] == 4, (status, output[-2000:])
+    assert not alive(status["pid"])
     assert status["saved_step"] == status["step"] >= 10
     assert os.path.exists(tmp_path / "run" / "checkpoint.pt")

@@ -1,7 +1,7 @@
 """The batch stream: what the trainer draws from an ImageSet's uint8 images.
 
-resize runs once, before training (e.g. 28 -> 64 for the 64x64 DCGAN); BatchStream then gives a
-replica endless fixed-shape batches of its own shard, converted to [-1, 1] on the device.
+resize runs once, before training (e.g. 28 -> 64 for the 64x64 DCGAN); BatchStream then gives
+endless fixed-shape batches, converted to [-1, 1] on the device.
 """
 from __future__ import annotations
 
@@ -31,28 +31,32 @@ def resize(images: torch.Tensor, resolution: int) -> torch.Tensor:
 
 
 class BatchStream:
-    """Endless batches of one replica's shard: disjoint shards, drop_last, reshuffled per epoch.
+    """Endless fixed-shape batches of a set: drop_last, reshuffled each epoch, from a seed.
 
-    Replica r of w takes images r, r+w, r+2w, ...; every batch has exactly batch_size images,
-    so the step's graph never changes shape. On CUDA the whole uint8 set is moved to the GPU
-    once (MNIST: 47 MB), so a batch is an index on the device and the GPU never waits.
+    Every batch has exactly batch_size images, so the step's graph never changes shape. With
+    keep_on_device (CUDA) the whole uint8 set lives on the GPU (MNIST: 47 MB) and the epoch's
+    order is drawn there too, so a batch is a gather on the device: no host copy and no host
+    synchronisation inside a step. Otherwise a batch is cut on the host and sent with `place`
+    (the trainer's Runtime.to_device: under SPMD each device receives only its share).
     """
 
-    def __init__(self, images: torch.Tensor, batch_size: int, device, rank: int = 0, world_size: int = 1,
-                 seed: int = 0, keep_on_device: bool = False, labels: torch.Tensor | None = None):
-        shard = images[rank::world_size]
-        if len(shard) < batch_size:
-            raise DatasetError(f"Each replica needs at least one full batch: {len(shard)} images per replica "
-                               f"< batch size {batch_size}. Use a smaller batch size.")
+    def __init__(self, images: torch.Tensor, batch_size: int, device, seed: int = 0,
+                 keep_on_device: bool = False, labels: torch.Tensor | None = None, place=None):
+        if len(images) < batch_size:
+            raise DatasetError(f"The dataset has {len(images)} images, fewer than one batch of {batch_size}: "
+                               "use a smaller batch size.")
         self.device = torch.device(device) if isinstance(device, str) else device
         self.keep_on_device = keep_on_device
-        self.shard = shard.to(self.device) if keep_on_device else shard.contiguous()
+        self.images = images.to(self.device) if keep_on_device else images.contiguous()
         # Class labels travel with their images (a class-conditional GAN needs them).
-        self.labels = None if labels is None else labels[rank::world_size].to(self.shard.device)
+        self.labels = None if labels is None else labels.to(self.images.device)
+        self.place = place or (lambda tensor: tensor.to(self.device, non_blocking=True))
         self.batch_size = batch_size
-        self.batches_per_epoch = len(shard) // batch_size
-        self.generator = torch.Generator().manual_seed(seed * 1000 + rank)
+        self.batches_per_epoch = len(images) // batch_size
+        # The order is drawn where the images are (a CUDA generator for a set on the GPU).
+        self.generator = torch.Generator(device=self.images.device).manual_seed(seed * 1000)
         self.epoch = 0
+        self.last_batch = None
         self._order = None
         self._position = self.batches_per_epoch   # forces a shuffle on first use
 
@@ -65,15 +69,15 @@ class BatchStream:
     def next_with_labels(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(images in [-1, 1], their labels or None) of the next batch."""
         if self._position >= self.batches_per_epoch:
-            self._order = torch.randperm(len(self.shard), generator=self.generator)
+            self._order = torch.randperm(len(self.images), generator=self.generator, device=self.images.device)
             self._position = 0
             self.epoch += 1
         idx = self._order[self._position * self.batch_size:(self._position + 1) * self.batch_size]
         self._position += 1
+        labels = None if self.labels is None else self.labels[idx]
         if self.keep_on_device:
-            idx = idx.to(self.device)
-            labels = None if self.labels is None else self.labels[idx]
-            return to_model_range(self.shard[idx]), labels
-        labels = None if self.labels is None else self.labels[idx].to(self.device, non_blocking=True)
+            self.last_batch = self.images[idx]
+            return to_model_range(self.last_batch), labels
         # uint8 crosses to the device (4x fewer bytes than float); conversion runs there.
-        return to_model_range(self.shard[idx].to(self.device, non_blocking=True)), labels
+        self.last_batch = self.place(self.images[idx])   # kept for the status: how it was split over devices
+        return to_model_range(self.last_batch), None if labels is None else self.place(labels)

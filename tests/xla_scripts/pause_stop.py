@@ -1,13 +1,7 @@
-"""The real trainer on one XLA:CPU device with XLA_ALWAYS_ALLREDUCE=1, driven by pause / stop.
+"""The real trainer on CPU_NUM_DEVICES XLA:CPU devices (SPMD), driven by pause / stop through its
+run directory, as the page does: pauses at step 4, checks the step count holds, then stops.
 
-With that variable the multi-core code paths run for real on one device, in torch_xla.launch's
-worker process: loss means and the control flags (stop / pause agreed across replicas) go
-through xm.all_reduce in the log step's graph, and the pause loop agrees through
-Runtime.agree. A controller thread asks for a pause once a few steps are logged, waits for
-status 'paused', then asks for a stop. (Several CPU devices under launch would hang in these
-collectives.)
-
-    XLA_ALWAYS_ALLREDUCE=1 python allreduce_control.py OUT.json RUN_DIR
+    CPU_NUM_DEVICES=4 python pause_stop.py OUT.json RUN_DIR
 """
 import os
 import sys
@@ -44,8 +38,7 @@ def main(out, run_path):
     state = train(config, run_path)
     thread.join(timeout=5)
     events, _ = run.read_events()
-    write_result(out, {"state": state, "status": run.read_status().to_dict(), "seen": seen, "events": events,
-                       "always_allreduce": os.environ.get("XLA_ALWAYS_ALLREDUCE")})
+    write_result(out, {"state": state, "status": run.read_status().to_dict(), "seen": seen, "events": events})
 
 
 if __name__ == "__main__":
