@@ -24,6 +24,8 @@ ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 SHIPPED_GENERATOR = os.path.join(ASSETS, "generator")
 # The trainer reads requests at its log ticks; on a loaded 2-core CPU a tick can be a minute apart.
 STOP_GRACE_SECONDS = float(os.environ.get("BLINK_STOP_GRACE", "60"))
+# A healthy trainer answers Stop within about a second; the grace covers a slow step, a checkpoint write or a compile.
+STOP_ESCALATE_SECONDS = float(os.environ.get("BLINK_STOP_ESCALATE", "20"))
 KEEP_RUNS = 20          # retention defaults: newest runs kept, and a cap on the runs folder's size
 MAX_RUNS_MB = 2000
 
@@ -33,8 +35,8 @@ class JobBusy(RuntimeError):
 
 
 def _own_process_group() -> None:
-    """Make the trainer the leader of its own process group: its launch workers join it, so the
-    app can end the trainer and every worker together (os.killpg), leaving no orphan on a chip."""
+    """Make the trainer the leader of its own process group, so the app can end it and anything it
+    started together (os.killpg), leaving nothing behind on a device."""
     try:
         os.setpgid(0, 0)
     except OSError:   # already a group leader
@@ -42,19 +44,34 @@ def _own_process_group() -> None:
 
 
 def _end_process_group(pgid: int) -> None:
-    """SIGKILL whatever is left of a trainer's process group (workers of a trainer that died)."""
+    """SIGKILL whatever is left of a trainer's process group (children of a trainer that died)."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:   # no such group: the trainer never made one, or nothing is left of it
         pass
 
 
+def _terminate(process, term_wait: float) -> None:
+    """SIGTERM, then SIGKILL, the trainer's whole process group (anything it started goes with it).
+    A SIGSTOPped (wedged) process ignores SIGTERM until continued, but SIGKILL always ends it."""
+    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, None)):
+        if not process.is_alive():
+            break
+        try:
+            os.killpg(process.pid, sig)
+        except OSError:   # not a group leader yet (killed while starting up): the process alone
+            try:
+                os.kill(process.pid, sig)
+            except OSError:   # it exited in between
+                pass
+        process.join(wait)
+
+
 def _train_child(config_dict: dict, run_path: str, resume: bool, parent_pid: int) -> None:
     """Entry point of the spawned trainer process (top level, so spawn can import it)."""
     _own_process_group()
     # In its own group, a terminal's Ctrl-C no longer reaches the trainer; a SIGINT sent to it
-    # by hand must not kill it either: the app asks it to stop (checkpoint kept). The launch
-    # workers it starts inherit the ignored SIGINT.
+    # by hand must not kill it either: the app asks it to stop (checkpoint kept).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The pid goes into the status at once, so a restarted UI can tell a live trainer that is
     # still loading data from one that died before it ever wrote a status.
@@ -91,9 +108,8 @@ def _dir_mb(path: str) -> float:
 
 
 def _spawn(target, *args):
-    """A trainer process: `spawn`, because fork with torch's threads can deadlock. Not a daemon:
-    on XLA the trainer starts torch_xla.launch's workers, and a daemonic process may have no
-    children. Job.shutdown ends it instead."""
+    """A trainer process: `spawn`, because fork with torch's threads can deadlock. Not a daemon
+    (a daemonic process may start no children of its own): Job.shutdown ends it instead."""
     process = multiprocessing.get_context("spawn").Process(target=target, args=args, name="blink-trainer")
     process.start()
     return process
@@ -124,6 +140,7 @@ class Job:
         self._standby = None            # (process, connection) of a pre-started trainer, if enabled
         self._use_standby = standby
         self._shutting_down = False
+        self._watched = None            # the trainer process a Stop watchdog was started for
         self._run: RunDir | None = None
         # A failure the disk would not let us record: (run path, status), shown and retried until it can be.
         self._unsaved_failure: tuple[str, Status] | None = None
@@ -253,6 +270,14 @@ class Job:
                 run.request(action)
             except DiskRefused as exc:   # the trainer will fail on its own next write and say so
                 return f"Could not ask the trainer to {action}: {exc}."
+            process = self._process
+            if action == "stop" and process is not None and process is not self._watched:
+                # Stop must end the run even if the trainer never reads the request (a wedged
+                # device, a hung collective). The process object is captured: a later Start's
+                # trainer is never the one this watchdog ends.
+                self._watched = process
+                threading.Thread(target=self._end_if_unanswered, args=(process, run),
+                                 name="blink-stop-watchdog", daemon=True).start()
         return {"stop": "Stopping... the trainer saves a checkpoint and the final grid, then ends.",
                 "pause": "Pausing...", "resume": "Resuming..."}[action]
 
@@ -272,16 +297,32 @@ class Job:
                 process.join(grace)
             except OSError:   # a full or read-only disk cannot carry the request: end it below
                 pass
-        # Escalate to the trainer's whole process group: its launch workers hold the devices.
-        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, None)):
-            if not process.is_alive():
-                break
-            try:
-                os.killpg(process.pid, sig)
-            except OSError:   # not a group leader yet (killed while starting up): the process alone
-                os.kill(process.pid, sig)
-            process.join(wait)
+        _terminate(process, term_wait=5)
         self._reap()
+
+    def _end_if_unanswered(self, process, run: RunDir) -> None:
+        """The Stop watchdog: if the trainer is still alive STOP_ESCALATE_SECONDS after Stop, end it
+        and say so in the run as "stopped" (the user asked for it), naming what is kept."""
+        process.join(STOP_ESCALATE_SECONDS)
+        # Under the lock from the kill to the status write: a _reap in between (any viewer's
+        # snapshot) would otherwise call the killed trainer "ended unexpectedly".
+        with self._lock:
+            if not process.is_alive() or process is not self._process:
+                return   # it answered (or the app already ended it): nothing to do
+            _terminate(process, term_wait=3)
+            status = run.read_status()
+            if status.state not in FINAL_STATES:   # a trainer that wrote its end and hung on exit keeps its words
+                kept = (f"The last checkpoint (step {status.saved_step}) is kept: press Resume to continue from it."
+                        if status.saved_step and os.path.exists(run.file("checkpoint.pt"))
+                        else "No checkpoint had been saved yet.")
+                try:
+                    run.write_status("stopped", f"Stopped by force: the trainer did not answer Stop within "
+                                                f"{STOP_ESCALATE_SECONDS:g} s (a wedged device or a hung step), "
+                                                f"so the app ended it. {kept}")
+                    run.clear_request()
+                except OSError:   # the disk refused: _reap reports the kill as a failure instead
+                    pass
+            self._reap()   # clears self._process and starts the next standby: Start works again
 
     def _reap(self) -> None:
         """Join a finished trainer; if it died without a final status, say so in the run."""
@@ -289,7 +330,7 @@ class Job:
         if process is None or process.is_alive():
             return
         process.join()
-        _end_process_group(process.pid)   # workers a dead trainer left behind
+        _end_process_group(process.pid)   # anything a dead trainer left behind
         self._process = None
         self._ensure_standby()
         run = self._run
