@@ -85,8 +85,7 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
 def diagnostics_rows(status: Status) -> list[list[str]]:
     """The run's diagnostics as rows [what, value], for the Diagnostics part of the live panel."""
     diag = dict(status.diagnostics)
-    rows = [("device", status.device), ("devices", f"{status.devices}: {status.layout}" if status.layout
-                                             else status.devices),
+    rows = [("device", status.device), ("devices", status.layout or status.devices),
             ("precision", status.precision),
             ("model preset", f"{status.preset} ({status.preset_reason})"),
             ("labels", f"class-conditional on the dataset's {status.classes} classes" if status.classes

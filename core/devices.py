@@ -198,7 +198,7 @@ def _tpu_info(pci_ids: list[str], notice: str = "") -> DeviceInfo:
         "tpu", f"TPU {generation} ({layout})" if chips > 1 else f"TPU {generation} (1 chip)", cores,
         {"fp16": "TPUs have no float16 matrix units; use bf16 (same range as fp32, no loss scaling)."},
         {"fp32": "fp32 runs its matrix products at full fp32 precision (mat-mul precision 'highest': six bf16 "
-                 "passes per product, per torch_xla's docs): several times slower than bf16, the TPU default."},
+                 "passes per product, per torch_xla's docs), so bf16 is the TPU default."},
         notice)
 
 
