@@ -17,8 +17,9 @@ from dataclasses import dataclass, field, replace
 
 from core.config import TrainConfig
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
+from core.failures import failure_message
+from core.resume import ResumeRefused, prepare_resume
 from core.status import Status
-from core.train import ResumeRefused, failure_message, prepare_resume
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 SHIPPED_GENERATOR = os.path.join(ASSETS, "generator")
@@ -248,7 +249,7 @@ class Job:
 
         steps: the new total (more than the run has done); None keeps the run's own. config:
         what the caller wants the run to be; any difference other than steps is refused. The
-        policy is core.train.prepare_resume's, the CLI's too.
+        policy is core.resume.prepare_resume's, the CLI's too.
         """
         with self._lock:
             run = self._run

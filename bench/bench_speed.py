@@ -17,8 +17,8 @@ Prints, for the default config on bundled MNIST and the default device:
  (d) peak resident memory (VmHWM) of the trainer process for the default run.
 
 Every figure is measured when this runs; nothing is stored or assumed.
-Tuning options (--width, --set key=value) run (a) for a candidate instead of the defaults; they
-are how the defaults in core/models.py and core/config.py were chosen.
+--set key=value runs (a) for a candidate instead of the defaults (the experiments that chose the
+defaults are in lab/).
 """
 from __future__ import annotations
 
@@ -35,90 +35,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-# The child: the real CLI trainer (core.train.main), plus two measuring hooks that change
-# nothing it does: the wall-clock time at which Loop.run starts (to add start-up overhead to
-# the trainer's own 'time' field), and VmHWM when it exits. For tuning only: BLINK_BENCH_WIDTH
-# overrides the "fast" preset's width, BLINK_BENCH_SNAPSHOTS keeps G at every grid step and the
-# saved generator at every checkpoint.
-TRAINER_CHILD = r"""
-import json, os, sys, time
-sys.path.insert(0, os.getcwd())
-from core import models, train
-width = os.environ.get("BLINK_BENCH_WIDTH")
-if width:
-    models.PRESET_WIDTH["fast"] = int(width)
-marks = {}
-original_run = train.Loop.run
-def run(self):
-    marks["run_start"] = time.time()
-    return original_run(self)
-train.Loop.run = run
-snapshots = os.environ.get("BLINK_BENCH_SNAPSHOTS")
-if snapshots:   # tuning: keep G's weights at every grid step, to score them offline later
-    from safetensors.torch import save_file
-    original_grid = train.Loop.save_grid
-    def save_grid(self):
-        original_grid(self)
-        state = {k: v.detach().cpu().contiguous() for k, v in self.G.state_dict().items()}
-        save_file(state, os.path.join(snapshots, f"G_{self.step_count:06d}.safetensors"),
-                  {"time": str(self.report.elapsed()), "step": str(self.step_count), "width": str(self.G.spec.width)})
-    train.Loop.save_grid = save_grid
-    # ... and the generator the product saved (the EMA of G where the run has one) at every checkpoint.
-    import shutil
-    from core.rundir import GENERATOR_FILES
-    original_write = train.Loop._write_checkpoint
-    def write_checkpoint(self):
-        original_write(self)
-        folder = os.path.join(snapshots, f"checkpoint_{self.step_count:06d}")
-        os.makedirs(folder, exist_ok=True)
-        for name in GENERATOR_FILES:
-            shutil.copy(self.run_dir.file(name), folder)
-    train.Loop._write_checkpoint = write_checkpoint
-code = train.main(sys.argv[1:])
-marks["vm_hwm_kb"] = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM")))
-print("BENCH " + json.dumps(marks), flush=True)
-sys.exit(code)
-"""
-
-# The bare loop: the same objects the trainer builds and its own step (core/step.py GanStep),
-# stepped with nothing else around them.
-BARE_CHILD = r"""
-import json, os, sys, time
-sys.path.insert(0, os.getcwd())
-import torch
-from core import data, devices, losses, models
-from core.config import TrainConfig, validate
-from core.step import GanStep
-steps, warmup = int(sys.argv[2]), int(sys.argv[3])
-preset, _ = models.resolve_preset(json.loads(sys.argv[1]).get("preset", "auto"), "cpu")
-cfg = validate(TrainConfig(**json.loads(sys.argv[1])), preset=preset)
-torch.manual_seed(cfg.seed)
-ds = data.load(cfg.dataset)
-res = models.model_resolution(preset, ds.resolution)
-classes = int(ds.labels.max()) + 1 if cfg.conditional == "auto" and ds.labels is not None else 0
-stream = data.BatchStream(data.resize(ds.images, res), cfg.batch_size, torch.device("cpu"), seed=cfg.seed,
-                          labels=ds.labels if classes else None)
-G, D = models.build(cfg.gan, preset, ds.channels, res, cfg.z_dim, classes)
-G.to(memory_format=torch.channels_last)   # as core/train.py Loop does on CPU
-D.to(memory_format=torch.channels_last)
-opt_g = torch.optim.Adam(G.parameters(), lr=cfg.lr_g, betas=(cfg.beta1, cfg.beta2), fused=True)
-opt_d = torch.optim.Adam(D.parameters(), lr=cfg.lr_d, betas=(cfg.beta1, cfg.beta2), fused=True)
-gan_step = GanStep(G, D, opt_g, opt_d, losses.make_loss(cfg.gan, cfg.gp_weight), devices.Runtime(devices.probe("cpu")),
-                   cfg.n_critic, cfg.z_dim, cfg.precision)
-for _ in range(warmup):
-    gan_step(stream)
-t0 = time.perf_counter()
-for _ in range(steps):
-    gan_step(stream)
-print("BENCH " + json.dumps({"steps_per_second": steps / (time.perf_counter() - t0)}), flush=True)
-"""
-
-
-def bare_loop_code(threads: int, prelude: str = "") -> str:
-    """BARE_CHILD with torch at `threads` threads, and `prelude` run right after torch's import."""
-    return BARE_CHILD.replace("import torch\n", f"import torch; torch.set_num_threads({threads})\n{prelude}", 1)
-
-
 def _child_output(stdout: str) -> dict:
     for line in stdout.splitlines()[::-1]:
         if line.startswith("BENCH "):
@@ -126,49 +42,56 @@ def _child_output(stdout: str) -> dict:
     raise RuntimeError("child printed no result:\n" + stdout[-2000:])
 
 
-def run_trainer(args: list[str], width: int | None = None, stop_when=None, timeout: float = 600,
-                snapshots: str | None = None) -> dict:
-    """Run `python -m core.train`-equivalent in a fresh process; return its events and timings.
+def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: list[str] | None = None,
+                env: dict | None = None) -> dict:
+    """Run the CLI trainer (`python -m core.train ARGS`) in a fresh process; return its events and timings.
 
     stop_when(event) -> True asks the run to stop (through the run directory, as the UI does),
-    so tuning runs end as soon as digits appear.
+    so tuning runs end as soon as digits appear. command: another entry point with core.train's
+    flags (an experiment's wrapper in lab/); env: added to the child's environment.
+    startup_seconds: from launch to the loop's start (the status's write time less its training
+    seconds); vm_hwm_mb: the child's peak resident memory, from the kernel's account at exit.
     """
     from core.rundir import RunDir
     with tempfile.TemporaryDirectory(prefix="blink-bench-") as tmp:
         run_dir = os.path.join(tmp, "run")
-        env = {**os.environ, "BLINK_RUNS_DIR": tmp}
-        if width:
-            env["BLINK_BENCH_WIDTH"] = str(width)
-        if snapshots:
-            env["BLINK_BENCH_SNAPSHOTS"] = snapshots
         launched = time.time()
-        proc = subprocess.Popen([sys.executable, "-c", TRAINER_CHILD, *args, "--run-dir", run_dir], cwd=ROOT,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        run, offset, events, stopped = RunDir(run_dir), 0, [], False
+        proc = subprocess.Popen([*(command or [sys.executable, "-m", "core.train"]), *args, "--run-dir", run_dir],
+                                cwd=ROOT, env={**os.environ, "BLINK_RUNS_DIR": tmp, **(env or {})},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run, offset, events, stopped, loop_start = RunDir(run_dir), 0, [], False, None
         while proc.poll() is None:
             time.sleep(0.25)
             new, offset = run.read_events(offset)
             events += new
+            status = run.read_status()
+            if loop_start is None and status.state in ("running", "compiling") and status.updated:
+                loop_start = status.updated - status.elapsed
             if stop_when and not stopped and any(stop_when(e) for e in new):
                 run.request("stop")
                 stopped = True
             if time.time() - launched > timeout:
                 proc.kill()
-        stdout = proc.stdout.read()
+        # The exit was seen by poll(); the peak memory of that child is the kernel's RUSAGE of it.
         new, offset = run.read_events(offset)
         events += new
-        marks = _child_output(stdout)
-        return {"events": events, "startup_seconds": marks["run_start"] - launched,
-                "vm_hwm_mb": marks["vm_hwm_kb"] / 1024, "wall_seconds": time.time() - launched,
+        return {"events": events, "startup_seconds": (loop_start or launched) - launched,
+                "vm_hwm_mb": _peak_rss_mb(proc), "wall_seconds": time.time() - launched,
                 "status": run.read_status().to_dict()}
+
+
+def _peak_rss_mb(proc: subprocess.Popen) -> float:
+    """The largest peak RSS among this process's waited-for children (ru_maxrss, in KB on Linux):
+    each measuring child runs alone, and the trainer is the largest one."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
 def config_args(settings: dict) -> list[str]:
     return [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
 
 
-def time_to_digits(settings: dict, seed: int, width: int | None = None, max_steps: int = 4000,
-                   quality_every: int = 25) -> dict:
+def time_to_digits(settings: dict, seed: int, max_steps: int = 4000, quality_every: int = 25) -> dict:
     """Seconds from launch to the first recognisable measurement (None if never within max_steps)."""
     from core.quality import recognizable
 
@@ -179,7 +102,7 @@ def time_to_digits(settings: dict, seed: int, width: int | None = None, max_step
         return bool(values(event)) and recognizable(values(event))
 
     out = run_trainer(config_args({**settings, "seed": seed, "steps": max_steps, "quality_every": quality_every}),
-                      width=width, stop_when=hit)
+                      stop_when=hit)
     from core.config import TrainConfig
     default_every = TrainConfig().quality_every
     meter_seconds = 0.0
@@ -210,15 +133,19 @@ def trainer_vs_bare(steps: int, seed: int) -> dict:
     first = next(e for e in logs if e["step"] >= 25)       # past start-up and the first grid
     last = logs[-1]
     trainer = (last["step"] - first["step"]) / (last["time"] - first["time"])
-    cfg = TrainConfig(seed=seed).to_dict()
-    bare_steps = last["step"] - first["step"]
-    proc = subprocess.run([sys.executable, "-c", BARE_CHILD, json.dumps(cfg), str(bare_steps), str(first["step"])],
-                          cwd=ROOT, capture_output=True, text=True, check=True)
-    bare = _child_output(proc.stdout)["steps_per_second"]
+    bare = bare_loop_speed({"seed": seed}, last["step"] - first["step"], first["step"])
     quality = [e for e in out["events"] if "quality_seconds" in e]
     return {"trainer": trainer, "bare": bare, "ratio": trainer / bare, "vm_hwm_mb": out["vm_hwm_mb"],
             "quality_measurements": len(quality),
             "quality_seconds": statistics.median(e["quality_seconds"] for e in quality) if quality else None}
+
+
+def bare_loop_speed(settings: dict, steps: int, warmup: int, threads: int | None = None) -> float:
+    """Steps/s of bench/bare_loop.py (the trainer's setup and step alone) in a fresh process."""
+    flags = [f"--set={k}={v}" for k, v in settings.items()] + ([f"--threads={threads}"] if threads else [])
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bare_loop.py"), "--steps", str(steps),
+                           "--warmup", str(warmup), *flags], cwd=ROOT, capture_output=True, text=True, check=True)
+    return _child_output(proc.stdout)["steps_per_second"]
 
 
 def matmul_peak(n: int = 2048, repeats: int = 7) -> float:
@@ -235,28 +162,21 @@ def matmul_peak(n: int = 2048, repeats: int = 7) -> float:
 
 
 def step_flops() -> tuple[int, dict]:
-    """FLOPs of one default training step: the trainer's own step (core/step.py GanStep) on
+    """FLOPs of one default training step: the trainer's own setup and step (core/training.py) on
     bundled MNIST, its optimizer updates included (FlopCounterMode counts the convolutions and
     matrix products, which are nearly all of it)."""
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
-    from core import data, devices, losses, models
+    from core import devices, models
     from core.config import TrainConfig, validate
-    from core.step import GanStep
-    preset, _ = models.resolve_preset(TrainConfig().preset, "cpu")
-    cfg = validate(TrainConfig(), preset=preset)
-    ds = data.load("bundled-mnist")
-    classes = 10 if cfg.conditional == "auto" else 0     # bundled MNIST's labels
-    G, D = models.build(cfg.gan, preset, 1, 28, cfg.z_dim, classes)
-    stream = data.BatchStream(ds.images, cfg.batch_size, torch.device("cpu"), seed=0,
-                              labels=ds.labels if classes else None)
-    step = GanStep(G, D, torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters()),
-                   losses.make_loss(cfg.gan, cfg.gp_weight), devices.Runtime(devices.probe("cpu")),
-                   cfg.n_critic, cfg.z_dim, cfg.precision)
+    from core.resume import resolved_for
+    from core.training import build_training
+    config = validate(resolved_for(TrainConfig(device="cpu"), "cpu")[0])
+    training = build_training(config, devices.probe("cpu"))
     with FlopCounterMode(display=False) as counter:
-        step(stream)
-    info = {"preset": preset, "classes": classes, "width": models.PRESET_WIDTH[preset], "batch": cfg.batch_size,
-            "G_params": models.count_parameters(G), "D_params": models.count_parameters(D)}
+        training.step()
+    info = {"preset": config.preset, "classes": training.classes, "width": models.PRESET_WIDTH[config.preset],
+            "batch": config.batch_size, "G_params": models.count_parameters(training.G),
+            "D_params": models.count_parameters(training.D)}
     return counter.get_total_flops(), info
 
 
@@ -270,7 +190,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 seed and shorter runs")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per figure (default 3, --quick 1)")
     parser.add_argument("--only", default="abcd", help="which figures, e.g. 'a' or 'bc'")
-    parser.add_argument("--width", type=int, default=None, help="tuning: width of the 'fast' preset for (a)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="tuning: TrainConfig override for (a), e.g. --set batch_size=32")
     parser.add_argument("--max-steps", type=int, default=4000, help="(a): give up after this many steps")
@@ -292,13 +211,13 @@ def main() -> None:
           f"{d.conditional}, batch {d.batch_size}, "
           f"lr {d.lr_g}/{d.lr_d}, betas ({d.beta1}, {d.beta2}), n_critic {d.n_critic}, "
           f"quality_every {d.quality_every}; seeds {seeds}", flush=True)
-    if settings or args.width:
-        print(f"# tuning candidate: width {args.width or models.PRESET_WIDTH['fast']}, overrides {settings}")
+    if settings:
+        print(f"# tuning candidate: overrides {settings}")
 
     if "a" in args.only:
         results = []
         for seed in seeds:
-            r = time_to_digits(settings, seed, width=args.width, max_steps=args.max_steps)
+            r = time_to_digits(settings, seed, max_steps=args.max_steps)
             results.append(r)
             if r["seconds"] is None:
                 last = r["curve"][-1] if r["curve"] else None

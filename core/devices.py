@@ -394,6 +394,16 @@ class Runtime:
         if self.is_xla:
             self._xla.sync()
 
+    def synchronize(self) -> None:
+        """Wait until every step dispatched so far has run (a bench's clock needs it; the loop never does)."""
+        if self.is_xla:
+            self._xla.sync()
+            import torch_xla.core.xla_model as xm
+            xm.wait_device_ops()
+        elif self.kind == "cuda":
+            import torch
+            torch.cuda.synchronize()
+
     def read_later(self, fn: Callable[..., None], tensors: dict) -> None:
         """Call fn(dict of floats) once the tensors' values exist, without a sync in the step.
 
@@ -453,6 +463,14 @@ class Runtime:
             return None
         import torch_xla.debug.metrics as met
         data = met.metric_data("ExecuteTime")
+        return int(data[0]) if data else 0
+
+    def host_transfers(self) -> int | None:
+        """Device-to-host transfers so far (XLA only): a step that reads a value back has them."""
+        if not self.is_xla:
+            return None
+        import torch_xla.debug.metrics as met
+        data = met.metric_data("TransferFromDeviceTime")
         return int(data[0]) if data else 0
 
     def compile_seconds(self) -> float:

@@ -1,13 +1,13 @@
-"""One GAN training step: the trainer (core/train.py Loop), the benches and the XLA tests all run
-this one, so what they measure or check is the step that trains (pytorch/xla's `step_fn` beside
-its loop).
+"""One GAN update: n_critic critic updates, then the generator's (pytorch/xla's `step_fn` beside its
+loop). core/training.py's Training.step runs it between the learning rates and the EMA: that is
+the step the trainer, the benches and the fault scripts run.
 
     step = GanStep(G, D, opt_g, opt_d, loss, rt, n_critic=1, z_dim=100, precision="fp32")
     tensors = step(batches)     # n_critic critic updates, then one generator update
 
 `batches` is anything with next_with_labels() -> (images, labels or None), a core.data.BatchStream
-in the trainer (under SPMD its batches arrive split over the devices). The step returns tensors only (losses and the loss's stats, detached): reading
-them is the caller's choice, never an `.item()` inside the step. A variant (a bench's candidate)
+in the trainer (under SPMD its batches arrive split over the devices). The step returns
+tensors only (losses and the loss's stats, detached): reading them is the caller's choice, never an `.item()` inside the step. A variant (a bench's candidate)
 overrides `noise` or `next_batch` rather than copying the step.
 """
 from __future__ import annotations

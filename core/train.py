@@ -3,55 +3,35 @@
     train(config, run_path)  ->  final state ("done" | "stopped" | "failed")
 
 It writes everything to the run directory (see core/rundir.py) and reads stop / pause requests
-from it between steps. Step functions return tensors; values are read every `log_every` steps
-through step closures (XLA) or one sync (CUDA/CPU), never by `.item()` inside the step.
+from it between steps. What trains is core/training.py's (one setup, one step); around it the
+Loop adds the run's files, its status (a core.report.Reporter) and its decisions (a
+core.control.Control), both passed in. Step functions return tensors; values are read every
+`log_every` steps through step closures (XLA) or one sync (CUDA/CPU), never by `.item()` inside
+the step.
 
     python -m core.train --help
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import sys
 import time
-import traceback
 from dataclasses import fields
 
-from core.architecture import resolve_preset
-from core.config import MAX_STEPS, ConfigError, TrainConfig, validate
+from core.config import ConfigError, TrainConfig, validate
 from core.control import Control
-from core.ema import WeightAverage
+from core.failures import describe, divergence_message, failure_message, log_traceback
 from core.report import Reporter
-from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, pid_alive, writable_problem
-from core.step import GanStep
+from core.resume import ResumeRefused, checkpoint_problem, prepare_resume, resolved_for
+from core.rundir import RunDir, default_root, writable_problem
 
-GRID_SIZE = 64        # the seed's 64 fixed noise vectors
 DIVERGED_LOGS = 40    # consecutive log points with D winning outright before we warn
 
-# Plain-language hints for failures a student will meet (the seed's troubleshooting list).
-HINTS = (
-    ("out of memory", "The batch is too large for the device's memory: halve the batch size "
-                      "(on a Kaggle TPU v3-8, 32 per core is the safe choice)."),
-    ("device index out of range", "A device string was hard-coded; Blink asks the runtime for its device, "
-                                  "so this points at custom code: remove any 'xla:N' or 'cuda:N' literal."),
-    ("not on the same device", "A tensor was created without device=...; create every tensor on the "
-                               "runtime's device."),
-    ("failed to compile", "XLA could not lower an operation (bilinear Upsample, complex torch.where, custom "
-                          "autograd Functions). Use ConvTranspose2d or nearest-neighbour upsampling."),
-    ("unsupported operation", "XLA could not lower an operation; replace it with ConvTranspose2d or "
-                              "nearest-neighbour upsampling."),
-    ("killed", "The process was killed from outside, most often for memory: try a smaller batch size."),
-)
-
-
-def hint_for(message: str) -> str:
-    lower = message.lower()
-    for needle, hint in HINTS:
-        if needle in lower:
-            return hint
-    return ""
+# Grids come often while the picture changes fastest, then at the configured interval.
+EARLY_GRID_STEPS, EARLY_GRID_EVERY = 200, 10
+EARLY_QUALITY_STEP = 50     # the first quality point, long before quality_every
 
 
 def warm_up() -> None:
@@ -60,7 +40,7 @@ def warm_up() -> None:
     torch.optim.Adam's first construction imports torch._dynamo, ~1.5 s on 2 cores: paid here,
     it no longer delays the first loss point after Start."""
     import torch._dynamo  # noqa: F401
-    from core import data, devices, losses, models, quality  # noqa: F401
+    from core import data, devices, losses, models, quality, training  # noqa: F401
 
 
 class Stop(Exception):
@@ -68,11 +48,6 @@ class Stop(Exception):
     def __init__(self, state: str, message: str):
         super().__init__(message)
         self.state, self.message = state, message
-
-
-# Grids come often while the picture changes fastest, then at the configured interval.
-EARLY_GRID_STEPS, EARLY_GRID_EVERY = 200, 10
-EARLY_QUALITY_STEP = 50     # the first quality point, long before quality_every
 
 
 # ------------------------------------------------------------------------------------------
@@ -101,7 +76,12 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     # every reader of the run see is what the checkpoint and the generator hold.
     run.write_config(config)
     try:
-        loop = Loop(config, run, info, resume, Control(run, (watch_parent,)), preset_reason=preset_reason)
+        from core.training import build_training
+        training = build_training(config, info)
+        report = Reporter(run, training.rt, config, trainer_pid=os.getpid(), preset_reason=preset_reason,
+                          classes=training.classes, matmul_precision=training.matmul_precision,
+                          data_load_seconds=training.data_load_seconds, images_skipped=training.dataset.skipped)
+        loop = Loop(training, run, Control(run, (watch_parent,)), report, resume=resume)
         try:
             loop.run()
         except Stop as stop:
@@ -112,9 +92,9 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
         except OSError:
             pass
     except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
-        _log_traceback(run, "trainer")
+        log_traceback(run, "trainer")
         try:
-            run.write_status("failed", failure_message(run, f"Training failed: {_describe(exc).strip()[:300]}."))
+            run.write_status("failed", failure_message(run, f"Training failed: {describe(exc).strip()[:300]}."))
         except OSError:
             pass
         if isinstance(exc, KeyboardInterrupt):
@@ -122,155 +102,40 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     return run.read_status().state or "failed"
 
 
-def resolved_for(config: TrainConfig, device_kind: str) -> tuple[TrainConfig, str]:
-    """The config a run trains with on this kind of device, and why it has its preset: the preset
-    and precision 'auto' become here, and hyper-parameters left None set to their defaults for
-    it (TrainConfig.resolved)."""
-    from core.devices import default_precision
-    preset, reason = resolve_preset(config.preset, device_kind)
-    precision = default_precision(device_kind) if config.precision == "auto" else config.precision
-    return dataclasses.replace(config.resolved(preset), preset=preset, precision=precision), reason
-
-
-def failure_message(run: RunDir, message: str, saved_step: int | None = None) -> str:
-    """The status message for a run that failed: what happened, what is kept, what to do.
-
-    saved_step: the last checkpoint's step when the caller knows it (else the status says)."""
-    saved = run.read_status().saved_step if saved_step is None else saved_step
-    kept = (f" The last checkpoint (step {saved}) is kept: press Resume to continue from it."
-            if saved and os.path.exists(run.file("checkpoint.pt")) else "")
-    hint = hint_for(message)
-    return f"{message}{kept}" + (f" Hint: {hint}" if hint else "")
-
-
-def _describe(exc: BaseException) -> str:
-    """An exception for the status: a write the disk refused in its plain words, else its type and text."""
-    return str(exc) if isinstance(exc, DiskRefused) else f"{type(exc).__name__}: {str(exc)[:300]}"
-
-
-def _log_traceback(run: RunDir, header: str) -> None:
-    """Append the exception being handled to the run's error.log."""
-    try:
-        with open(run.file("error.log"), "a") as f:
-            f.write(f"[{header}, pid {os.getpid()}]\n{traceback.format_exc()}")
-    except OSError:   # a full or read-only disk must not hide the failure being reported
-        pass
-
-
 class Loop:
-    """The run's training state; `run()` is the loop, `step()` one generator update.
+    """A run's loop around its Training: `run()` steps it and does the bookkeeping.
 
-    Two seams lead out of it: `report` (core/report.py) turns what happened into the run's
-    status, and `control` (core/control.py, passed in) says at each log step whether to go on."""
+    Two seams lead out of it, both passed in: `report` (core/report.py) turns what happened into
+    the run's status, and `control` (core/control.py) says at each log step whether to go on."""
 
-    def __init__(self, config: TrainConfig, run: RunDir, info, resume: bool, control: Control | None = None,
-                 preset_reason: str = ""):
-        """config: resolved for this device (resolved_for), as train() passes it.
-        control: what decides at each log step (default: the run's requests alone).
-        preset_reason: why the run has its preset, for the status (default: as resolve_preset says)."""
-        import torch
-        from core import data, devices, losses, models
-
-        self.config, self.run_dir = config, run
-        self.rt = devices.Runtime(info)
-        self.control = control or Control(run)
-        self.rt.seed(config.seed)
-        matmul_precision = self.rt.set_matmul_precision(config.precision)
-
-        # ---- data: decoded, resized and cached once, in this one process --------------------
-        t0 = time.perf_counter()
-        dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb)
-        resolution = models.model_resolution(config.preset, dataset.resolution)
-        images = data.resize(dataset.images, resolution)
-        validate(config, dataset_size=len(images))
-        # Class-conditional when the dataset has labels (config.conditional "auto"): on MNIST the
-        # unconditional fast model plateaus near 60% confident digits, the conditional one passes
-        # 80% by step ~600 (bench/README.md, "Conditional"); and a viewer can ask for a digit.
-        labels = dataset.labels if config.conditional == "auto" else None
-        self.classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
-        self.stream = data.BatchStream(images, config.batch_size, self.rt.device, config.seed,
-                                       keep_on_device=info.kind == "cuda", labels=labels if self.classes else None,
-                                       place=self.rt.to_device)
-        self.report = Reporter(run, self.rt, config, trainer_pid=os.getpid(),
-                               preset_reason=preset_reason or models.resolve_preset(config.preset, info.kind)[1],
-                               classes=self.classes, matmul_precision=matmul_precision,
-                               data_load_seconds=time.perf_counter() - t0, images_skipped=dataset.skipped)
-
-        # ---- models and optimizers -------------------------------------------------------
-        self.G, self.D = models.build(config.gan, config.preset, dataset.channels, resolution, config.z_dim,
-                                      self.classes)
-        self.G.to(self.rt.device)
-        self.D.to(self.rt.device)
-        if info.kind in ("cuda", "cpu"):
-            # NHWC convolutions: tensor cores prefer them, and on CPU oneDNN runs this model's
-            # steps 10-20% faster in them (bench/README.md).
-            self.G.to(memory_format=torch.channels_last)
-            self.D.to(memory_format=torch.channels_last)
-        betas = (config.beta1, config.beta2)
-        # One fused kernel for all of a net's parameters (CPU and CUDA; XLA fuses on its own).
-        fused = {"fused": True} if info.kind in ("cpu", "cuda") else {}
-        self.opt_g = torch.optim.Adam(self.G.parameters(), lr=config.lr_g, betas=betas, **fused)
-        self.opt_d = torch.optim.Adam(self.D.parameters(), lr=config.lr_d, betas=betas, **fused)
-        self.train_step = GanStep(self.G, self.D, self.opt_g, self.opt_d, losses.make_loss(config.gan, config.gp_weight),
-                                  self.rt, config.n_critic, config.z_dim, config.precision)
-
-        # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device.
-        cpu_noise = torch.Generator().manual_seed(config.seed)
-        # A conditional G's grid has one column per class (0-9 for digits), so its rows are
-        # GRID_SIZE rounded down to whole rows: 6 rows of 10 for MNIST.
-        self.grid_columns = models.grid_columns(self.classes)
-        grid_count = GRID_SIZE // self.grid_columns * self.grid_columns
-        self.fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)[:grid_count]
-        # What every viewer sees (grids, the quality meter, the generator file) comes from
-        # G_sampled: the moving average of G's weights when config.ema > 0 (core/ema.py), else G.
-        self.ema = WeightAverage(self.G, config.ema) if config.ema else None
-        self.G_sampled = self.ema.module if self.ema else self.G
-        self.step_count = 0
+    def __init__(self, training, run: RunDir, control: Control, report: Reporter, resume: bool = False):
+        """training: core.training.build_training's, for a config resolved for its device."""
+        from core import models
+        self.training, self.config, self.rt, self.run_dir = training, training.config, training.rt, run
+        self.control, self.report = control, report
+        self.grid_columns = models.grid_columns(training.classes)
         self.saved_step = 0
         if resume:
-            self._load_checkpoint()
-        self.fixed_noise_device = self.fixed_noise.to(self.rt.device)
-
-        # ---- bookkeeping read at log time -------------------------------------------------
+            state = run.load_checkpoint()
+            problem = checkpoint_problem(state, self.config, self.rt.kind)
+            if problem:
+                raise Stop("failed", problem)
+            training.load_checkpoint_state(state)
+            self.saved_step = training.step_count
+            report.elapsed_before = state.get("elapsed", 0.0)
         self.last_values: dict = {}
         self.values_finite = True
         self.d_wins_streak = 0
         self.warning = ""
-        self.quality, self._make_quality = None, None
-        if config.quality_every:
-            from core import quality
-            # Built at the first measurement, not here: its real-image features take ~0.4 s,
-            # which would delay the first loss point on the page.
-            self._make_quality = lambda: quality.for_dataset(config.dataset, dataset, resolution)
+        # The quality meter is built at its first measurement, not here: its real-image features
+        # take ~0.4 s, which would delay the first loss point on the page.
+        self.quality = None
+
+    @property
+    def step_count(self) -> int:
+        return self.training.step_count
 
     # ---- checkpoints ---------------------------------------------------------------------
-    def _load_checkpoint(self) -> None:
-        state = self.run_dir.load_checkpoint()
-        if "conditional" not in state["config"]:
-            # Saved before class-conditional training existed: unconditional, with the old
-            # defaults (batch 64, lr 1e-3, z 100), which no longer resolve from this config.
-            raise Stop("failed", "Cannot resume: this run was saved by an older Blink (before class-conditional "
-                                 "training and the new defaults). Start a new run; its last generator is kept "
-                                 "for sampling.")
-        # Resolved as this run's config was: a checkpoint from before config.json was resolved
-        # holds the preset 'auto', which is what became this config's preset.
-        saved, _ = resolved_for(TrainConfig.from_dict(state["config"]), self.rt.kind)
-        changed = self.config.differences(saved)
-        if changed:
-            raise Stop("failed", config_changed_message(changed))
-        self.G.load_state_dict(state["G"])
-        self.D.load_state_dict(state["D"])
-        self.opt_g.load_state_dict(state["opt_g"])
-        self.opt_d.load_state_dict(state["opt_d"])
-        if self.ema:   # a checkpoint saved before EMA sampling starts the average from its G
-            self.ema.load(state.get("G_ema", state["G"]), state["step"])
-        for scaler, key in ((self.train_step.scaler_g, "scaler_g"), (self.train_step.scaler_d, "scaler_d")):
-            if scaler is not None and state.get(key):
-                scaler.load_state_dict(state[key])
-        self.fixed_noise = state["fixed_noise"]
-        self.step_count = self.saved_step = state["step"]
-        self.report.elapsed_before = state.get("elapsed", 0.0)
-
     def save_checkpoint(self) -> None:
         """Save only weights that produced finite losses: a diverged run keeps its last good one."""
         if not self.values_finite or self.step_count == self.saved_step:
@@ -279,51 +144,21 @@ class Loop:
         self.saved_step = self.step_count
 
     def _write_checkpoint(self) -> None:
-        """Replicated weights (SPMD included) come to the host whole: one copy is the whole model."""
-        rt, scaler_g, scaler_d = self.rt, self.train_step.scaler_g, self.train_step.scaler_d
-        g_state = rt.cpu_state_dict(self.G)
-        sampled_state = rt.cpu_state_dict(self.G_sampled) if self.ema else g_state
-        self.run_dir.save_checkpoint({
-            "version": 1, "config": self.config.to_dict(), "step": self.step_count,
-            "elapsed": self.report.elapsed(),
-            "G": g_state, "D": rt.cpu_state_dict(self.D),
-            "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
-            "scaler_g": scaler_g.state_dict() if scaler_g else None,
-            "scaler_d": scaler_d.state_dict() if scaler_d else None,
-            "fixed_noise": self.fixed_noise,
-            **({"G_ema": sampled_state} if self.ema else {}),
-        })
-        meta = {"spec": self.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
+        training = self.training
+        state = {**training.checkpoint_state(), "elapsed": self.report.elapsed()}
+        self.run_dir.save_checkpoint(state)
+        meta = {"spec": training.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
                 "preset": self.config.preset, "format": "blink-generator-v1"}
-        self.run_dir.save_generator(sampled_state, meta)
-
-    def step(self) -> dict:
-        """One generator update (core/step.py GanStep), then the average of G's weights, in the
-        same graph on XLA; tensors only."""
-        self.set_learning_rates(lr_factor(self.step_count, self.config.steps, self.config.lr_decay_start))
-        tensors = self.train_step(self.stream)
-        if self.ema:
-            self.ema.update()
-        return tensors
-
-    def set_learning_rates(self, factor: float) -> None:
-        """Both optimizers at factor x the config's rates, every step (so a loaded optimizer state's
-        rates never linger). A Python float in param_groups: on XLA a changing value becomes device
-        data, not a new graph (notes/torch_xla.md), unless it is 0 (a constant there), which
-        lr_factor never returns."""
-        for optimizer, lr in ((self.opt_g, self.config.lr_g), (self.opt_d, self.config.lr_d)):
-            for group in optimizer.param_groups:
-                group["lr"] = lr * factor
+        self.run_dir.save_generator(state.get("G_ema", state["G"]), meta)
 
     # ---- the loop --------------------------------------------------------------------------
     def run(self) -> None:
-        cfg, rt = self.config, self.rt
+        cfg, rt, training = self.config, self.rt, self.training
         self.report.start()
         self._status("compiling" if rt.is_xla else "running",
                      "XLA is compiling the graph..." if rt.is_xla else "Training...")
         while self.step_count < cfg.steps:
-            tensors = self.step()
-            self.step_count += 1
+            tensors = training.step()
             step = self.step_count
             # A request seen between log steps makes this step a log step: the curve gets the
             # stopped step's point, and the request is acted on after it.
@@ -333,15 +168,15 @@ class Loop:
             rt.mark_step()
             self.report.stepped(step)
             if self.report.batch_shards is None:   # once: how the first batch was split over the devices
-                self.report.batch_shards = rt.batch_shards(self.stream.last_batch)
+                self.report.batch_shards = rt.batch_shards(training.stream.last_batch)
             if grid_due(step, cfg):
                 self.save_grid()
             if log_now:
                 self._after_log()
             if step % cfg.checkpoint_every == 0:
                 self.save_checkpoint()
-            if self._make_quality and (step % cfg.quality_every == 0 or step == cfg.steps
-                                       or step == min(EARLY_QUALITY_STEP, cfg.quality_every)):
+            if cfg.quality_every and (step % cfg.quality_every == 0 or step == cfg.steps
+                                      or step == min(EARLY_QUALITY_STEP, cfg.quality_every)):
                 self._work("measuring quality", self._measure_quality)
         self.finish("done", f"Finished {self.step_count} steps.")
 
@@ -354,7 +189,8 @@ class Loop:
             self.d_wins_streak = self.d_wins_streak + 1 if d_has_won(values) else 0
         event = {"step": step, "time": round(self.report.elapsed(), 3), **_rounded(values)}
         if self.rt.is_xla:   # the graph counters, read after this step's graph ran
-            event.update(xla_compiles=self.rt.compile_count(), xla_executions=self.rt.execution_count())
+            event.update(xla_compiles=self.rt.compile_count(), xla_executions=self.rt.execution_count(),
+                         xla_transfers=self.rt.host_transfers())
         self._work("writing the loss log", lambda: self.run_dir.append_event(event))
 
     def _after_log(self) -> None:
@@ -384,27 +220,30 @@ class Loop:
         try:
             work()
         except Exception as exc:
-            _log_traceback(self.run_dir, what)
-            message = f"Training failed while {what} at step {self.step_count}: {_describe(exc)}."
+            log_traceback(self.run_dir, what)
+            message = f"Training failed while {what} at step {self.step_count}: {describe(exc)}."
             raise Stop("failed", failure_message(self.run_dir, message, saved_step=self.saved_step)) from exc
 
     def _status(self, state: str, message: str) -> None:
         self._work("writing the status", lambda: self.report.write(
-            state, message, self.step_count, self.saved_step, self.warning, self.train_step.data_seconds))
+            state, message, self.step_count, self.saved_step, self.warning, self.training.gan_step.data_seconds))
 
     def save_grid(self) -> None:
         import torch
-        self.G_sampled.eval()
+        G = self.training.G_sampled
+        G.eval()
         with torch.no_grad(), self.rt.autocast(self.config.precision):
-            images = self.G_sampled(self.fixed_noise_device)
-        self.G_sampled.train()
+            images = G(self.training.fixed_noise_device)
+        G.train()
         self._work("saving the sample grid", lambda: self.run_dir.save_grid(
             images.float().cpu().numpy(), self.step_count, self.grid_columns))
 
     def _measure_quality(self) -> None:
+        training = self.training
         if self.quality is None:
-            self.quality = self._make_quality()
-        values = self.quality.measure(self.G_sampled, self.rt.device)
+            from core import quality
+            self.quality = quality.for_dataset(self.config.dataset, training.dataset, training.resolution)
+        values = self.quality.measure(training.G_sampled, self.rt.device)
         self.run_dir.append_event({"step": self.step_count, "time": round(self.report.elapsed(), 3),
                                    **{f"quality_{k}": v for k, v in _rounded(values).items()}})
 
@@ -417,17 +256,6 @@ class Loop:
         self.run_dir.clear_request()
 
 
-# ---- the learning rates' schedule (pure: unit-tested without a Loop) -----------------------
-def lr_factor(step: int, steps: int, decay_start: float) -> float:
-    """The learning rates' share of the config's for the update after `step` updates of a
-    `steps`-long run: 1 until decay_start x steps, then falling linearly to 1 / (the decay's
-    length) for the last update, never 0 (CycleGAN's schedule at decay_start 0.5)."""
-    start = int(decay_start * steps)
-    if step < start:
-        return 1.0
-    return (steps - step) / (steps - start)
-
-
 # ---- rules on the logged values (pure: unit-tested without a Loop) -----------------------
 D_WINS_WARNING = ("The discriminator has won outright for a long stretch (D(x)~1, D(G(z))~0): the generator "
                   "gets no useful gradient. Consider restarting with WGAN-GP or hinge loss.")
@@ -438,18 +266,6 @@ def d_has_won(values: dict) -> bool:
     are probabilities only for that loss: the caller asks for dcgan runs only)."""
     return "d_real" in values and values["d_real"] > 0.99 and values["d_fake"] < 0.01
 
-
-def divergence_message(values: dict, step: int, saved_step: int, precision: str) -> str | None:
-    """What a student reads when a logged value is NaN or infinite (None while all are finite):
-    which values, what is kept, what to change."""
-    bad = ", ".join(k for k, v in values.items() if not math.isfinite(v))
-    if not bad:
-        return None
-    kept = (f"The last good checkpoint (step {saved_step}) is kept." if saved_step
-            else "No checkpoint had been saved yet.")
-    advice = "fp16 overflowed: train in fp32 or bf16. " if precision == "fp16" else ""
-    return (f"Training diverged at step {step}: {bad} became NaN or infinite. {kept} "
-            f"{advice}Try a lower learning rate, or WGAN-GP, which is more stable.")
 
 
 def grid_due(step: int, cfg: TrainConfig) -> bool:
@@ -466,67 +282,6 @@ def _as_tensor(step: int, like: dict):
 
 def _rounded(values: dict) -> dict:
     return {k: (round(v, 5) if isinstance(v, float) and math.isfinite(v) else v) for k, v in values.items()}
-
-
-def _cpu(obj):
-    """Optimizer state to CPU tensors, recursively."""
-    import torch
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu(v) for v in obj)
-    return obj
-
-
-# ------------------------------------------------------------------------------------------
-# Resume: the one policy, for the CLI and the page (app/job.py)
-# ------------------------------------------------------------------------------------------
-class ResumeRefused(ValueError):
-    """A run cannot be resumed as asked; the message says why and what to do instead."""
-
-
-def config_changed_message(changed: list[str]) -> str:
-    return ("Cannot resume: the config changed in " + ", ".join(changed) + ". Resume with the run's own config "
-            "(only steps may change), or start a new run.")
-
-
-def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = None) -> TrainConfig:
-    """Check that `run` can continue from its checkpoint, make it ready, and return the config to
-    train it with (its config.json with the new total of steps). Raises ResumeRefused.
-
-    steps: the new total, more than the run has done; None keeps the run's own. given: the config
-    values the caller asked for (the CLI's flags, the page's form). The checkpoint's weights and
-    optimizer state belong to the run's own config, so any difference but steps is refused; both
-    are resolved as the trainer resolved the run, so 'auto' or a default left None matches what it
-    became there. Making ready: events logged after the checkpoint go (RunDir.trim_events), and so
-    does a request left from the last session."""
-    try:
-        saved = run.read_config()
-    except (OSError, ValueError):
-        raise ResumeRefused(f"{run.name} is not a run folder (it has no config.json): name a run to resume.")
-    if not os.path.exists(run.file("checkpoint.pt")):
-        raise ResumeRefused(f"Run {run.name} has no checkpoint yet, so it cannot be resumed: start a new run.")
-    status = run.read_status()
-    if status.state not in FINAL_STATES and pid_alive(status.pid):
-        raise ResumeRefused(f"Run {run.name} is still training: stop it first.")
-    # A run saved before config.json was resolved holds 'auto' and None: resolved here as its trainer did.
-    own, _ = resolved_for(saved, status.device_kind)
-    wanted, _ = resolved_for(dataclasses.replace(saved, **(given or {})), status.device_kind)
-    changed = wanted.differences(own)
-    if changed:
-        raise ResumeRefused(config_changed_message(changed))
-    done = status.saved_step
-    total = own.steps if steps is None else int(steps)
-    if total <= done:
-        raise ResumeRefused(f"Run {run.name} already has {done} steps: ask for more than that "
-                            f"(e.g. {done + own.steps}) to continue it.")
-    if total > MAX_STEPS:
-        raise ResumeRefused(f"At most {MAX_STEPS:,} steps.")
-    run.trim_events(done)
-    run.clear_request()
-    return dataclasses.replace(own, steps=total)
 
 
 # ------------------------------------------------------------------------------------------

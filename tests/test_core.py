@@ -193,10 +193,11 @@ def test_config_json_is_the_resolved_config_the_checkpoint_and_generator_hold(tm
 def test_cli_and_page_refuse_a_changed_config_with_the_same_message(tmp_path):
     from app.job import Job
     from core import train
+    from core.resume import ResumeRefused
     run = _two_step_run(tmp_path / "runs" / "run")
     cli = subprocess.run([sys.executable, "-m", "core.train", "--resume", run.path, "--lr-g", "0.0005"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    with pytest.raises(train.ResumeRefused) as page:
+    with pytest.raises(ResumeRefused) as page:
         Job(runs_root=str(tmp_path / "runs")).resume(config=TrainConfig(device="cpu", batch_size=16, steps=2,
                                                                         quality_every=0, lr_g=0.0005))
     assert "config changed in lr_g" in str(page.value) and "only steps may change" in str(page.value)
@@ -333,7 +334,7 @@ def test_d_has_won_only_when_it_calls_both_batches_outright():
 
 
 def test_divergence_message_names_the_values_what_is_kept_and_what_to_change():
-    from core.train import divergence_message
+    from core.failures import divergence_message
     assert divergence_message({"loss_d": 0.7, "loss_g": 1.2}, 15, 10, "fp32") is None
     message = divergence_message({"loss_d": 0.7, "loss_g": float("nan"), "d_fake": float("inf")}, 15, 10, "fp16")
     assert "diverged at step 15: loss_g, d_fake became NaN or infinite" in message
@@ -390,7 +391,7 @@ def test_device_memory_is_read_at_the_first_step_and_about_every_hundred():
 def test_reporter_writes_the_status_with_no_speed_until_a_step_after_the_steady_one(tmp_path):
     from core import devices
     from core.report import Reporter
-    from core.train import resolved_for
+    from core.resume import resolved_for
     config, _ = resolved_for(TrainConfig(steps=100), "cpu")
     run = RunDir(str(tmp_path))
     report = Reporter(run, devices.Runtime(devices.probe("cpu")), config, trainer_pid=os.getpid(),

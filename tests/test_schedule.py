@@ -1,4 +1,4 @@
-"""The learning rates' schedule (config.lr_decay_start, core/train.py lr_factor): constant, then
+"""The learning rates' schedule (config.lr_decay_start, core/training.py lr_factor): constant, then
 falling linearly toward 0 over the run's last part; a real CLI run's optimizers carry it, and a
 resumed run takes it up from its step and its new length."""
 import os
@@ -10,7 +10,9 @@ import torch
 
 from core import devices, train
 from core.config import TrainConfig, validate
+from core.resume import prepare_resume, resolved_for
 from core.rundir import RunDir
+from core.training import build_training, lr_factor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LR = validate(TrainConfig(), preset="fast").lr_g   # the fast preset's, what these CLI runs train at
@@ -24,12 +26,12 @@ def _rates(run_path) -> tuple[float, float]:
 
 
 def test_the_factor_is_one_until_the_decay_starts_then_falls_linearly_and_never_reaches_zero():
-    factors = [train.lr_factor(step, 10, 0.5) for step in range(10)]
+    factors = [lr_factor(step, 10, 0.5) for step in range(10)]
     assert factors == pytest.approx([1, 1, 1, 1, 1, 1.0, 0.8, 0.6, 0.4, 0.2])
-    assert all(train.lr_factor(step, 2000, 0.5) == 1.0 for step in range(1000))
-    assert train.lr_factor(1999, 2000, 0.5) == pytest.approx(1 / 1000)
-    assert all(train.lr_factor(step, 50, 1.0) == 1.0 for step in range(50))   # 1: constant
-    assert min(train.lr_factor(step, 7, 0.0) for step in range(7)) > 0
+    assert all(lr_factor(step, 2000, 0.5) == 1.0 for step in range(1000))
+    assert lr_factor(1999, 2000, 0.5) == pytest.approx(1 / 1000)
+    assert all(lr_factor(step, 50, 1.0) == 1.0 for step in range(50))   # 1: constant
+    assert min(lr_factor(step, 7, 0.0) for step in range(7)) > 0
 
 
 def test_the_decay_is_on_for_dcgans_fast_preset_only_and_a_chosen_value_wins():
@@ -66,7 +68,8 @@ def test_the_first_step_after_a_resume_sets_the_rates_the_checkpoint_brought(tmp
     run_path = tmp_path / "run"
     assert train.main(["--steps", "10", *SMALL_RUN, "--run-dir", str(run_path)]) == 0
     run = RunDir(str(run_path))
-    loop = train.Loop(train.prepare_resume(run, steps=40), run, devices.probe("cpu"), resume=True)
-    assert loop.opt_g.param_groups[0]["lr"] == pytest.approx(LR / 5)   # as the checkpoint brought it
-    loop.step()
-    assert [o.param_groups[0]["lr"] for o in (loop.opt_g, loop.opt_d)] == pytest.approx([LR, LR])
+    training = build_training(resolved_for(prepare_resume(run, steps=40), "cpu")[0], devices.probe("cpu"))
+    training.load_checkpoint_state(run.load_checkpoint())
+    assert training.opt_g.param_groups[0]["lr"] == pytest.approx(LR / 5)   # as the checkpoint brought it
+    training.step()
+    assert [o.param_groups[0]["lr"] for o in (training.opt_g, training.opt_d)] == pytest.approx([LR, LR])

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from core import train  # noqa: E402
+from core import train, training  # noqa: E402
 
 POISONED_STEP = int(os.environ["BLINK_FAULT_NAN_AT_STEP"])
 
@@ -31,13 +31,16 @@ class PoisonedBatches:
         return batch * float("nan"), labels
 
 
-def step_with_poison(loop):
-    if loop.step_count + 1 != POISONED_STEP:   # step_count is incremented after the step
-        return loop.train_step(loop.stream)
-    return loop.train_step(PoisonedBatches(loop.stream))
+_real_step = training.Training.step
 
 
-train.Loop.step = step_with_poison
+def step_with_poison(self, batches=None):
+    if self.step_count + 1 != POISONED_STEP:   # step_count is incremented by the step
+        return _real_step(self, batches)
+    return _real_step(self, PoisonedBatches(self.stream))
+
+
+training.Training.step = step_with_poison
 
 if __name__ == "__main__":
     sys.exit(train.main())

@@ -1,0 +1,76 @@
+"""What a failed run tells a student: what happened, what is kept, and a hint at what to change.
+
+The trainer (core/train.py) and the app (app/job.py, for a trainer that died without a word)
+write their failures through these, so a student reads the same kind of message from either.
+"""
+from __future__ import annotations
+
+import math
+import os
+import traceback
+
+from core.rundir import DiskRefused, RunDir
+
+# Plain-language hints for failures a student will meet (the seed's troubleshooting list).
+HINTS = (
+    ("out of memory", "The batch is too large for the device's memory: halve the batch size "
+                      "(on a Kaggle TPU v3-8, 32 per core is the safe choice)."),
+    ("device index out of range", "A device string was hard-coded; Blink asks the runtime for its device, "
+                                  "so this points at custom code: remove any 'xla:N' or 'cuda:N' literal."),
+    ("not on the same device", "A tensor was created without device=...; create every tensor on the "
+                               "runtime's device."),
+    ("failed to compile", "XLA could not lower an operation (bilinear Upsample, complex torch.where, custom "
+                          "autograd Functions). Use ConvTranspose2d or nearest-neighbour upsampling."),
+    ("unsupported operation", "XLA could not lower an operation; replace it with ConvTranspose2d or "
+                              "nearest-neighbour upsampling."),
+    ("killed", "The process was killed from outside, most often for memory: try a smaller batch size."),
+)
+
+
+def hint_for(message: str) -> str:
+    lower = message.lower()
+    for needle, hint in HINTS:
+        if needle in lower:
+            return hint
+    return ""
+
+
+
+def failure_message(run: RunDir, message: str, saved_step: int | None = None) -> str:
+    """The status message for a run that failed: what happened, what is kept, what to do.
+
+    saved_step: the last checkpoint's step when the caller knows it (else the status says)."""
+    saved = run.read_status().saved_step if saved_step is None else saved_step
+    kept = (f" The last checkpoint (step {saved}) is kept: press Resume to continue from it."
+            if saved and os.path.exists(run.file("checkpoint.pt")) else "")
+    hint = hint_for(message)
+    return f"{message}{kept}" + (f" Hint: {hint}" if hint else "")
+
+
+def describe(exc: BaseException) -> str:
+    """An exception for the status: a write the disk refused in its plain words, else its type and text."""
+    return str(exc) if isinstance(exc, DiskRefused) else f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def log_traceback(run: RunDir, header: str) -> None:
+    """Append the exception being handled to the run's error.log."""
+    try:
+        with open(run.file("error.log"), "a") as f:
+            f.write(f"[{header}, pid {os.getpid()}]\n{traceback.format_exc()}")
+    except OSError:   # a full or read-only disk must not hide the failure being reported
+        pass
+
+
+
+def divergence_message(values: dict, step: int, saved_step: int, precision: str) -> str | None:
+    """What a student reads when a logged value is NaN or infinite (None while all are finite):
+    which values, what is kept, what to change."""
+    bad = ", ".join(k for k, v in values.items() if not math.isfinite(v))
+    if not bad:
+        return None
+    kept = (f"The last good checkpoint (step {saved_step}) is kept." if saved_step
+            else "No checkpoint had been saved yet.")
+    advice = "fp16 overflowed: train in fp32 or bf16. " if precision == "fp16" else ""
+    return (f"Training diverged at step {step}: {bad} became NaN or infinite. {kept} "
+            f"{advice}Try a lower learning rate, or WGAN-GP, which is more stable.")
+

@@ -1,0 +1,85 @@
+"""Resume: the one policy for the CLI and the page (app/job.py), and the config a run trains with.
+
+    config = prepare_resume(run, steps=4000)     # raises ResumeRefused with what to do instead
+    config, why = resolved_for(config, "cpu")    # the preset and precision 'auto' made concrete
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from core.architecture import resolve_preset
+from core.config import MAX_STEPS, TrainConfig
+from core.rundir import FINAL_STATES, RunDir, pid_alive
+
+
+def resolved_for(config: TrainConfig, device_kind: str) -> tuple[TrainConfig, str]:
+    """The config a run trains with on this kind of device, and why it has its preset: the preset
+    and precision 'auto' become here, and hyper-parameters left None set to their defaults for
+    it (TrainConfig.resolved)."""
+    from core.devices import default_precision   # no torch: devices imports it lazily
+    preset, reason = resolve_preset(config.preset, device_kind)
+    precision = default_precision(device_kind) if config.precision == "auto" else config.precision
+    return dataclasses.replace(config.resolved(preset), preset=preset, precision=precision), reason
+
+
+
+class ResumeRefused(ValueError):
+    """A run cannot be resumed as asked; the message says why and what to do instead."""
+
+
+def config_changed_message(changed: list[str]) -> str:
+    return ("Cannot resume: the config changed in " + ", ".join(changed) + ". Resume with the run's own config "
+            "(only steps may change), or start a new run.")
+
+
+def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = None) -> TrainConfig:
+    """Check that `run` can continue from its checkpoint, make it ready, and return the config to
+    train it with (its config.json with the new total of steps). Raises ResumeRefused.
+
+    steps: the new total, more than the run has done; None keeps the run's own. given: the config
+    values the caller asked for (the CLI's flags, the page's form). The checkpoint's weights and
+    optimizer state belong to the run's own config, so any difference but steps is refused; both
+    are resolved as the trainer resolved the run, so 'auto' or a default left None matches what it
+    became there. Making ready: events logged after the checkpoint go (RunDir.trim_events), and so
+    does a request left from the last session."""
+    try:
+        saved = run.read_config()
+    except (OSError, ValueError):
+        raise ResumeRefused(f"{run.name} is not a run folder (it has no config.json): name a run to resume.")
+    if not os.path.exists(run.file("checkpoint.pt")):
+        raise ResumeRefused(f"Run {run.name} has no checkpoint yet, so it cannot be resumed: start a new run.")
+    status = run.read_status()
+    if status.state not in FINAL_STATES and pid_alive(status.pid):
+        raise ResumeRefused(f"Run {run.name} is still training: stop it first.")
+    # A run saved before config.json was resolved holds 'auto' and None: resolved here as its trainer did.
+    own, _ = resolved_for(saved, status.device_kind)
+    wanted, _ = resolved_for(dataclasses.replace(saved, **(given or {})), status.device_kind)
+    changed = wanted.differences(own)
+    if changed:
+        raise ResumeRefused(config_changed_message(changed))
+    done = status.saved_step
+    total = own.steps if steps is None else int(steps)
+    if total <= done:
+        raise ResumeRefused(f"Run {run.name} already has {done} steps: ask for more than that "
+                            f"(e.g. {done + own.steps}) to continue it.")
+    if total > MAX_STEPS:
+        raise ResumeRefused(f"At most {MAX_STEPS:,} steps.")
+    run.trim_events(done)
+    run.clear_request()
+    return dataclasses.replace(own, steps=total)
+
+
+
+def checkpoint_problem(state: dict, config: TrainConfig, device_kind: str) -> str | None:
+    """Why the trainer cannot continue `config` from this checkpoint (None: it can)."""
+    if "conditional" not in state["config"]:
+        # Saved before class-conditional training existed: unconditional, with the old defaults
+        # (batch 64, lr 1e-3, z 100), which no longer resolve from this config.
+        return ("Cannot resume: this run was saved by an older Blink (before class-conditional training and "
+                "the new defaults). Start a new run; its last generator is kept for sampling.")
+    # Resolved as this run's config was: a checkpoint from before config.json was resolved holds
+    # the preset 'auto', which is what became this config's preset.
+    saved, _ = resolved_for(TrainConfig.from_dict(state["config"]), device_kind)
+    changed = config.differences(saved)
+    return config_changed_message(changed) if changed else None

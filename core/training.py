@@ -1,0 +1,175 @@
+"""What a run trains: the data, the nets, their optimizers and the one step, built once.
+
+    training = build_training(config, info)    # config resolved for the device (core.resume.resolved_for)
+    tensors = training.step()                  # one generator update: learning rates, GanStep, EMA
+    training.checkpoint_state()                # what a checkpoint holds; load_checkpoint_state() restores it
+
+The trainer (core/train.py Loop), the benches, the device check and the fault scripts all build
+with this function and run this step, so what they time or break is what trains. It touches no
+run directory: the Loop adds the files, the status and the stop and pause decisions around it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.config import TrainConfig, validate
+from core.step import GanStep
+
+GRID_SIZE = 64        # the seed's 64 fixed noise vectors
+
+
+def lr_factor(step: int, steps: int, decay_start: float) -> float:
+    """The learning rates' share of the config's for the update after `step` updates of a
+    `steps`-long run: 1 until decay_start x steps, then falling linearly to 1 / (the decay's
+    length) for the last update, never 0 (CycleGAN's schedule at decay_start 0.5)."""
+    start = int(decay_start * steps)
+    if step < start:
+        return 1.0
+    return (steps - step) / (steps - start)
+
+
+@dataclass
+class Training:
+    config: TrainConfig
+    rt: Any                      # core.devices.Runtime
+    G: Any
+    D: Any
+    opt_g: Any
+    opt_d: Any
+    gan_step: GanStep
+    stream: Any                  # core.data.BatchStream
+    dataset: Any                 # core.data.Dataset: the quality meter's real images
+    resolution: int
+    classes: int                 # 0: unconditional
+    fixed_noise: Any             # the grid's latents, on the CPU (what checkpoints keep)
+    ema: Any = None              # core.ema.WeightAverage, or None: G_sampled is G
+    matmul_precision: str | None = None
+    data_load_seconds: float = 0.0
+    step_count: int = 0
+    fixed_noise_device: Any = field(default=None, repr=False)
+
+    @property
+    def G_sampled(self):
+        """What every viewer sees (grids, the quality meter, the generator file): the moving
+        average of G's weights when config.ema > 0 (core/ema.py), else G."""
+        return self.ema.module if self.ema else self.G
+
+    def step(self, batches=None) -> dict:
+        """One generator update (with its critic updates) at this step's learning rates, then the
+        average of G's weights, in the same graph on XLA; tensors only. batches: the stream by
+        default (a fault script hands in poisoned ones)."""
+        cfg = self.config
+        self.set_learning_rates(lr_factor(self.step_count, cfg.steps, cfg.lr_decay_start))
+        tensors = self.gan_step(batches or self.stream)
+        if self.ema:
+            self.ema.update()
+        self.step_count += 1
+        return tensors
+
+    def set_learning_rates(self, factor: float) -> None:
+        """Both optimizers at factor x the config's rates, every step (so a loaded optimizer state's
+        rates never linger). A Python float in param_groups: on XLA a changing value becomes device
+        data, not a new graph (notes/torch_xla.md), unless it is 0 (a constant there), which
+        lr_factor never returns."""
+        for optimizer, lr in ((self.opt_g, self.config.lr_g), (self.opt_d, self.config.lr_d)):
+            for group in optimizer.param_groups:
+                group["lr"] = lr * factor
+
+    # ---- checkpoints: replicated weights (SPMD included) come to the host whole ----------
+    def checkpoint_state(self) -> dict:
+        rt, step = self.rt, self.gan_step
+        g_state = rt.cpu_state_dict(self.G)
+        return {
+            "version": 1, "config": self.config.to_dict(), "step": self.step_count,
+            "G": g_state, "D": rt.cpu_state_dict(self.D),
+            "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
+            "scaler_g": step.scaler_g.state_dict() if step.scaler_g else None,
+            "scaler_d": step.scaler_d.state_dict() if step.scaler_d else None,
+            "fixed_noise": self.fixed_noise,
+            **({"G_ema": rt.cpu_state_dict(self.ema.module)} if self.ema else {}),
+        }
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        """Continue from a checkpoint saved with this config (the caller checks that)."""
+        self.G.load_state_dict(state["G"])
+        self.D.load_state_dict(state["D"])
+        self.opt_g.load_state_dict(state["opt_g"])
+        self.opt_d.load_state_dict(state["opt_d"])
+        if self.ema:   # a checkpoint saved before EMA sampling starts the average from its G
+            self.ema.load(state.get("G_ema", state["G"]), state["step"])
+        for scaler, key in ((self.gan_step.scaler_g, "scaler_g"), (self.gan_step.scaler_d, "scaler_d")):
+            if scaler is not None and state.get(key):
+                scaler.load_state_dict(state[key])
+        self.fixed_noise = state["fixed_noise"]
+        self.fixed_noise_device = self.fixed_noise.to(self.rt.device)
+        self.step_count = state["step"]
+
+
+def build_training(config: TrainConfig, info, rt=None) -> Training:
+    """Everything a run of `config` (resolved for info's device) trains, on that device, seeded.
+
+    info: core.devices.DeviceInfo; rt: its Runtime when the caller has one already."""
+    import torch
+    from core import data, devices, losses, models
+    from core.ema import WeightAverage
+
+    rt = rt or devices.Runtime(info)
+    rt.seed(config.seed)
+    matmul_precision = rt.set_matmul_precision(config.precision)
+
+    # ---- data: decoded, resized and cached once, in this one process ---------------------
+    t0 = time.perf_counter()
+    dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb)
+    resolution = models.model_resolution(config.preset, dataset.resolution)
+    images = data.resize(dataset.images, resolution)
+    validate(config, dataset_size=len(images))
+    # Class-conditional when the dataset has labels (config.conditional "auto"): a viewer can
+    # ask for a class, and on MNIST it learns faster (bench/README.md, "Conditional").
+    labels = dataset.labels if config.conditional == "auto" else None
+    classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
+    stream = data.BatchStream(images, config.batch_size, rt.device, config.seed,
+                              keep_on_device=info.kind == "cuda", labels=labels if classes else None,
+                              place=rt.to_device)
+    data_load_seconds = time.perf_counter() - t0
+
+    # ---- models and optimizers -------------------------------------------------------------
+    G, D = models.build(config.gan, config.preset, dataset.channels, resolution, config.z_dim, classes)
+    G.to(rt.device)
+    D.to(rt.device)
+    if info.kind in ("cuda", "cpu"):
+        # NHWC convolutions: tensor cores prefer them, and oneDNN runs this model's CPU steps
+        # faster in them (bench/README.md, "Step levers").
+        G.to(memory_format=torch.channels_last)
+        D.to(memory_format=torch.channels_last)
+    betas = (config.beta1, config.beta2)
+    # One fused kernel for all of a net's parameters (CPU and CUDA; XLA fuses on its own).
+    fused = {"fused": True} if info.kind in ("cpu", "cuda") else {}
+    opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas, **fused)
+    opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
+    gan_step = GanStep(G, D, opt_g, opt_d, losses.make_loss(config.gan, config.gp_weight), rt,
+                       config.n_critic, config.z_dim, config.precision)
+
+    # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device. A
+    # conditional G's grid has one column per class, so its rows are GRID_SIZE rounded down
+    # to whole rows: 6 rows of 10 for MNIST.
+    columns = models.grid_columns(classes)
+    cpu_noise = torch.Generator().manual_seed(config.seed)
+    fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)[:GRID_SIZE // columns * columns]
+    return Training(config=config, rt=rt, G=G, D=D, opt_g=opt_g, opt_d=opt_d, gan_step=gan_step, stream=stream,
+                    dataset=dataset, resolution=resolution, classes=classes, fixed_noise=fixed_noise,
+                    ema=WeightAverage(G, config.ema) if config.ema else None, matmul_precision=matmul_precision,
+                    data_load_seconds=data_load_seconds, fixed_noise_device=fixed_noise.to(rt.device))
+
+
+def _cpu(obj):
+    """Optimizer state to CPU tensors, recursively."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
