@@ -155,8 +155,8 @@ def page_url(request: gr.Request | None) -> str:
     return f"{scheme}://{host}/" if host else ""
 
 
-# Images per second (per critic update) of the fast CPU model on this project's 2-core benchmark
-# machine (bench/README.md: ~21 steps/s at batch 64, DCGAN): the estimate before any run here.
+# Images per second (per critic update) of the fast CPU model on a 2-core machine, for the estimate
+# before any run here has measured its own (bench/README.md, "Speed and start-up").
 CPU_FAST_IMAGES_PER_SECOND = 1350
 # Seconds per step beyond which a run crawls: loss points, grids and Stop all feel slow.
 CRAWL_SECONDS_PER_STEP = 1.0

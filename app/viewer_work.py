@@ -2,7 +2,7 @@
 processes of their own at the lowest CPU priority.
 
 On two cores the trainer needs both: when a viewer's request takes a core, its two threads wait
-on each other and it runs 5-6x slower (bench/README.md, bench_threads and the issue-13 soak). Nice
+on each other and it runs several times slower (lab/README.md, "Soak"). Nice
 10 threads in the UI process still cost it most of its speed under a flood of requests, and
 SCHED_IDLE threads there stalled the live view too: an idle thread descheduled while it holds the
 GIL blocks every other thread. Here the work has its own processes, so its own GILs, at nice 19:

@@ -168,7 +168,7 @@ def score_runs(args) -> None:
 
 
 def ceiling(args) -> None:
-    from bench_speed import config_args, run_trainer
+    from bench_speed import config_args, run_trainer, snapshot_trainer
     from core.data import load_bundled_mnist
     from core.quality import MnistMeter
     from core.sample import load_run_generator
@@ -177,7 +177,7 @@ def ceiling(args) -> None:
     seconds = args.minutes * 60
     config = {"steps": args.steps, "seed": args.seed, **dict(kv.split("=", 1) for kv in args.set)}
     with tempfile.TemporaryDirectory(prefix="blink-bench-ceiling-") as snapshots:
-        out = run_trainer(config_args(config), snapshots=snapshots, width=args.width,
+        out = run_trainer(config_args(config), **snapshot_trainer(snapshots, args.width),
                           stop_when=lambda event: event.get("time", 0) >= seconds, timeout=seconds + 300)
         curve = {e["step"]: e for e in out["events"] if "quality_fd" in e}
         if not curve:

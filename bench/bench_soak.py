@@ -18,7 +18,7 @@ kind, RSS peak and end, disk peaks against the caps the code defines, /status p5
 run's state, and the trainer's steps/s against the no-viewer window.
 
     python bench/bench_soak.py                           # 10 minutes, 8 workers
-    python bench/bench_soak.py --seconds 3600 --workers 16 --report bench/results/soak.jsonl
+    python bench/bench_soak.py --seconds 3600 --workers 16 --report soak.jsonl
 
 Clients run at idle CPU priority as in bench_viewers.py (BLINK_BENCH_CLIENTS=normal: normal),
 so the trainer's ratio measures the server's cost, not the clients' own.

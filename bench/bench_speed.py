@@ -80,6 +80,13 @@ def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: 
                 "status": run.read_status().to_dict()}
 
 
+def snapshot_trainer(folder: str, width: int | None = None) -> dict:
+    """run_trainer's keywords for lab/snapshot_trainer.py: G at every grid step and the saved
+    generator at every checkpoint kept in `folder`, optionally another width of the 'fast' preset."""
+    return {"command": [sys.executable, os.path.join(ROOT, "lab", "snapshot_trainer.py")],
+            "env": {"BLINK_LAB_SNAPSHOTS": folder, **({"BLINK_LAB_WIDTH": str(width)} if width else {})}}
+
+
 def _peak_rss_mb(proc: subprocess.Popen) -> float:
     """The largest peak RSS among this process's waited-for children (ru_maxrss, in KB on Linux):
     each measuring child runs alone, and the trainer is the largest one."""

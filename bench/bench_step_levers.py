@@ -32,20 +32,16 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 
 def compile_lever() -> None:
-    from bench_speed import _child_output, bare_loop_code
-    from core.config import TrainConfig
-    eager = bare_loop_code(2)
-    compiled = eager.replace("gan_step = GanStep(G, D,", "G, D = torch.compile(G), torch.compile(D)\n"
-                             "compile_t0 = time.perf_counter()\ngan_step = GanStep(G, D,")
-    compiled = compiled.replace("t0 = time.perf_counter()\nfor _ in range(steps):",
-                                "print('compile and warm-up s', round(time.perf_counter() - compile_t0, 1))\n"
-                                "t0 = time.perf_counter()\nfor _ in range(steps):")
+    """The bare loop (bench/bare_loop.py: the trainer's setup and step) eager and with G and D
+    under torch.compile, each in a fresh process with its own inductor cache."""
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="inductor-")}
-    for name, code in (("eager", eager), ("compiled", compiled)):
-        out = subprocess.run([sys.executable, "-c", code, json.dumps(TrainConfig().to_dict()), "200", "30"],
-                             cwd=ROOT, capture_output=True, text=True, check=True, env=env).stdout
-        extra = [line for line in out.splitlines() if line.startswith("compile")]
-        print(f"{name}: {_child_output(out)['steps_per_second']:.2f} steps/s", *extra, flush=True)
+    for name, flags in (("eager", []), ("compiled", ["--compile"])):
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bare_loop.py"), "--threads", "2",
+                              "--steps", "200", "--warmup", "30", *flags], cwd=ROOT, capture_output=True, text=True,
+                             check=True, env=env).stdout
+        result = json.loads(out.strip().splitlines()[-1][6:])
+        print(f"{name}: {result['steps_per_second']:.2f} steps/s, compile and warm-up "
+              f"{result['warmup_seconds']:.1f} s", flush=True)
 
 
 def layers_lever() -> None:
@@ -86,46 +82,49 @@ def layers_lever() -> None:
           f"matmul + fold {ms(lambda: fold_conv_transpose(h, w).sum().backward()):.2f} ms", flush=True)
 
 
-# The bare loop's timed section replaced: profile, count FLOPs, then time it unprofiled.
-PROFILE_SECTION = r"""
-from torch.profiler import profile
-from torch.utils.flop_counter import FlopCounterMode
-sys.path.insert(0, os.path.join(os.getcwd(), "bench"))
-from bench_speed import matmul_peak
-KINDS = {"aten::mkldnn_convolution": "conv forward", "aten::_convolution": "conv forward",
-         "aten::convolution_backward": "conv backward", "aten::mm": "matmul", "aten::addmm": "matmul"}
-with profile() as prof:
-    for _ in range(50):
-        gan_step(stream)
-ms = {}
-for event in prof.key_averages():
-    kind = KINDS.get(event.key, "everything else")
-    ms[kind] = ms.get(kind, 0.0) + event.self_cpu_time_total / 1e3 / 50
-with FlopCounterMode(display=False) as counter:
-    gan_step(stream)
-flops = {}
-for op, count in counter.get_flop_counts()["Global"].items():
-    name = str(op).split(".")[1]
-    kind = {"convolution": "conv forward", "convolution_backward": "conv backward"}.get(name, "matmul")
-    flops[kind] = flops.get(kind, 0) + count
-peak = max(matmul_peak() for _ in range(3))
-t0 = time.perf_counter()
-for _ in range(steps):
-    gan_step(stream)
-print("PROFILE " + json.dumps({"ms": ms, "gflop": {k: v / 1e9 for k, v in flops.items()}, "peak": peak,
-                               "steps_per_second": steps / (time.perf_counter() - t0)}), flush=True)
-"""
+def profile_child() -> None:
+    """In a fresh process: the trainer's default setup and step (core/training.py), profiled for
+    50 steps, its FLOPs counted, then timed unprofiled; prints one PROFILE line."""
+    import torch
+    from torch.profiler import profile
+    from torch.utils.flop_counter import FlopCounterMode
+    from bench_speed import matmul_peak
+    from core import devices
+    from core.config import TrainConfig, validate
+    from core.resume import resolved_for
+    from core.training import build_training
+    torch.set_num_threads(2)
+    training = build_training(validate(resolved_for(TrainConfig(device="cpu"), "cpu")[0]), devices.probe("cpu"))
+    for _ in range(30):
+        training.step()
+    kinds = {"aten::mkldnn_convolution": "conv forward", "aten::_convolution": "conv forward",
+             "aten::convolution_backward": "conv backward", "aten::mm": "matmul", "aten::addmm": "matmul"}
+    with profile() as prof:
+        for _ in range(50):
+            training.step()
+    ms: dict[str, float] = {}
+    for event in prof.key_averages():
+        kind = kinds.get(event.key, "everything else")
+        ms[kind] = ms.get(kind, 0.0) + event.self_cpu_time_total / 1e3 / 50
+    with FlopCounterMode(display=False) as counter:
+        training.step()
+    flops: dict[str, int] = {}
+    for op, count in counter.get_flop_counts()["Global"].items():
+        name = str(op).split(".")[1]
+        kind = {"convolution": "conv forward", "convolution_backward": "conv backward"}.get(name, "matmul")
+        flops[kind] = flops.get(kind, 0) + count
+    peak = max(matmul_peak() for _ in range(3))
+    steps = 200
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        training.step()
+    print("PROFILE " + json.dumps({"ms": ms, "gflop": {k: v / 1e9 for k, v in flops.items()}, "peak": peak,
+                                   "steps_per_second": steps / (time.perf_counter() - t0)}), flush=True)
 
 
 def profile_lever() -> None:
-    from bench_speed import bare_loop_code
-    from core.config import TrainConfig
-    timed = "t0 = time.perf_counter()\nfor _ in range(steps):\n    gan_step(stream)\n"
-    code = bare_loop_code(2)
-    assert timed in code
-    code = code.replace(timed, PROFILE_SECTION + "t0 = time.perf_counter()\n")
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(TrainConfig().to_dict()), "200", "30"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "profile-child"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
     result = json.loads(next(line[8:] for line in out.splitlines() if line.startswith("PROFILE ")))
     peak, ms, gflop = result["peak"], result["ms"], result["gflop"]
     total_ms, total_gflop = sum(ms.values()), sum(gflop.values())
@@ -144,4 +143,4 @@ def profile_lever() -> None:
 
 
 if __name__ == "__main__":
-    {"compile": compile_lever, "layers": layers_lever, "profile": profile_lever}[sys.argv[1] if len(sys.argv) > 1 else "layers"]()
+    {"compile": compile_lever, "layers": layers_lever, "profile": profile_lever, "profile-child": profile_child}[sys.argv[1] if len(sys.argv) > 1 else "layers"]()

@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass
 
 # Network width per preset. "fast" is sized for a 2-core CPU at the data's native resolution
-# (chosen by bench/bench_speed.py); "dcgan64" is the seed's DCGAN (ngf = ndf = 64 at 64x64).
+# (chosen with lab/tune_defaults.py, lab/README.md); "dcgan64" is the seed's DCGAN (ngf = ndf = 64 at 64x64).
 PRESET_WIDTH = {"fast": 32, "dcgan64": 64}
 
 # Upload limits. The largest generator Blink trains (dcgan64, RGB 64x64) is ~3.6M parameters,

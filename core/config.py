@@ -25,8 +25,8 @@ MAX_STEPS = 1_000_000           # a demo's longest run; also the most any step i
 # Each GAN type trains best with its paper's optimizer settings (core/gans.py); a user who leaves
 # the learning rates and betas at None gets these.
 GAN_DEFAULTS: dict[str, dict[str, Any]] = {gan.name: gan.defaults for gan in gans.GAN_TYPES}
-# Latent size: the seed's 100 for its 64x64 DCGAN; 16 for the CPU preset, where the conditional
-# GAN reached recognisable digits in ~600 steps against ~1,000 at 100 (bench/README.md, "Conditional").
+# Latent size: the seed's 100 for its 64x64 DCGAN; 16 for the CPU preset, which reaches digits in
+# fewer steps with it (lab/README.md, "Conditional").
 Z_DIM = {"default": 100, "fast": 16}
 
 

@@ -4,9 +4,9 @@
     average.update()                         # after every optimizer step of G
     average.module                           # the averaged generator: grids, quality, generator file
 
-The average smooths out G's step-to-step swings: on the fast preset it reaches recognisable
-digits ~50 steps before G and has none of G's dips (bench/README.md, "Issue 17: steps to clean
-digits"). G itself trains as before; only what is shown changes.
+The average smooths out G's step-to-step swings, so what viewers see reaches digits sooner and
+never dips (lab/README.md, "In the product: the EMA of G"). G itself trains as before; only what
+is shown changes.
 """
 from __future__ import annotations
 

@@ -30,20 +30,9 @@ GAN_TYPES = (
         name="dcgan", label="DCGAN (non-saturating)", loss="NonSaturating",
         # Radford et al. 2015 (the seed's DCGAN): Adam lr 2e-4, betas (0.5, 0.999), one D step per G step.
         defaults=dict(lr_g=2e-4, lr_d=2e-4, beta1=0.5, beta2=0.999, n_critic=1),
-        # Measured (bench/README.md, "Conditional"): the small native-size DCGAN at batch 128 learns
-        # fastest per second with lr 2e-3; at the paper's 2e-4 it needs ~3x the steps. And with
-        # beta1 0 (Adam (0.0, 0.99)) it reaches recognisable digits in ~550 steps against ~700 on
-        # three seeds ("Issue 17: steps to clean digits"); with beta1 0, lr 3e-3 is ahead of 2e-3
-        # from step 400 on in median of three seeds (EMA at step 450: 0.82 confident against 0.77;
-        # "Learning rate and schedule"). The seed's 64x64 DCGAN keeps the paper's values: nothing
-        # here measured it otherwise. Sampling from an EMA of G's weights (decay 0.99, ramped,
-        # core/ema.py) reaches digits ~50 steps before G with these betas and removes G's dips;
-        # the other GAN types and presets were not measured with it, so they sample G. With
-        # constant rates the quality curve is flat from ~1,500 steps on (fd 4.0 at step 2,000,
-        # 3.6 at 8,800); falling linearly toward 0 over the run's second half (CycleGAN's
-        # schedule) it goes on improving (a 4,000-step run ends at fd 2.2 against 3.0 with
-        # constant rates; "The quality ceiling"). Decay hurts the first few hundred steps, so it
-        # starts only halfway.
+        # The CPU preset's values were measured fastest to digits on MNIST, the EMA and the
+        # second-half decay included (lab/README.md, "Conditional" and "Issue 17"); the seed's
+        # 64x64 DCGAN keeps the paper's.
         fast_defaults=dict(lr_g=3e-3, lr_d=3e-3, beta1=0.0, beta2=0.99, ema=0.99, lr_decay_start=0.5),
         d_norm="batch",
         series={"d_real": "D(x)", "d_fake": "D(G(z))"},

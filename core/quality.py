@@ -236,8 +236,8 @@ class MnistMeter:
         self.net = load_classifier(classifier_path)
         self.n_fake = n_fake
         # A conditional G is asked for the digits in the proportions of the real digits it is
-        # compared with: asked for each digit equally often, even real test digits score 0.8
-        # against MNIST's training digits instead of 0.3 (bench/README.md, the quality ceiling).
+        # compared with: equal shares would be scored as a mismatch even for real digits
+        # (lab/README.md, "The quality ceiling, measured with a meter that can see it").
         self.asked = None if real_labels is None else proportional_labels(
             _reference_subset(torch.as_tensor(real_labels), n_real), n_fake)
         real = _reference_subset(torch.as_tensor(real_images), n_real)

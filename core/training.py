@@ -126,7 +126,7 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     images = data.resize(dataset.images, resolution)
     validate(config, dataset_size=len(images))
     # Class-conditional when the dataset has labels (config.conditional "auto"): a viewer can
-    # ask for a class, and on MNIST it learns faster (bench/README.md, "Conditional").
+    # ask for a class, and on MNIST it learns faster (lab/README.md, "Conditional").
     labels = dataset.labels if config.conditional == "auto" else None
     classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
     stream = data.BatchStream(images, config.batch_size, rt.device, config.seed,
@@ -140,7 +140,7 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     D.to(rt.device)
     if info.kind in ("cuda", "cpu"):
         # NHWC convolutions: tensor cores prefer them, and oneDNN runs this model's CPU steps
-        # faster in them (bench/README.md, "Step levers").
+        # faster in them (lab/README.md, "Step speed: levers measured").
         G.to(memory_format=torch.channels_last)
         D.to(memory_format=torch.channels_last)
     betas = (config.beta1, config.beta2)

@@ -1,6 +1,6 @@
 """Second round of fast-preset prototypes: what gets the CPU model past ~0.6 `confident`.
 
-    OMP_NUM_THREADS=1 python bench/proto_fast.py NAME [options] [--steps 1200] [--at 400,800,1200]
+    OMP_NUM_THREADS=1 python lab/proto_fast.py NAME [options] [--steps 1200] [--at 400,800,1200]
 
 A bare loop with its own small G and D so that structure can vary freely; the step is the
 trainer's own (core/step.py GanStep: D on a fresh fake, then G on the same fake with D frozen),
@@ -46,6 +46,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))   # bench_digits: the wide meter
 
 import torch
 import torch.nn.functional as F

@@ -1,9 +1,9 @@
 """How much does a small, bursty share of a core cost the trainer on two cores?
 
-    python bench/bench_interference.py                      # 3 rounds, 250 steps each
-    python bench/bench_interference.py --burst-ms 3 --period-ms 30 --rounds 3
+    python lab/bench_interference.py                      # 3 rounds, 250 steps each
+    python lab/bench_interference.py --burst-ms 3 --period-ms 30 --rounds 3
 
-Runs bench_speed.py's bare loop (2 torch threads) alone and beside a process that burns
+Runs bench/bare_loop.py (2 torch threads) alone and beside a process that burns
 --burst-ms of CPU every --period-ms (what a server answering a room in bursts looks like to the
 trainer), each with libgomp's default wait policy and with OMP_WAIT_POLICY=PASSIVE, interleaved
 so a drifting host slows all alike; prints steps/s per run and the medians.
@@ -32,19 +32,18 @@ while True:
 """
 
 
-def bare_steps_per_second(config: dict, steps: int, policy: str, bursts: tuple[float, float] | None) -> float:
-    from bench_speed import _child_output, bare_loop_code
-    code = bare_loop_code(2)
+def bare_steps_per_second(steps: int, policy: str, bursts: tuple[float, float] | None) -> float:
     env = {**os.environ, **({"OMP_WAIT_POLICY": policy} if policy else {})}
     burner = subprocess.Popen([sys.executable, "-c", BURNER, *map(str, bursts)]) if bursts else None
     try:
-        out = subprocess.run([sys.executable, "-c", code, json.dumps(config), str(steps), "20"], cwd=ROOT,
-                             capture_output=True, text=True, check=True, env=env).stdout
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bare_loop.py"), "--threads", "2",
+                              "--steps", str(steps), "--warmup", "20"], cwd=ROOT, capture_output=True, text=True,
+                             check=True, env=env).stdout
     finally:
         if burner is not None:
             burner.kill()
             burner.wait()
-    return _child_output(out)["steps_per_second"]
+    return json.loads(out.strip().splitlines()[-1][6:])["steps_per_second"]
 
 
 def main() -> None:
@@ -54,14 +53,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=250)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from core.config import TrainConfig
-    config = TrainConfig().to_dict()
     loads = {"alone": None, f"bursts {args.burst_ms:g}/{args.period_ms:g} ms": (args.burst_ms / 1000, args.period_ms / 1000)}
     rates: dict[tuple[str, str], list[float]] = {}
     for round_ in range(args.rounds):
         for load, bursts in loads.items():
             for policy in ("", "PASSIVE"):
-                rate = bare_steps_per_second(config, args.steps, policy, bursts)
+                rate = bare_steps_per_second(args.steps, policy, bursts)
                 rates.setdefault((load, policy or "default"), []).append(rate)
                 print(f"round {round_}: {load}, wait policy {policy or 'default'}: {rate:.2f} steps/s", flush=True)
     for (load, policy), values in rates.items():

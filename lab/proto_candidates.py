@@ -1,6 +1,6 @@
 """Prototype candidates for the CPU default that the trainer cannot express yet, in a bare loop.
 
-    OMP_NUM_THREADS=1 python bench/proto_candidates.py NAME [--gw 64] [--dw 32] [--batch 64]
+    OMP_NUM_THREADS=1 python lab/proto_candidates.py NAME [--gw 64] [--dw 32] [--batch 64]
         [--gan dcgan|hinge] [--lr 1e-3] [--betas 0.5,0.999] [--smooth 0.9] [--extra-conv]
         [--steps 1150] [--at 300,500,650,800,1000,1150]
 

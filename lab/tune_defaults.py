@@ -1,7 +1,7 @@
 """How the CPU defaults were chosen: train candidates with the real trainer, score them offline.
 
-    python bench/tune_defaults.py run OUT NAME --width 32 --set batch_size=64 --set lr_g=2e-4 ...
-    python bench/tune_defaults.py score OUT
+    python lab/tune_defaults.py run OUT NAME --width 32 --set batch_size=64 --set lr_g=2e-4 ...
+    python lab/tune_defaults.py score OUT
 
 `run` trains one candidate with core.train (the bench's trainer child) and keeps G's weights at
 every grid step (grid_every=50 here). `score` scores every snapshot with core.quality in eval-mode
@@ -28,12 +28,12 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 
 def run(args) -> None:
-    from bench_speed import config_args, run_trainer
+    from bench_speed import config_args, run_trainer, snapshot_trainer
     folder = os.path.join(args.out, args.name)
     os.makedirs(folder, exist_ok=True)
     settings = dict(kv.split("=", 1) for kv in args.set)
     settings.update(steps=args.steps, grid_every=50, seed=args.seed)
-    out = run_trainer(config_args(settings), width=args.width, snapshots=os.path.abspath(folder), timeout=3000)
+    out = run_trainer(config_args(settings), **snapshot_trainer(os.path.abspath(folder), args.width), timeout=3000)
     with open(os.path.join(folder, "run.json"), "w") as f:
         json.dump({"settings": settings, "width": args.width, "startup_seconds": out["startup_seconds"],
                    "events": out["events"], "status": out["status"].get("message")}, f)

@@ -1,10 +1,9 @@
 """Does the default CPU model train faster on 1 torch thread or on all of them?
 
-    python bench/bench_threads.py                 # defaults, 3 interleaved pairs of 200 steps
-    python bench/bench_threads.py --threads 1 2 --steps 200 --pairs 3 --set batch_size=128 --width 48
+    python lab/bench_threads.py                 # defaults, 3 interleaved pairs of 200 steps
+    python lab/bench_threads.py --threads 1 2 --steps 200 --pairs 3 --set batch_size=128 --width 48
 
-Runs bench_speed.py's bare loop (the trainer's model, loss, optimizers and batch stream, nothing
-around them) in fresh processes with torch.set_num_threads(N), the thread counts interleaved so
+Runs bench/bare_loop.py (the trainer's own setup and step, nothing around them) in fresh processes with torch.set_num_threads(N), the thread counts interleaved so
 a shared machine slows all alike; prints steps/s per run and the median ratio against the first
 thread count.
 """
@@ -31,17 +30,12 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    from bench_speed import bare_loop_code
-    from core.config import TrainConfig
-    settings = dict(kv.split("=", 1) for kv in args.set)
-    cfg = TrainConfig(**{k: type(getattr(TrainConfig(), k) if getattr(TrainConfig(), k) is not None else 0.0)(v)
-                         for k, v in settings.items()}).to_dict()
     rates: dict[int, list[float]] = {n: [] for n in args.threads}
     for pair in range(args.pairs):
         for n in args.threads:
-            prelude = f"from core import models; models.PRESET_WIDTH['fast'] = {args.width}\n" if args.width else ""
-            code = bare_loop_code(n, prelude)
-            out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg), str(args.steps), str(args.warmup)],
+            flags = [f"--set={kv}" for kv in args.set] + ([f"--width={args.width}"] if args.width else [])
+            out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bare_loop.py"), "--threads", str(n),
+                                  "--steps", str(args.steps), "--warmup", str(args.warmup), *flags],
                                  cwd=ROOT, capture_output=True, text=True, check=True).stdout
             sps = json.loads(out.strip().splitlines()[-1][6:])["steps_per_second"]
             rates[n].append(sps)
