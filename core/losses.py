@@ -23,7 +23,7 @@ from torch import nn
 from core import gans
 
 # What the plot shows for each loss, beyond loss_d and loss_g (name -> label), from core/gans.py.
-# The names are exactly the stats keys the loss returns (tests/test_losses.py holds them to that),
+# The names are exactly the stats keys the loss returns (tests/unit/test_losses.py holds them to that),
 # because the trainer logs every stats key into events.jsonl and the UI plots these names from there.
 EXTRA_SERIES = {gan.name: gan.series for gan in gans.GAN_TYPES}
 

@@ -26,6 +26,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _end_with_this_process() -> None:
+    """In the app's child, before exec: the kernel sends it SIGTERM (a clean stop: its trainer
+    stops too) when the test process dies, so a killed test run leaves no app behind."""
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class RunningApp:
     def __init__(self, runs_root: str, extra_args: tuple[str, ...] = (), env: dict | None = None):
         self.port = free_port()
@@ -36,7 +44,7 @@ class RunningApp:
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen([sys.executable, "app.py", "--port", str(self.port), *extra_args],
                                         cwd=ROOT, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                                        start_new_session=True, preexec_fn=_end_with_this_process)
 
     def wait_ready(self, timeout: float = 180.0) -> "RunningApp":
         deadline = time.time() + timeout

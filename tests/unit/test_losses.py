@@ -20,7 +20,7 @@ from core.config import GANS, TrainConfig, validate
 from core.rundir import RunDir
 from core.train import train
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,7 @@ import pytest
 
 from tests.apphelpers import alive
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "tests", "xla_scripts")
 XLA_TIMEOUT = 420   # seconds for one XLA subprocess: generous for a loaded 2-core CI machine
 

@@ -13,7 +13,7 @@ from core.config import TrainConfig, validate
 from core.ema import WeightAverage, ramped_decay
 from core.rundir import RunDir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL_RUN = ["--batch-size", "8", "--device", "cpu", "--quality-every", "0", "--grid-every", "1000"]
 
 

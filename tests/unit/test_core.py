@@ -13,7 +13,7 @@ from core.config import ConfigError, TrainConfig, validate
 from core.models import build
 from core.rundir import RunDir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("change, words", [

@@ -20,26 +20,10 @@ from safetensors.torch import save_file
 from core import sample as S
 from core.images import gif_bytes, to_model_range, to_uint8
 from core.models import Generator, GeneratorSpec, init_weights
+from tests.filehelpers import save_generator_pair, tiny_generator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = os.path.join(ROOT, "assets", "generator")
-
-
-def _save_pair(folder, generator, step=7, dataset="bundled-mnist", **meta_extra):
-    os.makedirs(folder, exist_ok=True)
-    save_file(generator.state_dict(), os.path.join(folder, "generator.safetensors"))
-    meta = {"spec": generator.spec.to_dict(), "config": {"dataset": dataset}, "step": step,
-            "format": "blink-generator-v1", **meta_extra}
-    with open(os.path.join(folder, "generator.json"), "w") as f:
-        json.dump(meta, f)
-    return os.path.join(folder, "generator.safetensors"), os.path.join(folder, "generator.json")
-
-
-def _tiny(width=8, z_dim=16, seed=0):
-    torch.manual_seed(seed)
-    generator = Generator(GeneratorSpec(z_dim, 1, 28, width))
-    generator.apply(init_weights)
-    return generator.eval()
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +178,8 @@ class _Exploit:
 
 
 def test_pickle_disguised_as_safetensors_is_refused_without_running(tmp_path):
-    generator = _tiny()
-    weights, meta = _save_pair(str(tmp_path / "g"), generator)
+    generator = tiny_generator()
+    weights, meta = save_generator_pair(str(tmp_path / "g"), generator)
     marker = tmp_path / "pwned"
     with open(weights, "wb") as f:
         pickle.dump({"net.0.weight": _Exploit(str(marker))}, f, protocol=4)
@@ -220,7 +204,7 @@ def test_pickle_disguised_as_safetensors_is_refused_without_running(tmp_path):
     ({"z_dim": 16.5}, "whole number"),
 ])
 def test_json_with_absurd_or_wrong_values_is_refused(tmp_path, spec_change, message):
-    weights, meta = _save_pair(str(tmp_path / "g"), _tiny())
+    weights, meta = save_generator_pair(str(tmp_path / "g"), tiny_generator())
     with open(meta) as f:
         described = json.load(f)
     described["spec"].update(spec_change)
@@ -231,7 +215,7 @@ def test_json_with_absurd_or_wrong_values_is_refused(tmp_path, spec_change, mess
 
 
 def test_json_nested_past_the_decoders_depth_is_refused_in_plain_words(tmp_path):
-    weights, meta = _save_pair(str(tmp_path / "g"), _tiny())
+    weights, meta = save_generator_pair(str(tmp_path / "g"), tiny_generator())
     with open(meta, "w") as f:
         f.write("[" * 100_000)                          # 100 KB: under the size limit, too deep to decode
     with pytest.raises(S.GeneratorFileError, match="generator.json is not a generator description") as refused:
@@ -240,11 +224,11 @@ def test_json_nested_past_the_decoders_depth_is_refused_in_plain_words(tmp_path)
 
 
 def test_mismatched_nan_or_oversized_weights_are_refused(tmp_path):
-    weights, meta = _save_pair(str(tmp_path / "g"), _tiny(width=8))
-    save_file(_tiny(width=16).state_dict(), weights)          # the JSON says width 8
+    weights, meta = save_generator_pair(str(tmp_path / "g"), tiny_generator(width=8))
+    save_file(tiny_generator(width=16).state_dict(), weights)          # the JSON says width 8
     with pytest.raises(S.GeneratorFileError, match="do not match.*shape"):
         S.load_generator(weights, meta)
-    state = _tiny(width=8).state_dict()
+    state = tiny_generator(width=8).state_dict()
     save_file({**state, "extra.weight": torch.zeros(2)}, weights)
     with pytest.raises(S.GeneratorFileError, match="unexpected extra.weight"):
         S.load_generator(weights, meta)
@@ -272,12 +256,12 @@ def test_conditional_generator_seeds_pick_classes_and_interpolation_blends_them(
     generator.apply(init_weights)
     generator.eval()
     assert S.seed_labels(generator, 7, 4).tolist() == [7, 8, 9, 0]
-    assert S.seed_labels(_tiny(), 7, 4) is None and S.grid_columns(generator) == 10
+    assert S.seed_labels(tiny_generator(), 7, 4) is None and S.grid_columns(generator) == 10
     blend = S.blended_labels(generator, 3, 8, torch.linspace(0, 1, 5))
     assert blend[0].argmax() == 3 and blend[-1].argmax() == 8 and torch.allclose(blend.sum(1), torch.ones(5))
     assert blend[2, 3] == blend[2, 8] == 0.5
     # Saved and loaded, the class count survives; --label draws one class only.
-    _save_pair(str(tmp_path), generator)
+    save_generator_pair(str(tmp_path), generator)
     loaded, _ = S.load_run_generator(str(tmp_path))
     assert loaded.classes == 10
     out = str(tmp_path / "sevens.npy")
@@ -285,7 +269,7 @@ def test_conditional_generator_seeds_pick_classes_and_interpolation_blends_them(
     z = S.latents(1, 3, 16)
     np.testing.assert_allclose(np.load(out), S.generate(loaded, z, torch.full((3,), 7)), atol=1e-6)
     assert S.main(["--run", str(tmp_path), "--label", "10", "--out", out]) == 2
-    _save_pair(str(tmp_path / "plain"), _tiny())
+    save_generator_pair(str(tmp_path / "plain"), tiny_generator())
     assert S.main(["--run", str(tmp_path / "plain"), "--label", "1", "--out", out]) == 2   # unconditional
 
 
@@ -308,10 +292,10 @@ def app_client(tmp_path_factory):
 
     root = str(tmp_path_factory.mktemp("runs"))
     run = RunDir.create(TrainConfig(), root)
-    generator = _tiny(width=8, z_dim=100)
+    generator = tiny_generator(width=8, z_dim=100)
     with torch.no_grad():   # an untrained net outputs ~0 (flat grey): give its images contrast
         generator.net[-1].weight.mul_(40)
-    _save_pair(run.path, generator, step=300)
+    save_generator_pair(run.path, generator, step=300)
     for step in (100, 200, 300):
         run.save_grid(S.generate(generator, S.latents(step, 16, 100)), step)
     demo = build_app(job=Job(runs_root=root), device_cache=CpuOnly())

@@ -1,7 +1,6 @@
 """A full or read-only disk under the runs folder: a run ends `failed` with what to free or change,
 no temp file is left, and viewers keep their page. Real small disks (tmpfs mounts), the real CLI
 and the real app process."""
-import glob
 import json
 import os
 import re
@@ -12,30 +11,12 @@ import pytest
 from gradio_client.exceptions import AppError
 
 from tests.apphelpers import ROOT, RunningApp, wait_for
+from tests.filehelpers import leftovers
 
 pytestmark = pytest.mark.slow
 
 TINY_RUN = ["--steps", "30", "--batch-size", "16", "--log-every", "5", "--checkpoint-every", "10",
             "--grid-every", "10", "--quality-every", "0", "--device", "cpu"]
-
-
-@pytest.fixture
-def mount(tmp_path):
-    """mount(name, options) -> a tmpfs at tmp_path/name (e.g. "size=1m" or "ro"), unmounted after."""
-    mounted = []
-
-    def make(name: str, options: str) -> str:
-        path = str(tmp_path / name)
-        os.makedirs(path, exist_ok=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path], capture_output=True, text=True)
-        if done.returncode:
-            pytest.skip(f"mounting a small tmpfs is not allowed here (needs root with CAP_SYS_ADMIN): "
-                        f"{done.stderr.strip()}")
-        mounted.append(path)
-        return path
-    yield make
-    for path in reversed(mounted):
-        subprocess.run(["umount", "-l", path], capture_output=True)
 
 
 @pytest.fixture
@@ -54,11 +35,6 @@ def read_only_folder(tmp_path, mount):
 def cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "core.train", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=300)
-
-
-def leftovers(folder: str) -> list[str]:
-    """Temp files of atomic writes (name.tmp<pid>) anywhere under folder."""
-    return glob.glob(os.path.join(folder, "**", "*.tmp*"), recursive=True)
 
 
 def test_cli_run_on_a_full_disk_fails_saying_how_much_to_free_and_that_is_enough(mount):

@@ -2,13 +2,15 @@
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 from gradio_client.exceptions import AppError
 from PIL import Image
 
-from tests.apphelpers import RunningApp, wait_for
+from tests.apphelpers import ROOT, RunningApp, alive, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -16,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_bad_settings_are_refused_before_any_process_starts(app):
     client = app.client()
     # The project's own checks answer, naming the field (the number boxes have no limits of their own;
-    # each rule of the form is checked on the Train tab itself in tests/test_train_tab.py).
+    # each rule of the form is checked on the Train tab itself in tests/unit/test_train_tab.py).
     with pytest.raises(AppError, match=r"Batch size must be between 1 and 4,096 \(got 0\)"):
         client.predict("bundled-mnist", "", "dcgan", "auto", 0, "fp32", "auto", 50, api_name="/start")
     with pytest.raises(AppError, match="fp16"):   # refused on every CPU (bf16 depends on the CPU: AMX has it)
@@ -133,7 +135,7 @@ def test_sample_outputs_are_bounded_and_removed_when_the_app_exits(tmp_path):
         for i in range(KEEP_OUTPUTS // 2 + 2):   # more files than are always kept, of two kinds
             client.predict(i, i + 1, 4, "linear", api_name="/interpolation_gif")
             client.predict(i, 4, api_name="/download_samples")
-        shipped = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "generator")
+        shipped = os.path.join(ROOT, "assets", "generator")
         other = tmp_path / "other"     # the shipped generator with another step: a second distinct upload
         other.mkdir()
         with open(os.path.join(shipped, "generator.json")) as f:
@@ -145,9 +147,26 @@ def test_sample_outputs_are_bounded_and_removed_when_the_app_exits(tmp_path):
         (root,) = temp.glob("blink-sample-*")
         outputs = [p for p in root.iterdir() if p.name != "uploaded"]
         # All made within the serving time, so all still there for a slow viewer; the count and
-        # age limits themselves: tests/test_sample_handlers.py.
+        # age limits themselves: tests/unit/test_sample_handlers.py.
         assert KEEP_OUTPUTS < len(outputs) == 2 * (KEEP_OUTPUTS // 2 + 2) <= MAX_OUTPUTS, outputs
         assert len(list((root / "uploaded").iterdir())) == 1     # the one in use
     finally:
         app.stop()
     assert list(temp.glob("blink-sample-*")) == []
+
+
+def test_a_test_process_killed_half_way_leaves_no_app_behind(tmp_path):
+    """The suite's own promise: a pytest killed with SIGKILL (a CI timeout) takes its apps and
+    their trainers with it, because every RunningApp ends with the process that started it."""
+    import signal
+    holder = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "fault_scripts", "hold_app.py"),
+                               str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        app_pid = int(holder.stdout.readline())
+        assert alive(app_pid)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(30)
+        wait_for(lambda: not alive(app_pid), 60, what="the app to end with the process that started it")
+    finally:
+        if holder.poll() is None:
+            holder.kill()

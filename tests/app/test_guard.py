@@ -23,8 +23,7 @@ from core import data
 from core.config import TrainConfig
 from core.rundir import RunDir
 from tests.apphelpers import RunningApp
-from tests.test_data import png_bytes
-from tests.test_sample import _save_pair, _tiny
+from tests.filehelpers import png_bytes, save_generator_pair, tiny_generator
 
 pytestmark = pytest.mark.slow
 KEY = "the-host-key"
@@ -50,8 +49,8 @@ def app(tmp_path_factory):
     runs = str(root / "runs")
     config = TrainConfig(dataset="folder", data_path=str(allowed / "pics"))
     run = RunDir.create(config, runs)
-    generator = _tiny()
-    _save_pair(run.path, generator, config=config.to_dict())
+    generator = tiny_generator()
+    save_generator_pair(run.path, generator, config=config.to_dict())
     run.save_grid(np.zeros((4, 1, 28, 28), np.float32), 100)
     running = RunningApp(runs, env={"BLINK_HOST_KEY": KEY, "BLINK_DATA_DIR": str(root / "cache"),
                                     "BLINK_OFFLINE": "1", "BLINK_DATA_ROOTS": str(allowed),
@@ -77,7 +76,7 @@ def test_neighbours_search_the_runs_own_images_never_where_an_upload_points(app,
     _, caption = _neighbours(client)
     assert "nearest of 3 " in caption                      # the run's folder passes the guard
     # An uploaded generator naming a folder outside the allowed ones: its metadata is ignored.
-    weights, meta = _save_pair(str(tmp_path / "evil"), _tiny(seed=1),
+    weights, meta = save_generator_pair(str(tmp_path / "evil"), tiny_generator(seed=1),
                                config={"dataset": "folder", "data_path": str(paths["secret"])})
     client.predict([handle_file(weights), handle_file(meta)], KEY, api_name="/upload_generator")
     try:

@@ -16,7 +16,7 @@ from torch import nn
 from core import quality
 from core.data import load_bundled_mnist
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T10K = os.path.join(os.path.dirname(ROOT), "shared", "data", "mnist")
 # The weights are a build product of tools/train_classifier.py; without them only SWD is testable.
 needs_classifier = pytest.mark.skipif(not os.path.exists(quality.CLASSIFIER_WEIGHTS),

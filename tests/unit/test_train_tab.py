@@ -1,6 +1,6 @@
 """The Train tab's server-side checks, called directly on a TrainTab over a real Job (no server).
 
-What a browser or script sees of these goes through the app in tests/test_app.py; here each
+What a browser or script sees of these goes through the app in tests/app/test_app.py; here each
 handler's own rule is checked, with the project's own message (no Gradio widget stands in front)."""
 from urllib.parse import parse_qsl, urlsplit
 

@@ -7,7 +7,6 @@ ever tries the network.
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import pickle
 import shutil
@@ -25,7 +24,7 @@ from core import data
 from core.data.sources import IdxSource
 from core.images import to_model_range
 from core.uploads import keep_upload
-from tests.test_disk import leftovers, mount  # noqa: F401  (mount: a fixture, a real small tmpfs)
+from tests.filehelpers import leftovers, png_bytes
 
 
 @pytest.fixture
@@ -111,12 +110,6 @@ def write_celeba(root, n=6):
         with open(os.path.join(folder, name), "w") as f:
             f.write("\n".join(lines) + "\n")
     return n - 2
-
-
-def png_bytes(img: Image.Image, fmt="PNG") -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, fmt)
-    return buf.getvalue()
 
 
 def stripes(w, h) -> Image.Image:

@@ -14,7 +14,7 @@ from core.resume import prepare_resume, resolved_for
 from core.rundir import RunDir
 from core.training import build_training, lr_factor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LR = validate(TrainConfig(), preset="fast").lr_g   # the fast preset's, what these CLI runs train at
 SMALL_RUN = ["--batch-size", "8", "--device", "cpu", "--quality-every", "0", "--grid-every", "1000"]
 
