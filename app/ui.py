@@ -30,7 +30,7 @@ from core import data, devices
 from core.rundir import FINAL_STATES, DiskRefused
 from core import gans
 from core.architecture import resolve_preset
-from core.config import (DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError, TrainConfig, form_number, spec,
+from core.config import (DATASET_CHOICES, DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError, TrainConfig, form_number, spec,
                          validate, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
@@ -66,9 +66,6 @@ def _static(name: str) -> str:
     with open(os.path.join(STATIC, name)) as f:
         return f.read()
 
-DATASET_LABELS = {"bundled-mnist": "MNIST (bundled, offline)", "mnist": "MNIST (full, torchvision)",
-                  "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "celeba": "CelebA 64x64",
-                  "folder": "My images (folder or zip)"}
 
 
 class DeviceCache:
@@ -389,20 +386,20 @@ class TrainTab:
         with gr.Accordion("Settings", open=True, elem_id="blink-settings") as self.settings:
             self.setup_note = gr.Markdown(elem_id="setup-note")
             with gr.Row():
-                self.dataset = gr.Dropdown([(DATASET_LABELS[d], d) for d in DATASETS], value="bundled-mnist",
-                                           label="Dataset")
-                self.data_path = gr.Textbox(label="Image folder or zip (for 'My images')", value="")
-                self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value="dcgan", label="GAN type")
-                self.preset = gr.Dropdown(list(PRESETS), value="auto", label="Model size",
+                self.dataset = gr.Dropdown([(label, d) for d, label in DATASET_CHOICES.items()], value="bundled-mnist",
+                                           label=spec("dataset")["label"])
+                self.data_path = gr.Textbox(label=spec("data_path")["label"], value="")
+                self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value="dcgan", label=spec("gan")["label"])
+                self.preset = gr.Dropdown(list(PRESETS), value="auto", label=spec("preset")["label"],
                                           info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
             with gr.Row():
-                self.batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label="Batch size",
+                self.batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label=spec("batch_size")["label"],
                                             info=batch_size_note(self.info))
                 self.precision = gr.Radio(precision_choices(self.info), value=devices.default_precision(self.info.kind),
-                                          label="Precision",
+                                          label=spec("precision")["label"],
                                           info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
-                self.device = gr.Dropdown(list(DEVICES), value="auto", label="Device")
-                self.steps = gr.Number(value=TrainConfig.steps, precision=0, label="Training length (steps)")
+                self.device = gr.Dropdown(list(DEVICES), value="auto", label=spec("device")["label"])
+                self.steps = gr.Number(value=TrainConfig.steps, precision=0, label=spec("steps")["label"])
             gr.Markdown(precision_notes(self.info), elem_id="precision-notes")
             with gr.Accordion("Dataset: upload your images, preview real ones", open=False):
                 with gr.Row():
@@ -415,16 +412,16 @@ class TrainTab:
                 self.conditional = gr.Radio(
                     [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
                      ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
-                    label="Labels", info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
+                    label=spec("conditional")["label"], info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
                                          "class-conditional GAN by default: digits appear in about half the steps")
                 with gr.Row():
-                    self.log_every = gr.Number(value=TrainConfig.log_every, precision=0, label="Log every (steps)",
+                    self.log_every = gr.Number(value=TrainConfig.log_every, precision=0, label=spec("log_every")["label"],
                                                info="loss points and status updates (Stop and Pause are heard within a second)")
                     self.grid_every = gr.Number(value=TrainConfig.grid_every, precision=0,
-                                                label="Grid every (steps)")
+                                                label=spec("grid_every")["label"])
                     self.checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0,
-                                                      label="Checkpoint every (steps)")
-                    self.seed = gr.Number(value=TrainConfig.seed, precision=0, label="Seed",
+                                                      label=spec("checkpoint_every")["label"])
+                    self.seed = gr.Number(value=TrainConfig.seed, precision=0, label=spec("seed")["label"],
                                           info="the same seed and settings start the same run; another seed, another run")
         self.query_form = [self.dataset, self.gan, self.preset, self.batch_size, self.precision, self.steps,
                            self.device]   # QUERY_FIELDS order

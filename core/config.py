@@ -13,10 +13,16 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from core import gans
+from core.architecture import PRESET_WIDTH
 
-DATASETS = ("bundled-mnist", "mnist", "fashion-mnist", "cifar10", "celeba", "folder")
+# Every dataset a run can learn from, with the page's name for it; each is one row of
+# core/data/sources.py SOURCES, in this order (tests/unit/test_shape.py holds the two together).
+DATASET_CHOICES = {"bundled-mnist": "MNIST (bundled, offline)", "mnist": "MNIST (full, torchvision)",
+                   "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "celeba": "CelebA 64x64",
+                   "folder": "My images (folder or zip)"}
+DATASETS = tuple(DATASET_CHOICES)
 GANS = gans.NAMES
-PRESETS = ("auto", "fast", "dcgan64")
+PRESETS = ("auto", *PRESET_WIDTH)   # auto: resolved per device (core/architecture.py resolve_preset)
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "tpu", "xla-cpu", "cuda", "cpu")
 CONDITIONAL = ("auto", "off")   # auto: class-conditional when the dataset has labels
@@ -50,10 +56,10 @@ class ConfigError(ValueError):
 @dataclass
 class TrainConfig:
     dataset: str = option("bundled-mnist", "the images to learn", "Dataset", DATASETS)
-    data_path: str = option("", "folder or zip of images, for dataset folder")
+    data_path: str = option("", "folder or zip of images, for dataset folder", "Image folder or zip (for 'My images')")
     gan: str = option("dcgan", "the loss family (core/gans.py)", "GAN type", GANS)
     preset: str = option("auto", "network size: fast (CPU, native size), dcgan64 (the seed's 64x64)",
-                         "Model preset", PRESETS)
+                         "Model size", PRESETS)
     conditional: str = option("auto", "auto: a class-conditional GAN when the dataset has labels; off",
                               "Class-conditional", CONDITIONAL)
     # The seed's 128, also the fastest on CPU.
@@ -79,9 +85,10 @@ class TrainConfig:
                                range=(1, None))
     seed: int = option(0, "random seed: the same seed and settings start the same run; another seed, another run",
                        "Seed", range=(0, 2**31 - 1))
-    log_every: int = option(25, "steps between loss points and status updates", "Log every", range=(1, 100_000))
-    grid_every: int = option(100, "steps between fixed-noise grids", "Grid every", range=(1, 100_000))
-    checkpoint_every: int = option(500, "steps between checkpoints (also at stop and end)", "Checkpoint every",
+    log_every: int = option(25, "steps between loss points and status updates", "Log every (steps)",
+                           range=(1, 100_000))
+    grid_every: int = option(100, "steps between fixed-noise grids", "Grid every (steps)", range=(1, 100_000))
+    checkpoint_every: int = option(500, "steps between checkpoints (also at stop and end)", "Checkpoint every (steps)",
                                    range=(1, MAX_STEPS))
     quality_every: int = option(200, "steps between quality measurements (0: off; each ~0.25 s on CPU)",
                                 range=(0, MAX_STEPS))

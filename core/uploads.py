@@ -16,13 +16,10 @@ import glob
 import os
 
 from core import data
+from core.data.cache import uploads_dir
 from core.rundir import disk_refusal, list_runs, write_atomic
 
 UPLOADS_MB = 1024
-
-
-def uploads_dir() -> str:
-    return os.path.join(data.cache_dir(), "uploads")
 
 
 def keep_upload(path: str, max_mb: int = data.DEFAULT_MAX_MB) -> dict:

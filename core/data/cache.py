@@ -35,6 +35,11 @@ def cache_dir() -> str:
         os.environ.get("BLINK_DATA_DIR") or os.path.join("~", ".cache", "blink", "datasets")))
 
 
+def uploads_dir() -> str:
+    """Where uploaded zips are kept (core/uploads.py), and so a folder 'My images' may read."""
+    return os.path.join(cache_dir(), "uploads")
+
+
 def cache_file(folder: str, stem: str) -> str:
     """The decoded-once file of one set: cache_dir()/folder/stem-v<PREP_VERSION>.pt."""
     return os.path.join(cache_dir(), folder, f"{stem}-v{PREP_VERSION}.pt")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.data.cache import PREP_VERSION, DatasetError, availability, cache_file, file_lock, read_meta
+from core.data.cache import PREP_VERSION, DatasetError, availability, cache_file, file_lock, read_meta, uploads_dir
 from core.images import to_model_range
 
 if TYPE_CHECKING:
@@ -61,7 +61,6 @@ def allowed_roots() -> list[str]:
     This app's upload areas (the dataset cache's uploads folder and Gradio's upload folder: the
     only places under the temp folder), the app's own folder, and any folders an admin lists in
     BLINK_DATA_ROOTS. Read at call time, so tests and admins can point them elsewhere."""
-    from core.uploads import uploads_dir     # uploads imports core.data
     roots = [uploads_dir(), os.environ.get("GRADIO_TEMP_DIR") or os.path.join(tempfile.gettempdir(), "gradio"),
              APP_FOLDER]
     roots += [r for r in os.environ.get("BLINK_DATA_ROOTS", "").split(os.pathsep) if r]

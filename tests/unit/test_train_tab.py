@@ -122,3 +122,15 @@ def test_the_preview_comes_back_from_the_viewer_work_process_as_plain_values(tab
     """The handler goes through app/viewer_work's real worker process, as the page's does."""
     message, image = tab.preview_dataset("bundled-mnist", "")
     assert isinstance(message, str) and isinstance(image, np.ndarray) and image.dtype == np.uint8
+
+
+def test_the_forms_labels_and_choices_are_the_ones_the_config_declares(tab):
+    """Each form field is named, and offers the choices, exactly as its TrainConfig field declares:
+    the page, the CLI's --help and the refusals all read the same declaration."""
+    fields = ("dataset", "data_path", "gan", "preset", "batch_size", "precision", "device", "steps",
+              "log_every", "grid_every", "checkpoint_every", "conditional", "seed")
+    for name in fields:
+        assert getattr(tab, name).label == spec(name)["label"], name
+    for name in ("dataset", "gan", "preset", "device", "conditional"):
+        offered = [value for _, value in getattr(tab, name).choices]
+        assert offered == list(spec(name)["choices"]), name

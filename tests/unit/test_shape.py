@@ -1,0 +1,77 @@
+"""The codebase's shape, held by tests: no import circles between modules, and each concept
+(datasets, presets, GAN types, each field's label, choices and range) declared once and read by
+the page, the CLI's --help and validation alike."""
+from __future__ import annotations
+
+import ast
+import os
+
+from tests.apphelpers import ROOT
+
+
+def _modules() -> dict[str, str]:
+    found = {}
+    for package in ("core", "app"):
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    found[module.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(path: str, modules: dict[str, str]) -> set[str]:
+    """Every project module that `path` imports, at the top or inside a function."""
+    named = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                named.add(child if child in modules else node.module)
+        elif isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+    return {name for name in named if name in modules}
+
+
+def test_no_module_imports_itself_through_others():
+    modules = _modules()
+    graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
+    circles = []
+
+    def walk(name, path):
+        for dep in sorted(graph[name]):
+            if dep in path:
+                circles.append(path[path.index(dep):] + [dep])
+            elif dep not in done:
+                walk(dep, path + [dep])
+        done.add(name)
+    done: set[str] = set()
+    for name in sorted(graph):
+        if name not in done:
+            walk(name, [name])
+    # A package's __init__ importing its own submodules is a package, not a circle.
+    circles = [c for c in circles if not all(m == c[0] or m.startswith(c[0] + ".") for m in c)]
+    assert circles == [], circles
+
+
+def test_datasets_presets_and_gan_types_are_each_declared_once():
+    from core import architecture, gans, losses
+    from core.config import DATASETS, GANS, PRESETS, spec
+    from core.data.sources import SOURCES
+    assert tuple(SOURCES) == DATASETS == spec("dataset")["choices"]      # one row each, in the page's order
+    assert PRESETS == ("auto", *architecture.PRESET_WIDTH) == spec("preset")["choices"]
+    assert GANS == tuple(g.name for g in gans.GAN_TYPES) == spec("gan")["choices"]
+    assert all(hasattr(losses, g.loss) for g in gans.GAN_TYPES)
+
+
+def test_the_cli_help_lists_every_fields_choices_and_range():
+    from core.config import TrainConfig
+    from core.train import _parser
+    helps = {action.dest: action.help for action in _parser()._actions}
+    for name, field in TrainConfig.__dataclass_fields__.items():
+        meta = field.metadata
+        assert helps[name].startswith(meta["help"].replace("%", "%%")), name
+        assert all(choice in helps[name] for choice in meta["choices"]), name
+        if meta["range"]:
+            assert f"{meta['range'][0]:,}" in helps[name], name
