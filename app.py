@@ -1,6 +1,7 @@
 """Launch Blink: `python app.py` (add --help for options)."""
 import argparse
 import atexit
+import logging
 import os
 import signal
 
@@ -106,6 +107,13 @@ def main() -> None:
         # under load), and a supervisor's SIGKILL in that window lost the final checkpoint.
         job.shutdown()
         viewer_work.shutdown()
+        # Open streams (students' pages, scripts' heartbeats) would hold the server for Gradio's
+        # 5 s close timeout; the trainer has stopped and saved, so a second is enough for them.
+        # Their cancelled tasks are the shutdown itself, not errors to log with a traceback.
+        server = getattr(demo, "server", None)
+        if server is not None:
+            server.config.timeout_graceful_shutdown = 1
+            logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop_trainer_then_exit)
