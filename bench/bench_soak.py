@@ -38,7 +38,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -134,7 +134,6 @@ def time_to_digits(settings: dict, seed: int, max_steps: int = 4000, quality_eve
 
 def trainer_vs_bare(steps: int, seed: int) -> dict:
     """Steady steps/s of the real trainer at default settings vs the bare loop, back to back."""
-    from core.config import TrainConfig
     out = run_trainer(config_args({"seed": seed, "steps": steps}))
     logs = [e for e in out["events"] if "loss_d" in e]
     first = next(e for e in logs if e["step"] >= 25)       # past start-up and the first grid

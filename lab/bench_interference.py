@@ -16,25 +16,25 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-BURNER = """
-import sys, time
-burst, period = float(sys.argv[1]), float(sys.argv[2])
-while True:
-    t = time.perf_counter()
-    while time.perf_counter() - t < burst:
-        pass
-    time.sleep(period)
-"""
+def burn(burst: float, period: float) -> None:
+    """Busy-wait `burst` seconds every `period` seconds, forever (run as `--burn BURST PERIOD`)."""
+    while True:
+        t = time.perf_counter()
+        while time.perf_counter() - t < burst:
+            pass
+        time.sleep(period)
 
 
 def bare_steps_per_second(steps: int, policy: str, bursts: tuple[float, float] | None) -> float:
     env = {**os.environ, **({"OMP_WAIT_POLICY": policy} if policy else {})}
-    burner = subprocess.Popen([sys.executable, "-c", BURNER, *map(str, bursts)]) if bursts else None
+    burner = (subprocess.Popen([sys.executable, os.path.abspath(__file__), "--burn", *map(str, bursts)])
+              if bursts else None)
     try:
         out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bare_loop.py"), "--threads", "2",
                               "--steps", str(steps), "--warmup", "20"], cwd=ROOT, capture_output=True, text=True,
@@ -47,6 +47,8 @@ def bare_steps_per_second(steps: int, policy: str, bursts: tuple[float, float] |
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--burn"]:
+        burn(float(sys.argv[2]), float(sys.argv[3]))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--burst-ms", type=float, default=3.0)
     parser.add_argument("--period-ms", type=float, default=30.0)

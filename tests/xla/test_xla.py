@@ -10,7 +10,6 @@ The fallback tests at the top need no torch_xla and run everywhere.
 """
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -50,16 +49,12 @@ def _script(name: str, *args: str, **env: str) -> None:
     _check(_run([os.path.join(SCRIPTS, name), *map(str, args)], **env))
 
 
-@functools.lru_cache(maxsize=None)
 def _xla_import_error() -> str:
-    """Why torch_xla cannot be imported here ('' if it can), asked in a child process so
-    that pytest itself never imports it."""
-    try:
-        proc = _run(["-c", "from core import devices; print(devices.xla_import_error())"], timeout=120)
-    except subprocess.TimeoutExpired:
-        return "importing torch_xla timed out"
-    return proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 and proc.stdout.strip() else (
-        "" if proc.returncode == 0 else proc.stderr.strip()[-200:])
+    """Why the XLA tests cannot run here ('' if torch_xla is installed): looked up, not imported,
+    so pytest itself never imports it. A broken install fails these tests rather than skipping
+    them; the fallback tests below prove what a user with one sees."""
+    import importlib.util
+    return "" if importlib.util.find_spec("torch_xla") else "torch_xla is not installed (Linux x86_64 wheels only)"
 
 
 @pytest.fixture(autouse=True)
