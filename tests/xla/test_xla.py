@@ -1,12 +1,11 @@
-"""The TPU path (PyTorch/XLA), proven on XLA:CPU (PJRT_DEVICE=CPU).
+"""The TPU path (PyTorch/XLA) on XLA:CPU, from the CLI: the fallbacks, the precision policy, one real
+run per configuration shared by the tests that read it (1 and 4 devices, SPMD), a fault in the
+trainer's bookkeeping, and what the probe says of today's TPUs.
 
-All XLA work runs in subprocesses: the XLA runtime cannot be re-initialised in-process. Every
-subprocess has a timeout: a hang must fail the test, not the CI job. CPU_NUM_DEVICES=4 gives
-four XLA:CPU devices, which the trainer drives with SPMD from one process: the program a
-multi-chip TPU runs. Each XLA:CPU compile takes seconds on 2 cores,
-so every run is tiny (preset fast at 28x28, batch 8-16, a handful of steps).
-
-The fallback tests at the top need no torch_xla and run everywhere.
+CPU_NUM_DEVICES=4 gives four XLA:CPU devices, which the trainer drives with SPMD from one
+process: the program a multi-chip TPU runs. Each XLA:CPU compile takes seconds on 2 cores, so
+every run is tiny (preset fast at 28x28, batch 8-16, a handful of steps). The fallback tests at
+the top need no torch_xla and run everywhere.
 """
 from __future__ import annotations
 
@@ -20,80 +19,8 @@ import time
 import pytest
 
 from tests.apphelpers import alive
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPTS = os.path.join(ROOT, "tests", "xla_scripts")
-XLA_TIMEOUT = 420   # seconds for one XLA subprocess: generous for a loaded 2-core CI machine
-
-
-def _env(**extra: str) -> dict:
-    """The child's environment: repo importable, XLA on the CPU, no inherited XLA knobs."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CPU_NUM_DEVICES", "XLA_ALWAYS_ALLREDUCE", "BLINK_DISABLE_XLA", "PJRT_DEVICE")}
-    env.update({"PYTHONPATH": ROOT, "PJRT_DEVICE": "CPU", **extra})
-    return env
-
-
-def _run(args: list[str], timeout: float = XLA_TIMEOUT, **env: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(**env), capture_output=True,
-                          text=True, timeout=timeout)
-    return proc
-
-
-def _check(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    return proc
-
-
-def _script(name: str, *args: str, **env: str) -> None:
-    _check(_run([os.path.join(SCRIPTS, name), *map(str, args)], **env))
-
-
-def _xla_import_error() -> str:
-    """Why the XLA tests cannot run here ('' if torch_xla is installed): looked up, not imported,
-    so pytest itself never imports it. A broken install fails these tests rather than skipping
-    them; the fallback tests below prove what a user with one sees."""
-    import importlib.util
-    return "" if importlib.util.find_spec("torch_xla") else "torch_xla is not installed (Linux x86_64 wheels only)"
-
-
-@pytest.fixture(autouse=True)
-def _needs_xla(request):
-    if request.node.get_closest_marker("xla") and _xla_import_error():
-        pytest.skip(_xla_import_error())
-
-
-@pytest.fixture
-def broken_xla(tmp_path) -> str:
-    """A PYTHONPATH entry whose torch_xla fails to import the way a torch/torch_xla version
-    mismatch does. A real import failure in a real child process, not a mock."""
-    package = tmp_path / "broken_site" / "torch_xla"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text(
-        'raise ImportError("_XLAC.cpython-311-x86_64-linux-gnu.so: undefined symbol: '
-        '_ZN5torch8autograd12VariableInfoC1ERKN2at6TensorE")\n')
-    return f"{package.parent}{os.pathsep}{ROOT}"
-
-
-def _probe(device: str, **env: str) -> dict:
-    proc = _check(_run(["-m", "core.devices", "--device", device], timeout=180, **env))
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _events(run_path: str) -> list[dict]:
-    with open(os.path.join(run_path, "events.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _status(run_path: str) -> dict:
-    with open(os.path.join(run_path, "status.json")) as f:
-        return json.load(f)
-
-
-def _assert_finite_losses(events: list[dict]) -> None:
-    losses = [e[k] for e in events for k in ("loss_d", "loss_g") if k in e]
-    assert losses, "no losses were logged"
-    assert all(isinstance(v, float) and math.isfinite(v) for v in losses), losses
+from tests.xla.xlahelpers import (ROOT, SCRIPTS, XLA_TIMEOUT, assert_finite_losses, check, events_of, probe, run_python, run_script,
+                                  status_of, xla_env)
 
 
 # ------------------------------------------------------------------------------------------
@@ -101,7 +28,7 @@ def _assert_finite_losses(events: list[dict]) -> None:
 # ------------------------------------------------------------------------------------------
 def test_broken_torch_xla_falls_back_with_notice(broken_xla):
     for device in ("xla-cpu", "tpu"):
-        info = _probe(device, PYTHONPATH=broken_xla)
+        info = probe(device, PYTHONPATH=broken_xla)
         assert info["kind"] in ("cpu", "cuda")
         assert "undefined symbol" in info["notice"] or "no TPU" in info["notice"], info
         assert device.split("-")[0].upper() in info["notice"].upper()
@@ -109,9 +36,9 @@ def test_broken_torch_xla_falls_back_with_notice(broken_xla):
 
 def test_disabled_xla_trains_on_cpu_and_says_so(tmp_path):
     run = str(tmp_path / "run")
-    _check(_run(["-m", "core.train", "--device", "xla-cpu", "--preset", "fast", "--batch-size", "8",
+    check(run_python(["-m", "core.train", "--device", "xla-cpu", "--preset", "fast", "--batch-size", "8",
                  "--steps", "2", "--log-every", "1", "--run-dir", run], timeout=180, BLINK_DISABLE_XLA="1"))
-    status = _status(run)
+    status = status_of(run)
     assert status["state"] == "done"
     assert status["device_kind"] == "cpu"
     assert "BLINK_DISABLE_XLA" in status["notice"], "the user must see why XLA was not used"
@@ -122,7 +49,7 @@ def test_auto_probe_does_not_import_torch_xla_without_a_tpu():
     # torch_xla import (seconds) nor touch the XLA runtime.
     code = ("import json, sys; from core import devices; i = devices.probe('auto'); "
             "print(json.dumps([i.kind, 'torch_xla' in sys.modules]))")
-    kind, imported = json.loads(_check(_run(["-c", code], timeout=120)).stdout.strip().splitlines()[-1])
+    kind, imported = json.loads(check(run_python(["-c", code], timeout=120)).stdout.strip().splitlines()[-1])
     if kind != "tpu":
         assert not imported
 
@@ -131,9 +58,9 @@ def test_bf16_refused_on_a_cpu_without_native_bf16(tmp_path):
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     native = "avx512_bf16" in flags or "amx_bf16" in flags
     run = str(tmp_path / "run")
-    proc = _run(["-m", "core.train", "--device", "cpu", "--precision", "bf16", "--preset", "fast",
+    proc = run_python(["-m", "core.train", "--device", "cpu", "--precision", "bf16", "--preset", "fast",
                  "--batch-size", "8", "--steps", "1", "--run-dir", run], timeout=180)
-    status = _status(run)
+    status = status_of(run)
     if native:
         assert proc.returncode == 0 and status["state"] == "done"
     else:
@@ -147,9 +74,9 @@ def test_bf16_refused_on_a_cpu_without_native_bf16(tmp_path):
 @pytest.mark.xla
 def test_fp16_refused_on_xla_with_the_reason(tmp_path):
     run = str(tmp_path / "run")
-    proc = _run(["-m", "core.train", "--device", "xla-cpu", "--precision", "fp16", "--steps", "1",
+    proc = run_python(["-m", "core.train", "--device", "xla-cpu", "--precision", "fp16", "--steps", "1",
                  "--run-dir", run], timeout=180)
-    status = _status(run)
+    status = status_of(run)
     assert proc.returncode != 0 and status["state"] == "failed"
     assert "fp16" in status["message"] and "bfloat16" in status["message"], status["message"]
 
@@ -157,7 +84,7 @@ def test_fp16_refused_on_xla_with_the_reason(tmp_path):
 @pytest.fixture(scope="module")
 def autocast_dtypes(tmp_path_factory) -> dict:
     out = str(tmp_path_factory.mktemp("autocast") / "dtypes.json")
-    _script("autocast_policy.py", out)
+    run_script("autocast_policy.py", out)
     with open(out) as f:
         return json.load(f)
 
@@ -187,14 +114,14 @@ SHARED_RUN = ("--preset", "fast", "--steps", "16", "--log-every", "2", "--grid-e
 
 def _train_watching_states(run: str, flags: list[str], **env: str) -> list[str]:
     """The real CLI trainer into `run`; the states its status went through, as a viewer saw them."""
-    proc = subprocess.Popen([sys.executable, "-m", "core.train", *flags, "--run-dir", run], cwd=ROOT, env=_env(**env),
+    proc = subprocess.Popen([sys.executable, "-m", "core.train", *flags, "--run-dir", run], cwd=ROOT, env=xla_env(**env),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     states: list[str] = []
     deadline = time.time() + XLA_TIMEOUT
     try:
         while proc.poll() is None and time.time() < deadline:
             try:
-                state = _status(run).get("state")
+                state = status_of(run).get("state")
             except (OSError, ValueError):
                 state = None
             if state and (not states or states[-1] != state):
@@ -205,7 +132,7 @@ def _train_watching_states(run: str, flags: list[str], **env: str) -> list[str]:
             proc.kill()
         output = proc.communicate()[0]
     assert proc.returncode == 0, output[-3000:]
-    final = _status(run)["state"]
+    final = status_of(run)["state"]
     return states if states and states[-1] == final else [*states, final]
 
 
@@ -232,7 +159,7 @@ def test_cli_training_on_one_xla_device_end_to_end(cli_run):
     """One XLA device (Colab's v5e-1: no mesh) through the CLI the app runs: compiling -> running
     -> done, the speed and diagnostics a viewer reads, finite losses and PNG grids."""
     run, states = cli_run("dcgan", 16, 1)
-    status = _status(run)
+    status = status_of(run)
     # 'compiling' is shown while XLA builds the first graphs, then the run says 'running'.
     assert states[0] == "compiling" and states[-1] == "done", states
     assert "running" in states and states.index("running") > states.index("compiling"), states
@@ -244,9 +171,9 @@ def test_cli_training_on_one_xla_device_end_to_end(cli_run):
     assert diag["first_step_seconds"] and diag["first_step_seconds"] > 0
     assert "memory_used" not in diag     # XLA:CPU cannot report memory: polled, guarded, left out
     assert status["steps_per_second"] and status["steps_per_second"] > 0
-    events = _events(run)
+    events = events_of(run)
     assert events[-1]["step"] == 16
-    _assert_finite_losses(events)
+    assert_finite_losses(events)
     grids = sorted(os.listdir(os.path.join(run, "grids")))
     assert grids and all(g.endswith(".png") for g in grids)
     with open(os.path.join(run, "grids", grids[-1]), "rb") as f:
@@ -264,7 +191,7 @@ def test_real_trainer_on_four_devices_compiles_once_and_never_falls_back(cli_run
     """On 4 XLA:CPU devices (SPMD) steps 10-16 compile nothing new, no op falls back to the host,
     and each device holds a quarter of the batch, as read from the batch's own sharding."""
     run, _ = cli_run(gan, batch, 4, precision)
-    status, events = _status(run), _events(run)
+    status, events = status_of(run), events_of(run)
     assert status["state"] == "done" and status["device_kind"] == "xla-cpu", status
     assert status["devices"] == 4 and "one process" in status["layout"], status
     assert status["diagnostics"]["batch_shards"] == [[batch // 4, 1, 28, 28]] * 4, status["diagnostics"]
@@ -275,7 +202,7 @@ def test_real_trainer_on_four_devices_compiles_once_and_never_falls_back(cli_run
     assert diag["fallback_ops"] == [], "ops outside devices.ALLOWED_FALLBACK_OPS ran on the host"
     # fp32 means fp32 products (a TPU's default is bf16 passes); bf16 runs keep XLA's default.
     assert (diag["matmul_precision"] == "highest") == (precision == "fp32"), diag
-    _assert_finite_losses(events)
+    assert_finite_losses(events)
 
 
 # Four devices sum a batch's gradients in another order than one device: the float results differ
@@ -293,7 +220,7 @@ def test_four_devices_train_what_one_device_trains_on_the_same_global_batch(cli_
     agree (so the batch is split, not repeated, and BatchNorm sees the global batch of 16, not
     each device's 4), and so do the quality meter's readings over the whole run."""
     (one_run, _), (four_run, _) = cli_run("dcgan", 16, 1), cli_run("dcgan", 16, 4)
-    one, four = _events(one_run), _events(four_run)
+    one, four = events_of(one_run), events_of(four_run)
     logged = [(a, b) for a, b in zip(one, four) if "loss_d" in a]
     assert [a["step"] for a, _ in logged] == [b["step"] for _, b in logged] == [1, *range(2, 17, 2)]
     far = [(a["step"], k, a[k], b[k]) for a, b in logged for k in ("loss_d", "loss_g", "d_real", "d_fake")
@@ -308,10 +235,10 @@ def test_a_four_device_checkpoint_loads_and_samples_without_torch_xla(cli_run, b
     """Replicated weights come to the host whole: the run's checkpoint and generator load and
     sample where torch_xla cannot even be imported."""
     run, _ = cli_run("dcgan", 16, 4)
-    out = _check(_run([os.path.join(SCRIPTS, "load_without_xla.py"), run], timeout=180, PYTHONPATH=broken_xla)).stdout.split()
+    out = check(run_python([os.path.join(SCRIPTS, "load_without_xla.py"), run], timeout=180, PYTHONPATH=broken_xla)).stdout.split()
     assert out == ["16", "16"]
     npy = str(tmp_path / "samples.npy")
-    _check(_run(["-m", "core.sample", "--run", run, "--n", "4", "--out", npy], timeout=180, PYTHONPATH=broken_xla))
+    check(run_python(["-m", "core.sample", "--run", run, "--n", "4", "--out", npy], timeout=180, PYTHONPATH=broken_xla))
     assert os.path.getsize(npy) > 0
 
 
@@ -320,10 +247,10 @@ def test_a_failure_in_the_trainers_bookkeeping_ends_the_run_with_its_checkpoint(
     """Saving the grid raises from step 4 (a fault injected by the test script): the run ends
     `failed` there, saying what it was doing, with the checkpoint of step 2 kept."""
     run = str(tmp_path / "run")
-    proc = _run([os.path.join(SCRIPTS, "grid_failure.py"), "--device", "xla-cpu", "--preset", "fast",
+    proc = run_python([os.path.join(SCRIPTS, "grid_failure.py"), "--device", "xla-cpu", "--preset", "fast",
                  "--batch-size", "16", "--steps", "300", "--log-every", "3", "--grid-every", "2",
                  "--checkpoint-every", "2", "--quality-every", "0", "--run-dir", run], CPU_NUM_DEVICES="4")
-    status = _status(run)
+    status = status_of(run)
     assert proc.returncode == 1 and status["state"] == "failed", (proc.stdout[-2000:], proc.stderr[-2000:])
     assert "while saving the sample grid at step 4" in status["message"], status["message"]
     assert "simulated fault" in status["message"] and "checkpoint (step 2) is kept" in status["message"]
@@ -393,185 +320,3 @@ def test_xla_cpu_on_a_tpu_host_means_the_cpu(monkeypatch):
     monkeypatch.setenv("CPU_NUM_DEVICES", "4")
     devices.prepare_environment("xla-cpu")
     assert os.environ["PJRT_DEVICE"] == "CPU" and devices.xla_cpu_device_count() == 4
-
-
-# ------------------------------------------------------------------------------------------
-# The app's own process tree on 4 devices: python app.py -> one trainer process, nothing below it
-# ------------------------------------------------------------------------------------------
-XLA_FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
-                device="xla-cpu", steps=12, log_every=2, grid_every=6, checkpoint_every=6)
-
-
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def _children(pid: int) -> list[int]:
-    import glob
-    return [int(c) for path in glob.glob(f"/proc/{pid}/task/*/children") for c in open(path).read().split()]
-
-
-@pytest.fixture(scope="module")
-def xla_app(tmp_path_factory):
-    if _xla_import_error():
-        pytest.skip(_xla_import_error())
-    from tests.apphelpers import RunningApp
-    app = RunningApp(str(tmp_path_factory.mktemp("xla-runs")),
-                     env={"OMP_NUM_THREADS": "1", "CPU_NUM_DEVICES": "4"}).wait_ready()
-    app.seen_pids = set()
-    yield app
-    app.stop()
-
-
-def _wait_status(client, predicate, timeout: float = XLA_TIMEOUT, what: str = "status") -> dict:
-    from tests.apphelpers import wait_for
-
-    def check():
-        status = client.predict(api_name="/status")
-        return status if predicate(status) else None
-    return wait_for(check, timeout, what=what)
-
-
-def _trainer_of(client, app) -> int:
-    """The running run's trainer pid, checked against the real process tree: a child of the app,
-    driving 4 devices, with no process of its own below it."""
-    status = _wait_status(client, lambda s: s.get("pid") and s.get("state") in ("compiling", "running"),
-                          what="the trainer to report")
-    trainer = status["pid"]
-    assert _parent(trainer) == app.process.pid, "the trainer is not the app's child"
-    assert status["devices"] == 4 and "one process" in status["layout"], status
-    assert [c for c in _children(trainer) if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()] == []
-    app.seen_pids.add(trainer)
-    return trainer
-
-
-def _wait_end(client, timeout: float = 120) -> dict:
-    return _wait_status(client, lambda s: s["state"] in ("done", "failed", "stopped"), timeout, what="the run to end")
-
-
-def _wait_exit(*pids: int) -> None:
-    from tests.apphelpers import wait_for
-    wait_for(lambda: not any(alive(p) for p in pids), 60, what="the trainer to exit")
-
-
-def _start_long_run(client, app, min_step: int) -> int:
-    """Start a run that would outlast the test; its trainer once it trains past min_step."""
-    client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
-    trainer = _trainer_of(client, app)
-    _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= min_step, what="training")
-    return trainer
-
-
-@pytest.mark.xla
-@pytest.mark.slow
-def test_app_pause_resume_and_stop_on_four_devices(xla_app):
-    """From the page: Start trains on 4 devices in one process, each holding a quarter of the batch;
-    Pause holds the step count, Resume trains on in the same trainer, and Stop ends the run with a
-    checkpoint of the step it stopped at."""
-    client = xla_app.client()
-    trainer = _start_long_run(client, xla_app, min_step=4)
-    status = client.predict(api_name="/status")
-    assert status["device"] == "XLA:CPU (4 devices)" and status["diagnostics"]["fallback_ops"] == []
-    assert status["diagnostics"]["batch_shards"] == [[4, 1, 28, 28]] * 4
-    assert "Paus" in client.predict(key="", api_name="/pause")
-    paused = _wait_status(client, lambda s: s["state"] == "paused", timeout=60, what="the pause")
-    time.sleep(1.5)
-    assert client.predict(api_name="/status")["step"] == paused["step"], "steps ran while paused"
-    assert "Resum" in client.predict(resume_steps=0, key="", api_name="/resume")
-    _wait_status(client, lambda s: s["state"] == "running" and s["step"] > paused["step"], timeout=60,
-                 what="training to go on after Resume")
-    assert client.predict(api_name="/status")["pid"] == trainer      # the same trainer, not a new one
-    asked = time.time()
-    assert "Stopping" in client.predict(key="", api_name="/stop")
-    status = _wait_end(client)
-    heard = time.time() - asked
-    assert status["state"] == "stopped" and status["saved_step"] == status["step"] > paused["step"], status
-    assert heard < 15, f"Stop took {heard:.1f} s"     # its timing is bench/bench_stop.py's figure
-    assert os.path.exists(os.path.join(os.path.dirname(os.path.dirname(status["grid"])), "checkpoint.pt"))
-    _wait_exit(trainer)
-
-
-@pytest.mark.xla
-@pytest.mark.slow
-def test_app_trainer_killed_fails_plainly_keeps_the_checkpoint_and_leaves_nothing_running(xla_app):
-    import signal
-    from tests.apphelpers import wait_for
-    client = xla_app.client()
-    trainer = _start_long_run(client, xla_app, min_step=7)   # past the checkpoint of step 6
-    os.kill(trainer, signal.SIGKILL)
-    status = _wait_end(client)
-    assert status["state"] == "failed", status
-    assert "killed (SIGKILL)" in status["message"] and "is kept" in status["message"], status["message"]
-    run_dir = os.path.dirname(os.path.dirname(status["grid"]))
-    assert os.path.exists(os.path.join(run_dir, "checkpoint.pt"))
-    _wait_exit(trainer)
-    assert xla_app.stop() is not None
-    wait_for(lambda: not [p for p in xla_app.seen_pids if alive(p)], 60, what="every process to exit")
-
-
-@pytest.mark.xla
-def test_doctor_reports_four_devices_in_one_process_and_a_real_run():
-    proc = _check(_run(["-m", "core.doctor", "--device", "xla-cpu", "--steps", "15", "--batch-size", "16"],
-                       CPU_NUM_DEVICES="4"))
-    out = proc.stdout
-    assert "Device: XLA:CPU (4 devices)" in out and "4 devices in one process" in out, out
-    assert "4 per device on 4 devices" in out and "4x1x28x28" in out, out
-    assert "Short run: done after 15 of 15 steps" in out and "stopped growing" in out, out
-    assert "ops run on the host: none" in out and "img/s" in out, out
-
-
-def test_doctor_on_the_cpu():
-    proc = _check(_run(["-m", "core.doctor", "--device", "cpu", "--steps", "10"], timeout=180))
-    assert "Device: CPU" in proc.stdout and "in the trainer process" in proc.stdout
-    assert "Short run: done after 10 of 10 steps" in proc.stdout and "OK:" in proc.stdout, proc.stdout
-
-
-# ------------------------------------------------------------------------------------------
-# The CLI keeps what it trained when interrupted (Ctrl-C reaches the terminal's process group)
-# ------------------------------------------------------------------------------------------
-def _interrupt_cli(tmp_path, device: str, sig: int, **env: str) -> tuple[int, dict, str]:
-    import signal
-    run = str(tmp_path / "run")
-    proc = subprocess.Popen([sys.executable, "-m", "core.train", "--device", device, "--preset", "fast",
-                             "--batch-size", "16", "--steps", "100000", "--log-every", "5", "--run-dir", run],
-                            cwd=ROOT, env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        deadline = time.time() + XLA_TIMEOUT
-        while time.time() < deadline and proc.poll() is None:
-            try:
-                if _status(run).get("state") == "running" and _status(run).get("step", 0) >= 10:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.2)
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)     # as a terminal's Ctrl-C does: the whole foreground group
-        else:
-            proc.send_signal(sig)        # as `kill` or a supervisor does: the process alone
-        output = proc.communicate(timeout=180)[0]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode, _status(run), output
-
-
-@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
-def test_cli_interrupted_stops_with_a_checkpoint(tmp_path, signal_name):
-    import signal
-    code, status, output = _interrupt_cli(tmp_path, "cpu", getattr(signal, signal_name))
-    assert code == 0 and status["state"] == "stopped", (status, output[-2000:])
-    assert status["saved_step"] == status["step"] >= 10
-    assert os.path.exists(tmp_path / "run" / "checkpoint.pt") and os.path.exists(tmp_path / "run" / "generator.json")
-
-
-@pytest.mark.xla
-def test_cli_ctrl_c_on_four_devices_stops_with_a_checkpoint(tmp_path):
-    import signal
-    code, status, output = _interrupt_cli(tmp_path, "xla-cpu", signal.SIGINT, CPU_NUM_DEVICES="4")
-    assert code == 0 and status["state"] == "stopped" and status["devices"] == 4, (status, output[-2000:])
-    assert not alive(status["pid"])
-    assert status["saved_step"] == status["step"] >= 10
-    assert os.path.exists(tmp_path / "run" / "checkpoint.pt")

@@ -1,0 +1,26 @@
+"""Fixtures of the XLA tests: skip where torch_xla is not installed, and a torch_xla that fails to import."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.xla.xlahelpers import ROOT, xla_import_error
+
+
+@pytest.fixture(autouse=True)
+def _needs_xla(request):
+    if request.node.get_closest_marker("xla") and xla_import_error():
+        pytest.skip(xla_import_error())
+
+
+@pytest.fixture
+def broken_xla(tmp_path) -> str:
+    """A PYTHONPATH entry whose torch_xla fails to import the way a torch/torch_xla version
+    mismatch does. A real import failure in a real child process, not a mock."""
+    package = tmp_path / "broken_site" / "torch_xla"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        'raise ImportError("_XLAC.cpython-311-x86_64-linux-gnu.so: undefined symbol: '
+        '_ZN5torch8autograd12VariableInfoC1ERKN2at6TensorE")\n')
+    return f"{package.parent}{os.pathsep}{ROOT}"

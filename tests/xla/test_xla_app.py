@@ -1,0 +1,195 @@
+"""The TPU path from where its users start: `python app.py` on 4 XLA:CPU devices (one trainer
+process, SPMD), the doctor, and the CLI interrupted by Ctrl-C or SIGTERM."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.apphelpers import alive
+from tests.xla.xlahelpers import ROOT, XLA_TIMEOUT, check, run_python, status_of, xla_env, xla_import_error
+
+
+# ------------------------------------------------------------------------------------------
+# The app's own process tree on 4 devices: python app.py -> one trainer process, nothing below it
+# ------------------------------------------------------------------------------------------
+XLA_FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
+                device="xla-cpu", steps=12, log_every=2, grid_every=6, checkpoint_every=6)
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _children(pid: int) -> list[int]:
+    import glob
+    return [int(c) for path in glob.glob(f"/proc/{pid}/task/*/children") for c in open(path).read().split()]
+
+
+@pytest.fixture(scope="module")
+def xla_app(tmp_path_factory):
+    if xla_import_error():
+        pytest.skip(xla_import_error())
+    from tests.apphelpers import RunningApp
+    app = RunningApp(str(tmp_path_factory.mktemp("xla-runs")),
+                     env={"OMP_NUM_THREADS": "1", "CPU_NUM_DEVICES": "4"}).wait_ready()
+    app.seen_pids = set()
+    yield app
+    app.stop()
+
+
+def _wait_status(client, predicate, timeout: float = XLA_TIMEOUT, what: str = "status") -> dict:
+    from tests.apphelpers import wait_for
+
+    def check():
+        status = client.predict(api_name="/status")
+        return status if predicate(status) else None
+    return wait_for(check, timeout, what=what)
+
+
+def _trainer_of(client, app) -> int:
+    """The running run's trainer pid, checked against the real process tree: a child of the app,
+    driving 4 devices, with no process of its own below it."""
+    status = _wait_status(client, lambda s: s.get("pid") and s.get("state") in ("compiling", "running"),
+                          what="the trainer to report")
+    trainer = status["pid"]
+    assert _parent(trainer) == app.process.pid, "the trainer is not the app's child"
+    assert status["devices"] == 4 and "one process" in status["layout"], status
+    assert [c for c in _children(trainer) if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()] == []
+    app.seen_pids.add(trainer)
+    return trainer
+
+
+def _wait_end(client, timeout: float = 120) -> dict:
+    return _wait_status(client, lambda s: s["state"] in ("done", "failed", "stopped"), timeout, what="the run to end")
+
+
+def _wait_exit(*pids: int) -> None:
+    from tests.apphelpers import wait_for
+    wait_for(lambda: not any(alive(p) for p in pids), 60, what="the trainer to exit")
+
+
+def _start_long_run(client, app, min_step: int) -> int:
+    """Start a run that would outlast the test; its trainer once it trains past min_step."""
+    client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
+    trainer = _trainer_of(client, app)
+    _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= min_step, what="training")
+    return trainer
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_app_pause_resume_and_stop_on_four_devices(xla_app):
+    """From the page: Start trains on 4 devices in one process, each holding a quarter of the batch;
+    Pause holds the step count, Resume trains on in the same trainer, and Stop ends the run with a
+    checkpoint of the step it stopped at."""
+    client = xla_app.client()
+    trainer = _start_long_run(client, xla_app, min_step=4)
+    status = client.predict(api_name="/status")
+    assert status["device"] == "XLA:CPU (4 devices)" and status["diagnostics"]["fallback_ops"] == []
+    assert status["diagnostics"]["batch_shards"] == [[4, 1, 28, 28]] * 4
+    assert "Paus" in client.predict(key="", api_name="/pause")
+    paused = _wait_status(client, lambda s: s["state"] == "paused", timeout=60, what="the pause")
+    time.sleep(1.5)
+    assert client.predict(api_name="/status")["step"] == paused["step"], "steps ran while paused"
+    assert "Resum" in client.predict(resume_steps=0, key="", api_name="/resume")
+    _wait_status(client, lambda s: s["state"] == "running" and s["step"] > paused["step"], timeout=60,
+                 what="training to go on after Resume")
+    assert client.predict(api_name="/status")["pid"] == trainer      # the same trainer, not a new one
+    asked = time.time()
+    assert "Stopping" in client.predict(key="", api_name="/stop")
+    status = _wait_end(client)
+    heard = time.time() - asked
+    assert status["state"] == "stopped" and status["saved_step"] == status["step"] > paused["step"], status
+    assert heard < 15, f"Stop took {heard:.1f} s"     # its timing is bench/bench_stop.py's figure
+    assert os.path.exists(os.path.join(os.path.dirname(os.path.dirname(status["grid"])), "checkpoint.pt"))
+    _wait_exit(trainer)
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_app_trainer_killed_fails_plainly_keeps_the_checkpoint_and_leaves_nothing_running(xla_app):
+    import signal
+    from tests.apphelpers import wait_for
+    client = xla_app.client()
+    trainer = _start_long_run(client, xla_app, min_step=7)   # past the checkpoint of step 6
+    os.kill(trainer, signal.SIGKILL)
+    status = _wait_end(client)
+    assert status["state"] == "failed", status
+    assert "killed (SIGKILL)" in status["message"] and "is kept" in status["message"], status["message"]
+    run_dir = os.path.dirname(os.path.dirname(status["grid"]))
+    assert os.path.exists(os.path.join(run_dir, "checkpoint.pt"))
+    _wait_exit(trainer)
+    assert xla_app.stop() is not None
+    wait_for(lambda: not [p for p in xla_app.seen_pids if alive(p)], 60, what="every process to exit")
+
+
+@pytest.mark.xla
+def test_doctor_reports_four_devices_in_one_process_and_a_real_run():
+    proc = check(run_python(["-m", "core.doctor", "--device", "xla-cpu", "--steps", "15", "--batch-size", "16"],
+                       CPU_NUM_DEVICES="4"))
+    out = proc.stdout
+    assert "Device: XLA:CPU (4 devices)" in out and "4 devices in one process" in out, out
+    assert "4 per device on 4 devices" in out and "4x1x28x28" in out, out
+    assert "Short run: done after 15 of 15 steps" in out and "stopped growing" in out, out
+    assert "ops run on the host: none" in out and "img/s" in out, out
+
+
+def test_doctor_on_the_cpu():
+    proc = check(run_python(["-m", "core.doctor", "--device", "cpu", "--steps", "10"], timeout=180))
+    assert "Device: CPU" in proc.stdout and "in the trainer process" in proc.stdout
+    assert "Short run: done after 10 of 10 steps" in proc.stdout and "OK:" in proc.stdout, proc.stdout
+
+
+# ------------------------------------------------------------------------------------------
+# The CLI keeps what it trained when interrupted (Ctrl-C reaches the terminal's process group)
+# ------------------------------------------------------------------------------------------
+def _interrupt_cli(tmp_path, device: str, sig: int, **env: str) -> tuple[int, dict, str]:
+    import signal
+    run = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "-m", "core.train", "--device", device, "--preset", "fast",
+                             "--batch-size", "16", "--steps", "100000", "--log-every", "5", "--run-dir", run],
+                            cwd=ROOT, env=xla_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + XLA_TIMEOUT
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                if status_of(run).get("state") == "running" and status_of(run).get("step", 0) >= 10:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)     # as a terminal's Ctrl-C does: the whole foreground group
+        else:
+            proc.send_signal(sig)        # as `kill` or a supervisor does: the process alone
+        output = proc.communicate(timeout=180)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, status_of(run), output
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_cli_interrupted_stops_with_a_checkpoint(tmp_path, signal_name):
+    import signal
+    code, status, output = _interrupt_cli(tmp_path, "cpu", getattr(signal, signal_name))
+    assert code == 0 and status["state"] == "stopped", (status, output[-2000:])
+    assert status["saved_step"] == status["step"] >= 10
+    assert os.path.exists(tmp_path / "run" / "checkpoint.pt") and os.path.exists(tmp_path / "run" / "generator.json")
+
+
+@pytest.mark.xla
+def test_cli_ctrl_c_on_four_devices_stops_with_a_checkpoint(tmp_path):
+    import signal
+    code, status, output = _interrupt_cli(tmp_path, "xla-cpu", signal.SIGINT, CPU_NUM_DEVICES="4")
+    assert code == 0 and status["state"] == "stopped" and status["devices"] == 4, (status, output[-2000:])
+    assert not alive(status["pid"])
+    assert status["saved_step"] == status["step"] >= 10
+    assert os.path.exists(tmp_path / "run" / "checkpoint.pt")
