@@ -36,6 +36,7 @@ def _end_with_this_process() -> None:
 
 class RunningApp:
     def __init__(self, runs_root: str, extra_args: tuple[str, ...] = (), env: dict | None = None):
+        self.runs_root = runs_root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.log_path = os.path.join(runs_root, f"app-{self.port}.log")

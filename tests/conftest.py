@@ -23,10 +23,21 @@ def runs_root(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    """The real app (`python app.py`) on an empty runs folder, one per test module; a module that
-    needs another set-up defines its own `app`."""
+def app(request, tmp_path_factory):
+    """The real app (`python app.py`) that a test module's tests share, the one way a module starts
+    one: on a folder of its own (`app.folder`; the runs in `app.runs_root`, its `runs`), stopped
+    after the module. A module adjusts it with two names of its own:
+        APP_ENV = {...}        environment variables for the app ("{folder}" is replaced by its folder)
+        APP_SETUP(folder)      prepares the folder (files, runs) before the app starts
+    A test that needs an app of its own starts a RunningApp and stops it itself."""
     from tests.apphelpers import RunningApp
-    running = RunningApp(str(tmp_path_factory.mktemp("runs"))).wait_ready()
+    folder = tmp_path_factory.mktemp("app")
+    (folder / "runs").mkdir()
+    setup = getattr(request.module, "APP_SETUP", None)
+    if setup:
+        setup(folder)
+    env = {k: v.format(folder=folder) for k, v in getattr(request.module, "APP_ENV", {}).items()}
+    running = RunningApp(str(folder / "runs"), env=env).wait_ready()
+    running.folder = folder
     yield running
     assert running.stop() is not None

@@ -22,7 +22,6 @@ from PIL import Image
 from core import data
 from core.config import TrainConfig
 from core.rundir import RunDir
-from tests.apphelpers import RunningApp
 from tests.filehelpers import png_bytes, save_generator_pair, tiny_generator
 
 pytestmark = pytest.mark.slow
@@ -35,30 +34,30 @@ def _solid(path, colour, size=(20, 20)):
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    """(client, paths): the app, whose current run trained on three images in the allowed folder."""
-    root = tmp_path_factory.mktemp("guard")
-    allowed, secret = root / "allowed", root / "secret"
-    for folder in (allowed / "pics", secret):
-        folder.mkdir(parents=True)
+APP_ENV = {"BLINK_HOST_KEY": KEY, "BLINK_DATA_DIR": "{folder}/cache", "BLINK_OFFLINE": "1",
+           "BLINK_DATA_ROOTS": "{folder}/allowed", "GRADIO_TEMP_DIR": "{folder}/gradio"}
+
+
+def APP_SETUP(folder) -> None:
+    """The app's current run trained on three images in the allowed folder; a secret folder beside it."""
+    allowed, secret = folder / "allowed", folder / "secret"
+    for place in (allowed / "pics", secret):
+        place.mkdir(parents=True)
     for i in range(3):
         _solid(allowed / "pics" / f"{i}.png", (40 * i, 40 * i, 40 * i))
     for i in range(2):                     # a folder the server must never read for a viewer
         _solid(secret / f"{i}.png", RED)
-    runs = str(root / "runs")
     config = TrainConfig(dataset="folder", data_path=str(allowed / "pics"))
-    run = RunDir.create(config, runs)
-    generator = tiny_generator()
-    save_generator_pair(run.path, generator, config=config.to_dict())
+    run = RunDir.create(config, str(folder / "runs"))
+    save_generator_pair(run.path, tiny_generator(), config=config.to_dict())
     run.save_grid(np.zeros((4, 1, 28, 28), np.float32), 100)
-    running = RunningApp(runs, env={"BLINK_HOST_KEY": KEY, "BLINK_DATA_DIR": str(root / "cache"),
-                                    "BLINK_OFFLINE": "1", "BLINK_DATA_ROOTS": str(allowed),
-                                    "GRADIO_TEMP_DIR": str(root / "gradio")}).wait_ready()
-    try:
-        yield running.client(), dict(root=root, allowed=allowed, secret=secret)
-    finally:
-        running.stop()
+
+
+@pytest.fixture(scope="module")
+def guarded(app):
+    """(client, paths): a client of the module's app, and the folders APP_SETUP made."""
+    folder = app.folder
+    return app.client(), dict(root=folder, allowed=folder / "allowed", secret=folder / "secret")
 
 
 def _neighbours(client):
@@ -71,8 +70,8 @@ def _pixels(path):
 
 
 # ==== item 1: a generator's metadata never steers a read ==========================================
-def test_neighbours_search_the_runs_own_images_never_where_an_upload_points(app, tmp_path):
-    client, paths = app
+def test_neighbours_search_the_runs_own_images_never_where_an_upload_points(guarded, tmp_path):
+    client, paths = guarded
     _, caption = _neighbours(client)
     assert "nearest of 3 " in caption                      # the run's folder passes the guard
     # An uploaded generator naming a folder outside the allowed ones: its metadata is ignored.
@@ -88,8 +87,8 @@ def test_neighbours_search_the_runs_own_images_never_where_an_upload_points(app,
 
 
 # ==== item 2: budgets a small zip cannot escape ===================================================
-def test_a_zip_of_too_many_entries_is_refused_at_upload(app, tmp_path):
-    client, _ = app
+def test_a_zip_of_too_many_entries_is_refused_at_upload(guarded, tmp_path):
+    client, _ = guarded
     path = tmp_path / "many.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for i in range(data.MAX_FILES + 1):
@@ -106,8 +105,8 @@ def _png_with_padding(extra_bytes: int) -> bytes:
     return png[:33] + padding + png[33:]                    # after the 8-byte signature and IHDR
 
 
-def test_an_image_file_over_the_byte_limit_is_never_decoded(app, tmp_path):
-    client, _ = app
+def test_an_image_file_over_the_byte_limit_is_never_decoded(guarded, tmp_path):
+    client, _ = guarded
     path = tmp_path / "one-big.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("big.png", _png_with_padding(data.MAX_IMAGE_BYTES + 1))
@@ -121,15 +120,15 @@ def test_an_image_file_over_the_byte_limit_is_never_decoded(app, tmp_path):
 
 
 # ==== item 7: temp folders, links, host keys =======================================================
-def test_preview_refuses_temp_folders_outside_the_apps_uploads(app, tmp_path):
-    client, paths = app
+def test_preview_refuses_temp_folders_outside_the_apps_uploads(guarded, tmp_path):
+    client, paths = guarded
     note, grid = client.predict("folder", str(paths["secret"]), api_name="/preview_dataset")
     assert grid is None and "outside the folders this server allows" in note
     assert str(paths["root"]) not in note                    # no server path in the message
 
 
-def test_preview_does_not_follow_a_file_link_out_of_an_allowed_folder(app):
-    client, paths = app
+def test_preview_does_not_follow_a_file_link_out_of_an_allowed_folder(guarded):
+    client, paths = guarded
     folder = paths["allowed"] / "linked"
     folder.mkdir()
     _solid(folder / "own.png", BLUE)
@@ -140,9 +139,9 @@ def test_preview_does_not_follow_a_file_link_out_of_an_allowed_folder(app):
     assert (colours == BLUE).all(1).any() and not (colours == RED).all(1).any()
 
 
-def test_wrong_host_keys_are_answered_one_slow_step_at_a_time_right_ones_at_once(app):
+def test_wrong_host_keys_are_answered_one_slow_step_at_a_time_right_ones_at_once(guarded):
     from app.ui import WRONG_KEY_SECONDS
-    client, _ = app
+    client, _ = guarded
     guesses = 6
     start = time.monotonic()
     wrong = [client.submit(f"guess-{i}", api_name="/stop") for i in range(guesses)]

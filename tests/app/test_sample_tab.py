@@ -15,20 +15,12 @@ from PIL import Image
 
 from core import quality
 from core.rundir import FINAL_STATES, RunDir
-from tests.apphelpers import ROOT, RunningApp, press_start, wait_for
+from tests.apphelpers import ROOT, press_start, wait_for
 
 pytestmark = pytest.mark.slow
 TILE = 28 + 2          # core.images.grid_image: 28 px digits, 2 px apart
 with open(os.path.join(ROOT, "assets", "generator", "generator.json")) as f:
     SHIPPED_STEP = json.load(f)["step"]
-
-
-@pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("runs"))
-    running = RunningApp(root).wait_ready()
-    yield running, root
-    assert running.stop() is not None
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +60,7 @@ def _run_to_end(client, root: str, **settings) -> RunDir:
 
 
 def test_the_class_picker_draws_the_chosen_digit_and_interpolation_morphs_classes(app, classifier):
-    running, _ = app
+    running = app
     client = running.client()
     # Picking the shipped generator needs no training; the caption says which generator it is.
     follow, _, picker, *_, caption = client.predict("shipped", api_name="/choose_generator")
@@ -93,7 +85,7 @@ def test_the_class_picker_draws_the_chosen_digit_and_interpolation_morphs_classe
 
 
 def test_the_caption_names_the_generator_and_follows_the_live_run(app):
-    running, root = app
+    running, root = app, app.runs_root
     client = running.client()
     # Paused at its first log step, the run has no generator yet: the shipped one is shown, and said so.
     name = _start(client, steps=400, checkpoint_every=20)
@@ -126,7 +118,7 @@ def test_the_caption_names_the_generator_and_follows_the_live_run(app):
 
 
 def test_an_earlier_run_can_be_picked_by_one_viewer_only(app):
-    running, root = app
+    running, root = app, app.runs_root
     host = running.client()
     older = _run_to_end(host, root, steps=40, checkpoint_every=20)
     newer = _run_to_end(host, root, steps=40, checkpoint_every=20, gan="hinge", conditional="off")

@@ -30,16 +30,16 @@ def _children(pid: int) -> list[int]:
     return [int(c) for path in glob.glob(f"/proc/{pid}/task/*/children") for c in open(path).read().split()]
 
 
+APP_ENV = {"OMP_NUM_THREADS": "1", "CPU_NUM_DEVICES": "4"}   # the module's app (tests/conftest.py): 4 XLA:CPU devices
+
+
 @pytest.fixture(scope="module")
-def xla_app(tmp_path_factory):
+def xla_app(app):
+    """The module's app, with the trainer pids its tests saw (none may be left running)."""
     if xla_import_error():
         pytest.skip(xla_import_error())
-    from tests.apphelpers import RunningApp
-    app = RunningApp(str(tmp_path_factory.mktemp("xla-runs")),
-                     env={"OMP_NUM_THREADS": "1", "CPU_NUM_DEVICES": "4"}).wait_ready()
     app.seen_pids = set()
-    yield app
-    app.stop()
+    return app
 
 
 def _wait_status(client, predicate, timeout: float = XLA_TIMEOUT, what: str = "status") -> dict:
