@@ -16,7 +16,7 @@ import time
 from core.rundir import pid_alive
 
 # The loop looks for a Stop/Pause request between log steps this often, so a button is heard
-# within about a second whatever the step time (batch 512 on a CPU: ~0.3 s a step).
+# within about a second whatever the step time (bench/README.md, "Stop and Pause").
 CONTROL_CHECK_SECONDS = 0.5
 PAUSE_POLL_SECONDS = 0.2
 

@@ -326,7 +326,7 @@ def _normalise(desc: torch.Tensor) -> torch.Tensor:
 
 def sliced_wasserstein(a: torch.Tensor, b: torch.Tensor, directions: torch.Tensor) -> float:
     """Mean over random unit directions of the 1-D Wasserstein-1 distance of the projections."""
-    # Sorting along the last (contiguous) dimension is ~2x faster than along dim 0 on CPU.
+    # Sorting along the last (contiguous) dimension is faster than along dim 0 on CPU.
     pa = torch.sort((directions.T @ a.T), dim=1).values
     pb = torch.sort((directions.T @ b.T), dim=1).values
     return float((pa - pb).abs().mean())

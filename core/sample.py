@@ -107,7 +107,7 @@ def load_generator(weights_path: str, meta_path: str, device: str = "cpu") -> tu
         first = str(exc).splitlines()[0]
         raise GeneratorFileError(f"The weights do not match the described generator ({first}).")
     generator = generator.to(device).eval()
-    if torch.device(device).type == "cpu":   # oneDNN samples ~2x faster in NHWC
+    if torch.device(device).type == "cpu":   # oneDNN samples faster in NHWC
         generator.to(memory_format=torch.channels_last)
     return generator, meta
 
@@ -209,7 +209,7 @@ def principal_directions(generator: Generator, k: int = 5, n: int = DIRECTION_SA
     features -= features.mean(0)
     # pca_lowrank's random sketch is seeded in a forked RNG: the same directions every time,
     # and the caller's global RNG is left alone. A few extra components and power iterations
-    # sharpen the top k; an exact SVD of 2,000 samples took ~30 s on the shared 2-core CPU, this ~2 s.
+    # sharpen the top k; an exact SVD of the features would take an order of magnitude longer.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         _, s, v = torch.pca_lowrank(features, q=min(k + 10, *features.shape), center=False, niter=6)

@@ -37,7 +37,7 @@ EARLY_QUALITY_STEP = 50     # the first quality point, long before quality_every
 def warm_up() -> None:
     """Import what a run needs before one is asked for (a standby trainer calls this).
 
-    torch.optim.Adam's first construction imports torch._dynamo, ~1.5 s on 2 cores: paid here,
+    torch.optim.Adam's first construction imports torch._dynamo, which takes seconds: paid here,
     it no longer delays the first loss point after Start."""
     import torch._dynamo  # noqa: F401
     from core import data, devices, losses, models, quality, training  # noqa: F401
@@ -128,7 +128,7 @@ class Loop:
         self.d_wins_streak = 0
         self.warning = ""
         # The quality meter is built at its first measurement, not here: its real-image features
-        # take ~0.4 s, which would delay the first loss point on the page.
+        # would delay the first loss point on the page.
         self.quality = None
 
     @property
