@@ -41,27 +41,28 @@ def bare_loop(settings: dict, steps: int, warmup: int, compile_models: bool = Fa
         training.gan_step.G = torch.compile(training.G)
         training.gan_step.D = torch.compile(training.D)
     rt = training.rt
-    t0 = time.perf_counter()
-    for _ in range(warmup):
-        training.step()
-        rt.mark_step()
-    rt.synchronize()
-    warmup_seconds = time.perf_counter() - t0
-    syncs_before = rt.host_transfers()
+    warmup_seconds = _timed_steps(training, warmup)
+    transfers_before = rt.host_transfers()
     with _cuda_syncs_counted(rt.kind == "cuda") as cuda_syncs:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            training.step()
-            rt.mark_step()
-        rt.synchronize()
-        seconds = time.perf_counter() - t0
-    syncs = rt.host_transfers() if rt.is_xla else cuda_syncs() if rt.kind == "cuda" else None
-    syncs_before = syncs_before or 0
+        seconds = _timed_steps(training, steps)
+    if rt.is_xla:
+        host_transfers = (rt.host_transfers() - transfers_before) / steps
+    else:
+        host_transfers = cuda_syncs() / steps if rt.kind == "cuda" else None
     return {"steps_per_second": steps / seconds,
             "images_per_second": steps * config.batch_size * config.n_critic / seconds,
             "warmup_seconds": warmup_seconds, "device": info.name, "batch_size": config.batch_size,
-            "compiles": rt.compile_count(),
-            "host_transfers_per_step": (syncs - syncs_before) / steps if syncs is not None else None}
+            "compiles": rt.compile_count(), "host_transfers_per_step": host_transfers}
+
+
+def _timed_steps(training, steps: int) -> float:
+    """Seconds for `steps` steps of the training, every step dispatched finished."""
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        training.step()
+        training.rt.mark_step()
+    training.rt.synchronize()
+    return time.perf_counter() - t0
 
 
 @contextlib.contextmanager

@@ -59,9 +59,10 @@ def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: 
         proc = subprocess.Popen([*(command or [sys.executable, "-m", "core.train"]), *args, "--run-dir", run_dir],
                                 cwd=ROOT, env={**os.environ, "BLINK_RUNS_DIR": tmp, **(env or {})},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        run, offset, events, stopped, loop_start = RunDir(run_dir), 0, [], False, None
-        while proc.poll() is None:
+        run, offset, events, stopped, loop_start, peak_kb = RunDir(run_dir), 0, [], False, None, None
+        while peak_kb is None:
             time.sleep(0.25)
+            peak_kb = _exited_peak_rss_kb(proc)
             new, offset = run.read_events(offset)
             events += new
             status = run.read_status()
@@ -72,11 +73,10 @@ def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: 
                 stopped = True
             if time.time() - launched > timeout:
                 proc.kill()
-        # The exit was seen by poll(); the peak memory of that child is the kernel's RUSAGE of it.
         new, offset = run.read_events(offset)
         events += new
         return {"events": events, "startup_seconds": (loop_start or launched) - launched,
-                "vm_hwm_mb": _peak_rss_mb(proc), "wall_seconds": time.time() - launched,
+                "vm_hwm_mb": peak_kb / 1024, "wall_seconds": time.time() - launched,
                 "status": run.read_status().to_dict()}
 
 
@@ -87,11 +87,14 @@ def snapshot_trainer(folder: str, width: int | None = None) -> dict:
             "env": {"BLINK_LAB_SNAPSHOTS": folder, **({"BLINK_LAB_WIDTH": str(width)} if width else {})}}
 
 
-def _peak_rss_mb(proc: subprocess.Popen) -> float:
-    """The largest peak RSS among this process's waited-for children (ru_maxrss, in KB on Linux):
-    each measuring child runs alone, and the trainer is the largest one."""
-    import resource
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+def _exited_peak_rss_kb(proc: subprocess.Popen) -> int | None:
+    """The child's peak resident memory (KB) once it has exited (reaped here, with the kernel's
+    account of that one process); None while it runs."""
+    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_maxrss
 
 
 def config_args(settings: dict) -> list[str]:

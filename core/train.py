@@ -110,10 +110,8 @@ class Loop:
 
     def __init__(self, training, run: RunDir, control: Control, report: Reporter, resume: bool = False):
         """training: core.training.build_training's, for a config resolved for its device."""
-        from core import models
         self.training, self.config, self.rt, self.run_dir = training, training.config, training.rt, run
         self.control, self.report = control, report
-        self.grid_columns = models.grid_columns(training.classes)
         self.saved_step = 0
         if resume:
             state = run.load_checkpoint()
@@ -236,7 +234,7 @@ class Loop:
             images = G(self.training.fixed_noise_device)
         G.train()
         self._work("saving the sample grid", lambda: self.run_dir.save_grid(
-            images.float().cpu().numpy(), self.step_count, self.grid_columns))
+            images.float().cpu().numpy(), self.step_count, self.training.grid_columns))
 
     def _measure_quality(self) -> None:
         training = self.training

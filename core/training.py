@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.architecture import grid_columns
 from core.config import TrainConfig, validate
 from core.step import GanStep
 
@@ -49,6 +50,11 @@ class Training:
     data_load_seconds: float = 0.0
     step_count: int = 0
     fixed_noise_device: Any = field(default=None, repr=False)
+
+    @property
+    def grid_columns(self) -> int:
+        """A conditional G's grid has one column per class (0-9 for digits)."""
+        return grid_columns(self.classes)
 
     @property
     def G_sampled(self):
@@ -154,7 +160,7 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device. A
     # conditional G's grid has one column per class, so its rows are GRID_SIZE rounded down
     # to whole rows: 6 rows of 10 for MNIST.
-    columns = models.grid_columns(classes)
+    columns = grid_columns(classes)
     cpu_noise = torch.Generator().manual_seed(config.seed)
     fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)[:GRID_SIZE // columns * columns]
     return Training(config=config, rt=rt, G=G, D=D, opt_g=opt_g, opt_d=opt_d, gan_step=gan_step, stream=stream,
