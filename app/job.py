@@ -7,6 +7,7 @@ A restarted UI adopts the newest run in the runs folder and shows it where it is
 """
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import shutil
@@ -29,6 +30,7 @@ STOP_GRACE_SECONDS = float(os.environ.get("BLINK_STOP_GRACE", "60"))
 STOP_ESCALATE_SECONDS = float(os.environ.get("BLINK_STOP_ESCALATE", "20"))
 KEEP_RUNS = 20          # retention defaults: newest runs kept, and a cap on the runs folder's size
 MAX_RUNS_MB = 2000
+log = logging.getLogger("blink.job")
 
 
 class JobBusy(RuntimeError):
@@ -171,13 +173,20 @@ class Job:
         status = self._run.read_status()
         return status.state not in FINAL_STATES and pid_alive(status.pid)
 
-    def _settle(self, timeout: float = 20.0) -> None:
+    def _settle(self, timeout: float = STOP_ESCALATE_SECONDS) -> None:
         """A trainer writes its final status, then exits: between the two it is still alive.
-        A Resume pressed in that moment waits for the exit rather than being refused."""
+        A Start or Resume pressed in that moment waits for the exit rather than being refused;
+        a trainer that has written its end but not exited within the time a Stop gets has nothing
+        left to save, so it is ended."""
         process = self._process
-        if process is not None and process.is_alive() and self._run is not None \
-                and self._run.read_status().state in FINAL_STATES:
-            process.join(timeout)
+        if process is None or not process.is_alive() or self._run is None \
+                or self._run.read_status().state not in FINAL_STATES:
+            return
+        process.join(timeout)
+        if process.is_alive():
+            log.warning("The trainer wrote its final status but had not exited after %g s: ending it.", timeout)
+            _terminate(process, term_wait=3)
+        self._reap()
 
     def busy_message(self) -> str:
         name = self._run.name if self._run else "?"

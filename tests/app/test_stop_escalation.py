@@ -42,6 +42,17 @@ def test_stop_ends_a_wedged_trainer_by_force_and_start_works_again(tmp_path):
         press_start(client, *FORM, **OPTIONS)
         second = wait_for(lambda: _running(client), timeout=300, what="the second run")
         assert second["pid"] != trainer and second["run"] != stopped["run"]
+
+        # A trainer that has written its end but hangs on exit does not block Resume: the app
+        # waits as long as for a Stop, then ends it. (Its end is written here, while it is held.)
+        from core.rundir import RunDir
+        hung = second["pid"]
+        os.kill(hung, signal.SIGSTOP)
+        RunDir(os.path.join(str(tmp_path), second["run"])).write_status("stopped", "Stopped by request.")
+        assert "Resuming" in client.predict(resume_steps=0, api_name="/resume")
+        assert not alive(hung)
+        second = wait_for(lambda: _running(client), timeout=300, what="the resumed run")
+        assert second["pid"] != hung
         assert "Stopping" in client.predict(api_name="/stop")
         ended = wait_for(lambda: (s := client.predict(api_name="/status"))["state"] in ("stopped", "failed") and s,
                          timeout=120, what="the second run to stop")

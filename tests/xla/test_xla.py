@@ -207,11 +207,12 @@ def test_real_trainer_on_four_devices_compiles_once_and_never_falls_back(cli_run
 
 # Four devices sum a batch's gradients in another order than one device: the float results differ
 # in their last bits, and a GAN at the fast preset's lr 3e-3 amplifies that, about tenfold every
-# three steps (measured: 0 at steps 1-2, 6e-4 at step 4, 5e-3 at step 6, 0.2 by step 14). So the
-# first steps must agree to the logged digits, steps 4-6 within 1%, and the quality meter's
-# readings within 1% over the whole run.
+# three steps (measured: 0 at steps 1-2, 6e-4 at step 4, 5e-3 to 1.2e-2 at step 6, 0.2 by step 14).
+# So the first steps must agree to the logged digits (a per-device BatchNorm or a repeated batch
+# is off by far more at step 1), steps 3-4 within 1%, and the quality meter's readings within 1%
+# over the whole run.
 def loss_match_tolerance(step: int) -> float:
-    return 1e-4 if step <= 2 else 1e-2 if step <= 6 else math.inf
+    return 1e-4 if step <= 2 else 1e-2 if step <= 4 else math.inf
 
 
 @pytest.mark.xla
