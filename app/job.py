@@ -185,7 +185,8 @@ class Job:
         process.join(timeout)
         if process.is_alive():
             log.warning("The trainer wrote its final status but had not exited after %g s: ending it.", timeout)
-            _terminate(process, term_wait=3)
+            _end_process_group(process.pid)   # SIGKILL at once: nothing of the run is left to save
+            process.join()
         self._reap()
 
     def busy_message(self) -> str:

@@ -95,6 +95,12 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def torch_loaded(pid: int) -> bool:
+    """Whether torch's libraries are mapped into the process `pid` (as a host's `top` would see it)."""
+    with open(f"/proc/{pid}/maps") as f:
+        return "libtorch" in f.read()
+
+
 def alive(pid: int) -> bool:
     """True while pid is a live process (a zombie, exited but not reaped, is not)."""
     try:

@@ -10,7 +10,7 @@ import pytest
 from gradio_client.exceptions import AppError
 from PIL import Image
 
-from tests.apphelpers import ROOT, RunningApp, alive, wait_for
+from tests.apphelpers import ROOT, RunningApp, alive, children_of, torch_loaded, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -24,6 +24,19 @@ def test_bad_settings_are_refused_before_any_process_starts(app):
     with pytest.raises(AppError, match="fp16"):   # refused on every CPU (bf16 depends on the CPU: AMX has it)
         client.predict("bundled-mnist", "", "dcgan", "auto", 64, "fp16", "cpu", 50, api_name="/start")
     assert client.predict(api_name="/status")["run"] == ""   # no run directory was created
+
+
+def test_previews_and_samples_are_drawn_without_torch_in_the_ui_process(app):
+    """The UI process never loads torch (its memory): what needs torch runs in the trainer and the
+    viewer-work process. Checked from outside, in the libraries mapped into the app's process."""
+    client = app.client()
+    note, preview = client.predict("bundled-mnist", "", api_name="/preview_dataset")
+    assert "always available" in note and preview
+    grid, caption = client.predict(3, 16, "seed", api_name="/sample")
+    assert "16 samples, seed 3" in caption and grid
+    assert not torch_loaded(app.process.pid)
+    # The check sees torch where it is: in the processes the app started (viewer work, the trainer).
+    assert any(torch_loaded(pid) for pid in children_of(app.process.pid))
 
 
 def test_a_short_run_streams_events_and_grids_then_samples(app):
@@ -104,34 +117,26 @@ def _zip_of_noise(path, seed: int, count: int = 8) -> str:
     return str(path)
 
 
-def test_uploads_are_evicted_least_recently_used_but_never_a_kept_runs_zip(tmp_path):
+def test_uploads_and_sample_outputs_are_bounded_and_outputs_removed_when_the_app_exits(tmp_path):
+    """One app with a small uploads cap and a temp folder of its own: uploaded datasets are evicted
+    least recently used, never a kept run's zip; the Sample tab's files are bounded, the one
+    uploaded generator in use is kept, and all of them go when the app exits."""
     from gradio_client import handle_file
+    from app.sample_tab import KEEP_OUTPUTS, MAX_OUTPUTS
     zips = [_zip_of_noise(tmp_path / f"set{i}.zip", seed=i) for i in range(5)]
     cap_mb = 2.5 * max(os.path.getsize(z) for z in zips) / 2**20    # room for two and a half of them
-    runs, data_dir = tmp_path / "runs", tmp_path / "data"
+    runs, data_dir, temp = tmp_path / "runs", tmp_path / "data", tmp_path / "tmp"
     runs.mkdir()
-    app = RunningApp(str(runs), env={"BLINK_DATA_DIR": str(data_dir), "BLINK_UPLOADS_MB": str(cap_mb)}).wait_ready()
+    temp.mkdir()
+    app = RunningApp(str(runs), env={"BLINK_DATA_DIR": str(data_dir), "BLINK_UPLOADS_MB": str(cap_mb),
+                                     "TMPDIR": str(temp)}).wait_ready()
     try:
         client = app.client()
         _, first, _ = client.predict(handle_file(zips[0]), api_name="/upload_dataset")
         client.predict("folder", first, "dcgan", "auto", 8, "fp32", "cpu", 5, api_name="/start")
         wait_for(lambda: client.predict(api_name="/status").get("state") == "done", timeout=300, what="the run on it")
         kept = [client.predict(handle_file(z), api_name="/upload_dataset")[1] for z in zips[1:]]
-    finally:
-        app.stop()
-    stored = sorted(os.listdir(data_dir / "uploads"))
-    # The oldest upload stays (the kept run trained on it), the newest stays, the ones between go.
-    assert stored == sorted(os.path.basename(p) for p in (first, kept[-1])), stored
 
-
-def test_sample_outputs_are_bounded_and_removed_when_the_app_exits(tmp_path):
-    from gradio_client import handle_file
-    from app.sample_tab import KEEP_OUTPUTS, MAX_OUTPUTS
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    app = RunningApp(str(tmp_path), env={"TMPDIR": str(temp)}).wait_ready()
-    try:
-        client = app.client()
         for i in range(KEEP_OUTPUTS // 2 + 2):   # more files than are always kept, of two kinds
             client.predict(i, i + 1, 4, "linear", api_name="/interpolation_gif")
             client.predict(i, 4, api_name="/download_samples")
@@ -152,6 +157,9 @@ def test_sample_outputs_are_bounded_and_removed_when_the_app_exits(tmp_path):
         assert len(list((root / "uploaded").iterdir())) == 1     # the one in use
     finally:
         app.stop()
+    stored = sorted(os.listdir(data_dir / "uploads"))
+    # The oldest upload stays (the kept run trained on it), the newest stays, the ones between go.
+    assert stored == sorted(os.path.basename(p) for p in (first, kept[-1])), stored
     assert list(temp.glob("blink-sample-*")) == []
 
 

@@ -20,7 +20,6 @@ import pytest
 
 from tests.apphelpers import ROOT, RunningApp, alive, children_of, wait_for
 
-KEY = "teacher-key"
 # Long enough never to finish during a test: every run here ends by Stop, a kill or a NaN.
 FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
             device="cpu", steps=5000, log_every=5, grid_every=10, checkpoint_every=20)
@@ -58,7 +57,7 @@ def status(client) -> dict:
     return client.predict(api_name="/status")
 
 
-def start(client, key=KEY, **overrides):
+def start(client, key, **overrides):
     return client.predict(**{**FORM, **overrides, "key": key}, api_name="/start")
 
 
@@ -81,15 +80,29 @@ def start_app(root: str, *args, env=None) -> RunningApp:
 # ---- one run at a time, many viewers, host key, stop -> checkpoint, resume, kill -9 ------------
 @pytest.mark.slow
 def test_classroom_one_run_many_viewers_stop_resume_and_crash(runs_root):
-    from gradio_client import Client
-    app = start_app(runs_root, "--host-key", KEY)
+    """--host 0.0.0.0 without --host-key: the app makes a key and prints it (as Jupyter prints its
+    token); every server-wide action needs it, a student's tap changes nothing. Then one run for
+    a room: two Starts at once, 21 viewers, Stop, Resume, kill -9 of the trainer, SIGTERM."""
+    import re
+    from gradio_client import Client, handle_file
+    app = start_app(runs_root, "--host", "0.0.0.0")
     seen = set()
     try:
+        key = wait_for(lambda: re.search(r"Host key: (\S+)", app.read_log()), 30, what="the printed host key").group(1)
         host = app.client()
-        # Watch mode: without the key nothing starts, and no run directory appears.
+        # Watch mode: without the key nothing starts, no run directory appears, no generator is swapped.
+        with pytest.raises(Exception, match="Only the host"):
+            start(host, key="")
         with pytest.raises(Exception, match="host"):
             start(host, key="wrong")
+        shipped = os.path.join(ROOT, "assets", "generator")
+        upload = [handle_file(os.path.join(shipped, n)) for n in ("generator.safetensors", "generator.json")]
+        with pytest.raises(Exception, match="Only the host"):
+            host.predict(upload, "", api_name="/upload_generator")
+        with pytest.raises(Exception, match="Only the host"):
+            host.predict("wrong", api_name="/use_run_generator")
         assert runs(runs_root) == []
+        assert "Using the uploaded generator" in host.predict(upload, key, api_name="/upload_generator")
 
         # Two Start presses at the same moment: the job's lock lets exactly one spawn.
         results, barrier = [], threading.Barrier(2)
@@ -98,7 +111,7 @@ def test_classroom_one_run_many_viewers_stop_resume_and_crash(runs_root):
             client = app.client()
             barrier.wait()
             try:
-                results.append(("ok", start(client)))
+                results.append(("ok", start(client, key)))
             except Exception as exc:   # gradio_client re-raises the server's gr.Error
                 results.append(("refused", str(exc)))
         threads = [threading.Thread(target=press) for _ in range(2)]
@@ -146,7 +159,7 @@ def test_classroom_one_run_many_viewers_stop_resume_and_crash(runs_root):
         [v.start() for v in viewers]
         wait_for(lambda: min(per_viewer) >= 1 or errors, 120, what="every viewer's first answer")
         with pytest.raises(Exception, match="already training"):
-            start(app.client())
+            start(app.client(), key)
         wait_for(lambda: min(per_viewer) >= 3 or errors, 120, what="three answers per viewer")
         stop_polling.set()
         [v.join(60) for v in viewers]
@@ -156,7 +169,7 @@ def test_classroom_one_run_many_viewers_stop_resume_and_crash(runs_root):
         assert status_polls and all(p["run"] == first["run"] for p in status_polls)
 
         # Stop: the trainer saves a checkpoint and a grid at the step it stopped.
-        assert "Stopping" in host.predict(key=KEY, api_name="/stop")
+        assert "Stopping" in host.predict(key=key, api_name="/stop")
         stopped = wait_state(host, ("stopped",))
         stop_step = stopped["step"]
         assert stopped["saved_step"] == stop_step and stop_step >= 5
@@ -168,7 +181,7 @@ def test_classroom_one_run_many_viewers_stop_resume_and_crash(runs_root):
         # Resume (same run, a longer total): the step count and loss curve continue.
         with pytest.raises(Exception, match="host"):
             host.predict(resume_steps=stop_step + 5000, key="", api_name="/resume")
-        assert "Resuming" in host.predict(resume_steps=stop_step + 5000, key=KEY, api_name="/resume")
+        assert "Resuming" in host.predict(resume_steps=stop_step + 5000, key=key, api_name="/resume")
         resumed = wait_state(host, ("running",), min_step=stop_step + 5)
         assert resumed["run"] == first["run"] and len(runs(runs_root)) == 1
         after = events(run_path)
@@ -184,7 +197,7 @@ def test_classroom_one_run_many_viewers_stop_resume_and_crash(runs_root):
         assert "killed" in failed["message"] and "SIGKILL" in failed["message"]
         assert "Hint:" in failed["message"] and "smaller batch" in failed["message"]
         assert not alive(trainer_pid)
-        assert "Started run" in start(host)
+        assert "Started run" in start(host, key)
         second = wait_state(host, ("running", "starting"), timeout=60)
         assert second["run"] != first["run"] and len(runs(runs_root)) == 2
         seen.update(children_of(app.process.pid))
@@ -298,33 +311,3 @@ def test_retention_keeps_newest_and_never_the_current_run(tmp_path):
     deleted = job.prune()
     assert sorted(deleted) == made[1:3]
     assert sorted(os.listdir(root)) == sorted([made[0], made[3], made[4]])
-
-
-@pytest.mark.slow
-def test_a_page_others_can_reach_gets_a_host_key(runs_root):
-    """--host 0.0.0.0 without --host-key: the app makes a key and prints it (as Jupyter prints its
-    token); every server-wide action needs it, a student's tap changes nothing."""
-    import re
-    from gradio_client import handle_file
-    app = start_app(runs_root, "--host", "0.0.0.0")
-    try:
-        key = wait_for(lambda: re.search(r"Host key: (\S+)", app.read_log()), 30, what="the printed host key").group(1)
-        client = app.client()
-        with pytest.raises(Exception, match="Only the host"):
-            start(client, key="")
-        shipped = os.path.join(ROOT, "assets", "generator")
-        upload = [handle_file(os.path.join(shipped, n)) for n in ("generator.safetensors", "generator.json")]
-        with pytest.raises(Exception, match="Only the host"):
-            client.predict(upload, "", api_name="/upload_generator")
-        with pytest.raises(Exception, match="Only the host"):
-            client.predict("wrong", api_name="/use_run_generator")
-        assert runs(runs_root) == []
-        assert "Using the uploaded generator" in client.predict(upload, key, api_name="/upload_generator")
-        assert "Started run" in start(client, key=key)
-        wait_state(client, ("running",), min_step=1)
-        with pytest.raises(Exception, match="Only the host"):
-            client.predict(key="", api_name="/stop")
-        client.predict(key=key, api_name="/stop")
-        wait_state(client, ("stopped",))
-    finally:
-        app.stop()

@@ -1,19 +1,80 @@
-"""Real browser pages on one run: the host presses Start, students watch (one on a phone), and
-everyone's live panel updates from the one watcher; the host lands on the Sample tab at the end."""
+"""Real chromium pages on the real app (one app and one browser for the module; one browser
+context per person, since pages of one context share its connection limit per host):
+- a page load and the Sample tab leave the UI process without torch;
+- the host presses Start, students watch (one on a phone), every live panel updates from the one
+  watcher, and the host lands on the Sample tab at the end;
+- the lesson as a teacher and a phone see it: before Start an estimate; after Start the grid is the
+  big thing on both screens; Stop is heard between log steps; the Sample tab names its generator
+  and draws the digit asked for; a refused zip leaves the form usable."""
+import io
 import json
 import os
+import re
 import urllib.request
 
+import numpy as np
 import pytest
+from PIL import Image
 
-from tests.apphelpers import BROWSER_ARGS, CHROMIUM, RunningApp, needs_chromium
+from tests.apphelpers import BROWSER_ARGS, CHROMIUM, needs_chromium, torch_loaded
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
+LOG_EVERY = 1000
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def person(browser):
+    """person(**context options) -> a new page in a context of its own, closed after the test."""
+    contexts = []
+
+    def new_page(**options):
+        contexts.append(browser.new_context(**options))
+        return contexts[-1].new_page()
+    yield new_page
+    for context in contexts:
+        context.close()
 
 
 def live_stats(app) -> dict:
     with urllib.request.urlopen(app.url + "live/stats", timeout=10) as answer:
         return json.load(answer)
+
+
+def test_a_page_load_and_the_sample_tab_leave_the_ui_process_without_torch(app, person):
+    from playwright.sync_api import expect
+    page = person()
+    page.goto(app.url)
+    # What the page's load events fill in: the time estimate (its preset chosen for this
+    # device), the dataset's note and its real images (in an accordion, closed at first).
+    expect(page.locator("#estimate")).to_contain_text(re.compile("About|Time estimate"), timeout=120_000)
+    page.get_by_role("button", name="Dataset: upload your images").click()
+    expect(page.locator("#dataset-note")).to_contain_text("always available", timeout=120_000)
+    expect(page.locator("#dataset-preview img")).to_have_count(1, timeout=120_000)
+    page.get_by_role("tab", name="Sample").click()
+    expect(page.locator("#sample-caption")).to_contain_text("Generator:", timeout=120_000)
+    assert not torch_loaded(app.process.pid)
+
+
+def shown_run(page) -> str:
+    """The run whose grid the live panel shows ("" before any grid): its grid URLs are live/grid/RUN/STEP."""
+    grid = page.locator("#live .live").get_attribute("data-grid") or ""
+    return grid.split("/")[-2] if grid.count("/") >= 2 else ""
+
+
+def wait_for_new_run(page, old_run: str) -> None:
+    """Until the live panel shows a grid of a run other than old_run (the module's earlier runs)."""
+    page.wait_for_function(
+        "old => { const g = document.querySelector('#live .live').dataset.grid || '';"
+        " return g.includes('live/grid/') && g.split('/').slice(-2)[0] !== old; }", arg=old_run, timeout=240_000)
 
 
 def panel_state(page) -> dict:
@@ -23,68 +84,156 @@ def panel_state(page) -> dict:
             "grid": panel.get_attribute("data-grid") or "", "state": panel.get_attribute("data-state") or ""}
 
 
-def test_host_and_students_watch_one_run_then_sample_tab(tmp_path):
-    from playwright.sync_api import expect, sync_playwright
-    app = RunningApp(str(tmp_path)).wait_ready()
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-            # One browser context per person: pages of one context share its connection limit per host.
-            host = browser.new_context(viewport={"width": 1366, "height": 768}).new_page()
-            students = [browser.new_context(viewport={"width": 1280, "height": 800}).new_page() for _ in range(2)]
-            phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
-                                        has_touch=True).new_page()
-            host.goto(app.url)
-            for page in students:
-                page.goto(app.url)
-            phone.goto(app.url + "?view=watch")
-            viewers = [host, *students, phone]
-            for page in viewers:
-                expect(page.locator("#live .live[data-version]")).to_have_count(1, timeout=60_000)
+def test_host_and_students_watch_one_run_then_sample_tab(app, person, tmp_path):
+    from playwright.sync_api import expect
+    host = person(viewport={"width": 1366, "height": 768})
+    students = [person(viewport={"width": 1280, "height": 800}) for _ in range(2)]
+    phone = person(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    host.goto(app.url)
+    for page in students:
+        page.goto(app.url)
+    phone.goto(app.url + "?view=watch")
+    viewers = [host, *students, phone]
+    for page in viewers:
+        expect(page.locator("#live .live[data-version]")).to_have_count(1, timeout=60_000)
+    earlier = shown_run(host)
 
-            steps = host.get_by_label("Training length (steps)")
-            steps.fill("150")
-            steps.press("Tab")
-            host.get_by_role("button", name="Start", exact=True).click()
+    steps = host.get_by_label("Training length (steps)")
+    steps.fill("75")   # points at steps 1, 25, 50 and 75 (log every 25)
+    steps.press("Tab")
+    host.get_by_role("button", name="Start", exact=True).click()
 
-            # Every page's plots and grid change while the run trains, pushed to it.
-            early = []
-            for page in viewers:
-                expect(page.locator("#live .live[data-grid*='live/grid/']")).to_have_count(1, timeout=240_000)
-                early.append(panel_state(page))
-            for page, before in zip(viewers, early):
-                page.wait_for_function(f"document.querySelector('#live .live').dataset.points > {before['points']}",
-                                       timeout=240_000)
-            host.screenshot(path=str(tmp_path / "training.png"))
+    # Every page's plots and grid change while the run trains, pushed to it.
+    early = []
+    for page in viewers:
+        wait_for_new_run(page, earlier)
+        early.append(panel_state(page))
+    for page, before in zip(viewers, early):
+        page.wait_for_function(f"document.querySelector('#live .live').dataset.points > {before['points']}",
+                               timeout=240_000)
+    host.screenshot(path=str(tmp_path / "training.png"))
 
-            # The student's phone view: no form, the grid first and wide, no horizontal scrolling.
-            assert phone.get_by_role("button", name="Start", exact=True).is_hidden()
-            assert phone.evaluate("document.documentElement.scrollWidth") <= 390
-            grid_box = phone.locator("#live .live-grid img").bounding_box()
-            status_box = phone.locator("#live .live-status").bounding_box()
-            assert grid_box["width"] >= 300 and grid_box["y"] < status_box["y"], (grid_box, status_box)
+    # The student's phone view: no form, the grid first and wide, no horizontal scrolling.
+    assert phone.get_by_role("button", name="Start", exact=True).is_hidden()
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    grid_box = phone.locator("#live .live-grid img").bounding_box()
+    status_box = phone.locator("#live .live-status").bounding_box()
+    assert grid_box["width"] >= 300 and grid_box["y"] < status_box["y"], (grid_box, status_box)
 
-            # The host lands on Sample with fresh samples from the run's final generator.
-            expect(host.get_by_role("tab", name="Sample")).to_have_attribute("aria-selected", "true",
-                                                                             timeout=400_000)
-            expect(host.locator("#sample-caption")).to_contain_text("at step 150", timeout=30_000)
-            host.get_by_role("tab", name="Train").click()
-            for page, before in zip(viewers, early):
-                final = panel_state(page)
-                assert final["state"] == "done" and final["grid"] != before["grid"], (before, final)
-            expect(host.locator("#live .live-status")).to_contain_text("done")
+    # The host lands on Sample with fresh samples from the run's final generator.
+    expect(host.get_by_role("tab", name="Sample")).to_have_attribute("aria-selected", "true",
+                                                                     timeout=400_000)
+    expect(host.locator("#sample-caption")).to_contain_text("at step 75", timeout=30_000)
+    host.get_by_role("tab", name="Train").click()
+    for page, before in zip(viewers, early):
+        final = panel_state(page)
+        assert final["state"] == "done" and final["grid"] != before["grid"], (before, final)
+    expect(host.locator("#live .live-status")).to_contain_text("done")
 
-            # One rendering per change for everyone: the watcher rendered each snapshot once and sent
-            # it to each of the 4 pages (messages), so renders do not grow with the number of viewers.
-            stats = live_stats(app)
-            run = [n for n in os.listdir(tmp_path) if os.path.exists(os.path.join(tmp_path, n, "config.json"))][0]
-            writes = (len(open(os.path.join(tmp_path, run, "events.jsonl")).readlines())
-                      + len(os.listdir(os.path.join(tmp_path, run, "grids"))))
-            assert stats["viewers"] == 4, stats
-            assert stats["renders"] <= writes + 10, (stats, writes)   # status-only changes: a few
-            assert stats["messages_sent"] >= 4 * (stats["renders"] - 2), stats
-            if os.environ.get("BLINK_SCREENSHOT"):
-                host.screenshot(path=os.environ["BLINK_SCREENSHOT"], full_page=True)
-            browser.close()
-    finally:
-        app.stop()
+    # One rendering per change for everyone: the watcher rendered each snapshot once and sent
+    # it to each of the 4 pages (messages), so renders do not grow with the number of viewers.
+    stats = live_stats(app)
+    run = os.path.join(app.runs_root, shown_run(host))
+    writes = (len(open(os.path.join(run, "events.jsonl")).readlines())
+              + len(os.listdir(os.path.join(run, "grids"))))
+    assert stats["viewers"] == 4, stats
+    assert stats["renders"] <= writes + 10, (stats, writes)   # status-only changes: a few
+    assert stats["messages_sent"] >= 4 * (stats["renders"] - 2), stats
+    if os.environ.get("BLINK_SCREENSHOT"):
+        host.screenshot(path=os.environ["BLINK_SCREENSHOT"], full_page=True)
+
+
+def grid_classes(png: bytes) -> np.ndarray:
+    """What the shipped classifier calls each 28 px tile of a sample grid (2 px padding)."""
+    from core import quality
+    with Image.open(io.BytesIO(png)) as image:
+        pixels = np.asarray(image.convert("L"))
+    tile = 28 + 2
+    rows, columns = (pixels.shape[0] - 2) // tile, (pixels.shape[1] - 2) // tile
+    tiles = np.stack([pixels[2 + r * tile:2 + r * tile + 28, 2 + c * tile:2 + c * tile + 28]
+                      for r in range(rows) for c in range(columns)])
+    tiles = tiles[tiles.reshape(len(tiles), -1).max(1) > 0]       # the grid's empty cells are black
+    return quality.classify(quality.load_classifier(), tiles)[1].argmax(1)
+
+
+def grid_box(page) -> dict:
+    return page.locator("#live .live-grid img").bounding_box()
+
+
+def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_keeps_the_form(app, person, tmp_path):
+    from playwright.sync_api import expect
+    bad_zip = tmp_path / "photos.zip"
+    bad_zip.write_bytes(b"this is not a zip file")
+    host = person(viewport={"width": 1366, "height": 768})
+    phone = person(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    host.goto(app.url)
+    phone.goto(app.url + "?view=watch")
+    for page in (host, phone):
+        expect(page.locator("#live .live[data-version]")).to_have_count(1, timeout=60_000)
+    earlier = shown_run(host)
+
+    # A refused zip is said in the dataset note; the Dataset dropdown stays a dropdown.
+    host.get_by_text("Dataset: upload your images, preview real ones").click()
+    host.locator("#component-0 input[type=file], input[type=file]").first.set_input_files(str(bad_zip))
+    expect(host.locator("#dataset-note")).to_contain_text("Upload refused", timeout=60_000)
+    dataset = host.get_by_label("Dataset", exact=True)
+    expect(dataset).to_be_editable()
+    assert host.get_by_text("Error", exact=True).count() == 0
+    dataset.click()
+    host.get_by_role("option", name="Fashion-MNIST").click()
+    expect(dataset).to_have_value("Fashion-MNIST")
+    dataset.click()
+    host.get_by_role("option", name="MNIST (bundled, offline)").click()
+
+    # Before Start: how long the run will take here.
+    steps = host.get_by_label("Training length (steps)")
+    steps.fill("5000")
+    steps.press("Tab")
+    expect(host.locator("#estimate")).to_contain_text("for 5,000 steps on this CPU", timeout=30_000)
+    host.get_by_text("Advanced: labels; how often to log, draw a grid and save").click()
+    log_every = host.get_by_label("Log every (steps)")
+    log_every.fill(str(LOG_EVERY))
+    log_every.press("Tab")
+    host.get_by_role("button", name="Start", exact=True).click()
+
+    # The grid is the big thing on both screens, in view without scrolling; the form folds.
+    for page in (host, phone):
+        wait_for_new_run(page, earlier)
+    page_width = {"host": 1366, "phone": 390}
+    for name, page, least in (("host", host, 560), ("phone", phone, 300)):
+        page.wait_for_function("document.querySelector('#live .live-grid img').naturalWidth > 0")
+        box, viewport = grid_box(page), page.viewport_size
+        assert box["width"] >= least, (name, box)
+        assert box["y"] >= 0 and box["y"] + box["height"] <= viewport["height"], (name, box, viewport)
+        assert page.evaluate("document.documentElement.scrollWidth") <= page_width[name]
+        charts = page.locator("#live svg[data-chart]").all()
+        assert all(box["width"] * box["height"] > c.bounding_box()["width"] * c.bounding_box()["height"]
+                   for c in charts), name
+    expect(host.get_by_label("Dataset", exact=True)).to_be_hidden()
+
+    # Stop mid-run: heard between log steps (log every 1000), with the final grid at that step.
+    # (the status comes at log steps; the early grids, every 10 steps, show the run moving)
+    host.wait_for_function("/[/]([2-9]\\d|\\d{3,})$/.test(document.querySelector('#live .live').dataset.grid)",
+                           timeout=240_000)
+    host.get_by_role("button", name="Stop", exact=True).click()
+    expect(host.locator("#blink-message")).to_contain_text("Stopping", timeout=30_000)
+    for page in (host, phone):
+        expect(page.locator("#live .live[data-state='stopped']")).to_have_count(1, timeout=120_000)
+    panel = host.locator("#live .live")
+    stopped = int(panel.get_attribute("data-step"))
+    assert 0 < stopped < LOG_EVERY, stopped          # not at a log step: between them
+    assert panel.get_attribute("data-grid").endswith(f"/{stopped}")
+
+    # The run ended well, so the host's page went to Sample, whose caption names the generator
+    # it shows: the live run's, saved at the stopped step.
+    expect(host.locator("#sample-caption")).to_contain_text(f"at step {stopped}", timeout=60_000)
+    # Ask for a digit (of the shipped generator: this short run draws no digits yet).
+    host.get_by_label("Or pick a generator").click()
+    host.get_by_role("option", name="The shipped generator (pre-trained)").click()
+    expect(host.locator("#sample-caption")).to_contain_text("the shipped generator", timeout=60_000)
+    host.get_by_label("Class", exact=True).click()
+    host.get_by_role("option", name="7", exact=True).click()
+    expect(host.locator("#sample-caption")).to_contain_text("Every sample is class 7", timeout=60_000)
+    source = host.locator("#sample-grid img").get_attribute("src")
+    digits = grid_classes(host.request.get(source).body())
+    assert len(digits) >= 10 and (digits == 7).mean() >= 0.8, digits

@@ -231,7 +231,7 @@ def test_a_folder_of_one_image_trains_through_its_quality_steps(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "BLINK_DATA_DIR": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-m", "core.train", "--dataset", "folder", "--data-path", str(folder),
-                           "--batch-size", "1", "--steps", "4", "--log-every", "2", "--grid-every", "2",
+                           "--preset", "fast", "--batch-size", "1", "--steps", "4", "--log-every", "2", "--grid-every", "2",
                            "--quality-every", "2", "--checkpoint-every", "4", "--device", "cpu",
                            "--run-dir", str(run_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
