@@ -133,7 +133,7 @@ def test_uploads_and_sample_outputs_are_bounded_and_outputs_removed_when_the_app
     try:
         client = app.client()
         _, first, _ = client.predict(handle_file(zips[0]), api_name="/upload_dataset")
-        client.predict("folder", first, "dcgan", "auto", 8, "fp32", "cpu", 5, api_name="/start")
+        client.predict("folder", first, "dcgan", "fast", 8, "fp32", "cpu", 5, api_name="/start")
         wait_for(lambda: client.predict(api_name="/status").get("state") == "done", timeout=300, what="the run on it")
         kept = [client.predict(handle_file(z), api_name="/upload_dataset")[1] for z in zips[1:]]
 
