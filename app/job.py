@@ -150,6 +150,8 @@ class Job:
         self._snapshot = Snapshot()
         self._events_offset = 0
         runs = list_runs(self.runs_root)
+        for run in runs:   # what writes killed with the last app left (a trainer's own are still live)
+            run.remove_stale_temp_files()
         if runs:   # a restarted UI shows the newest run where it is
             self._attach(runs[0])
         self._ensure_standby()

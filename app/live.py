@@ -22,7 +22,9 @@ import json
 import math
 import os
 import re
+import stat
 import threading
+import time
 from dataclasses import dataclass, field
 
 from app import views
@@ -235,28 +237,38 @@ class LiveFeed:
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def status(self, request):
-        """The run's status for scripts: `?since=V` waits until something newer than version V exists."""
-        from starlette.responses import JSONResponse
+        """The run's status for scripts: `?since=V` waits until something newer than version V
+        exists, at most STATUS_WAIT_SECONDS in all, however often the run changes meanwhile."""
+        from starlette.responses import JSONResponse, PlainTextResponse
+        since_text = request.query_params.get("since", "")
+        since = whole_number(since_text)
+        if since_text and since is None:
+            return PlainTextResponse("since must be a version: a whole number of at most 12 digits.", status_code=400)
         await self._join()
         try:
-            since = request.query_params.get("since", "")
-            if since.isdigit():
-                while self._current.version <= int(since):
-                    if not await self._next_change(STATUS_WAIT_SECONDS):
-                        break
+            if since is not None:
+                deadline = time.monotonic() + STATUS_WAIT_SECONDS
+                while self._current.version <= since and (left := deadline - time.monotonic()) > 0:
+                    await self._next_change(left)
             return JSONResponse(self._current.status)
         finally:
             self._leave()
 
     async def grid(self, request):
-        """A grid image of the current run (the only run whose grids a page shows)."""
+        """A grid image of the current run (the only run whose grids a page shows): only a regular
+        file in the run's own grids/ folder, never one a link there points to."""
         from starlette.responses import FileResponse, Response
-        run, step = request.path_params["run"], request.path_params["step"]
+        run, step = request.path_params["run"], whole_number(request.path_params["step"])
         current = self.job.run
-        if current is None or run != current.name or not step.isdigit():
+        if current is None or run != current.name or step is None:
             return Response(status_code=404)
-        path = os.path.join(current.path, "grids", f"step_{int(step):06d}.png")
-        if not os.path.isfile(path):
+        folder = os.path.join(current.path, "grids")
+        path = os.path.join(folder, f"step_{step:06d}.png")
+        try:
+            regular = stat.S_ISREG(os.lstat(path).st_mode) and not os.path.islink(folder)
+        except OSError:
+            regular = False
+        if not regular:
             return Response(status_code=404)
         return FileResponse(path, media_type="image/png",
                             headers={"Cache-Control": "public, max-age=31536000, immutable"})
@@ -270,6 +282,12 @@ class LiveFeed:
         from starlette.routing import Route
         return [Route("/live/events", self.events), Route("/live/status", self.status),
                 Route("/live/grid/{run}/{step}", self.grid), Route("/live/stats", self.stats)]
+
+
+def whole_number(text: str, digits: int = 12) -> int | None:
+    """A URL's number, or None: ASCII digits only (str.isdigit also takes '²', which int() refuses,
+    and int() refuses more than 4,300 digits), and few enough for any real version or step."""
+    return int(text) if re.fullmatch(rf"[0-9]{{1,{digits}}}", text or "") else None
 
 
 def _grid_step(path: str | None) -> int | None:

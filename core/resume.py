@@ -67,6 +67,7 @@ def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = N
         raise ResumeRefused(f"At most {MAX_STEPS:,} steps.")
     run.trim_events(done)
     run.clear_request()
+    run.remove_stale_temp_files()   # a checkpoint write killed half-way
     return dataclasses.replace(own, steps=total)
 
 

@@ -22,6 +22,7 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import time
 from dataclasses import replace
@@ -176,6 +177,25 @@ class RunDir:
             write_atomic(self.file(name), data)
         except OSError as exc:
             raise self._refused(exc, len(data))
+
+    def remove_stale_temp_files(self) -> list[str]:
+        """Remove what killed writes left (write_atomic's `NAME.tmpPID` of a process that is gone);
+        the names removed. A live writer's temp file is left alone."""
+        removed = []
+        for folder in (self.path, os.path.join(self.path, "grids")):
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                match = re.fullmatch(r".+\.tmp(\d+)", name)
+                if match and not pid_alive(int(match.group(1))):
+                    try:
+                        os.remove(os.path.join(folder, name))
+                        removed.append(name)
+                    except OSError:
+                        pass
+        return removed
 
     # ---- config ---------------------------------------------------------------------
     def write_config(self, config) -> None:

@@ -209,6 +209,30 @@ def test_cli_and_page_refuse_a_changed_config_with_the_same_message(tmp_path):
     assert run.read_status().step == 4 and logged == sorted(set(logged)) and logged[-1] == 4   # one curve
 
 
+def _reaped_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_a_checkpoint_write_killed_half_way_leaves_nothing_once_resumed_or_the_app_restarts(tmp_path):
+    """write_atomic writes NAME.tmpPID, then renames it: a writer killed in between leaves the temp
+    file. Resuming the run (the CLI's or the page's road) removes it; so does the next app start."""
+    from app.job import Job
+    from core import train
+    runs = tmp_path / "runs"
+    first, second = _two_step_run(runs / "a"), _two_step_run(runs / "b")
+    dead = _reaped_pid()
+    for run in (first, second):
+        (runs / run.name / f"checkpoint.pt.tmp{dead}").write_bytes(b"half a checkpoint")
+    live = runs / "b" / f"checkpoint.pt.tmp{os.getpid()}"     # a writer still at work: left alone
+    live.write_bytes(b"being written")
+    assert train.main(["--resume", first.path, "--steps", "3"]) == 0
+    assert not [n for n in os.listdir(first.path) if ".tmp" in n]
+    Job(runs_root=str(runs))
+    assert [n for n in os.listdir(second.path) if ".tmp" in n] == [live.name]
+
+
 def test_a_run_saved_before_config_json_was_resolved_still_resumes(tmp_path):
     from core import train
     run = _two_step_run(tmp_path / "old")

@@ -66,3 +66,64 @@ def test_a_watching_script_gets_one_message_per_change_and_the_stream_ends_with_
     seen = asyncio.run(asyncio.wait_for(watch(), 30))
     assert [(s["state"], s["step"]) for s in seen] == [("running", 1), ("running", 25), ("done", 50)]
     assert [s["version"] for s in seen] == sorted({s["version"] for s in seen})   # each a new version
+
+
+def _routes_of(feed):
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+    return TestClient(Starlette(routes=feed.routes()))
+
+
+def test_numbers_in_live_urls_that_int_refuses_are_a_400_or_a_404_not_a_server_error(runs_root):
+    run = RunDir.create(TrainConfig(), runs_root)
+    run.write_status("running", "Training...", step=1, steps=100, gan="dcgan")
+    run.save_grid([[[[0.0]]]], 1, columns=1)
+    client = _routes_of(LiveFeed(Job(runs_root)))
+    for since in ("\u00b2", "1" * 5000, "-1", "1.5"):   # '²'.isdigit() is True; int() refuses it and 5,000 digits
+        answer = client.get("/live/status", params={"since": since})
+        assert answer.status_code == 400 and "whole number" in answer.text, (since, answer.status_code)
+    assert client.get("/live/status").json()["state"] == "running"
+    for step in ("\u00b2", "1" * 5000):
+        assert client.get(f"/live/grid/{run.name}/{step}").status_code == 404
+    assert client.get(f"/live/grid/{run.name}/1").status_code == 200
+
+
+def test_a_since_wait_ends_at_its_limit_while_the_run_keeps_changing(runs_root, monkeypatch):
+    import threading
+    import time
+    from app import live
+    monkeypatch.setattr(live, "STATUS_WAIT_SECONDS", 1.0)
+    run = RunDir.create(TrainConfig(), runs_root)
+    run.write_status("running", "Training...", step=1, steps=10_000, gan="dcgan")
+    client, writing = _routes_of(LiveFeed(Job(runs_root), watch_seconds=0.05)), threading.Event()
+
+    def keep_changing():
+        step = 1
+        while not writing.is_set():
+            step += 1
+            run.write_status("running", "Training...", step=step, steps=10_000, gan="dcgan")
+            time.sleep(0.1)
+    writer = threading.Thread(target=keep_changing)
+    writer.start()
+    try:
+        asked = time.monotonic()
+        answer = client.get("/live/status", params={"since": str(10**11)})   # a version the run never reaches
+        waited = time.monotonic() - asked
+    finally:
+        writing.set()
+        writer.join()
+    assert answer.status_code == 200 and answer.json()["step"] > 1
+    assert 0.9 <= waited < 5, waited    # each change woke it, and it still ended at its limit
+
+
+def test_the_grid_route_serves_no_link_placed_in_the_grids_folder(runs_root, tmp_path):
+    import os
+    run = RunDir.create(TrainConfig(), runs_root)
+    run.write_status("running", "Training...", step=2, steps=100, gan="dcgan")
+    run.save_grid([[[[0.0]]]], 1, columns=1)
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"not for viewers")
+    os.symlink(secret, os.path.join(run.path, "grids", "step_000002.png"))
+    client = _routes_of(LiveFeed(Job(runs_root)))
+    assert client.get(f"/live/grid/{run.name}/1").status_code == 200
+    assert client.get(f"/live/grid/{run.name}/2").status_code == 404
