@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from core.config import TrainConfig
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
-from core.failures import failure_message
+from core.failures import ended_by_signal, failure_message, oom_kills
 from core.resume import ResumeRefused, prepare_resume
 from core.status import Status
 
@@ -144,6 +144,7 @@ class Job:
         self._use_standby = standby
         self._shutting_down = False
         self._watched = None            # the trainer process a Stop watchdog was started for
+        self._oom_kills_at_start = None  # the kernel's out-of-memory kill count when the trainer started
         self._run: RunDir | None = None
         # A failure the disk would not let us record: (run path, status), shown and retried until it can be.
         self._unsaved_failure: tuple[str, Status] | None = None
@@ -218,6 +219,7 @@ class Job:
             if process is None:
                 process = _spawn(_train_child, *job, os.getpid())
             self._process = process
+            self._oom_kills_at_start = oom_kills()   # to tell, if it dies on SIGKILL, whether memory did it
             self._attach(run)
             return run
 
@@ -350,8 +352,8 @@ class Job:
         if run is not None and run.read_status().state not in FINAL_STATES:
             code = process.exitcode
             if code is not None and code < 0:
-                name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-                reason = f"it was killed ({name})"
+                name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+                reason = ended_by_signal(name, self._oom_kills_at_start)
             else:
                 reason = f"it exited with code {code}"
             self._mark_failed(run, f"The trainer process ended unexpectedly: {reason}.")

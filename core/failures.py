@@ -23,7 +23,6 @@ HINTS = (
                           "autograd Functions). Use ConvTranspose2d or nearest-neighbour upsampling."),
     ("unsupported operation", "XLA could not lower an operation; replace it with ConvTranspose2d or "
                               "nearest-neighbour upsampling."),
-    ("killed", "The process was killed from outside, most often for memory: try a smaller batch size."),
 )
 
 
@@ -34,6 +33,33 @@ def hint_for(message: str) -> str:
             return hint
     return ""
 
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has ended since boot (None where
+    /proc/vmstat does not say): read before and after, it tells whether a SIGKILL was for memory."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def ended_by_signal(name: str, oom_kills_before: int | None) -> str:
+    """Why a trainer that died on signal `name` ended, blaming memory only when the kernel's
+    out-of-memory killer acted (or, where that cannot be read, saying that it may have)."""
+    if name != "SIGKILL":
+        return f"it crashed on {name}"
+    now = oom_kills()
+    if now is not None and oom_kills_before is not None:
+        if now > oom_kills_before:
+            return "it was killed (SIGKILL) by the system, which ran out of memory"
+        return "it was killed (SIGKILL) from outside (not for memory: the system reports no out-of-memory kill)"
+    return ("it was killed (SIGKILL) from outside: by hand, by a supervisor, or by the system short of memory "
+            "(if nobody ended it, try a smaller batch size)")
 
 
 def failure_message(run: RunDir, message: str, saved_step: int | None = None) -> str:
@@ -48,8 +74,12 @@ def failure_message(run: RunDir, message: str, saved_step: int | None = None) ->
 
 
 def describe(exc: BaseException) -> str:
-    """An exception for the status: a write the disk refused in its plain words, else its type and text."""
-    return str(exc) if isinstance(exc, DiskRefused) else f"{type(exc).__name__}: {str(exc)[:300]}"
+    """An exception for the status: a write the disk refused in its plain words, else its type and
+    the first line of its text (an XLA or CUDA error's first line names it; the rest is in error.log)."""
+    if isinstance(exc, DiskRefused):
+        return str(exc)
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
 
 
 def log_traceback(run: RunDir, header: str) -> None:

@@ -194,8 +194,10 @@ def test_classroom_one_run_many_viewers_stop_resume_and_crash(runs_root):
         trainer_pid = resumed["pid"]
         os.kill(trainer_pid, signal.SIGKILL)
         failed = wait_state(host, ("failed",), timeout=60)
-        assert "killed" in failed["message"] and "SIGKILL" in failed["message"]
-        assert "Hint:" in failed["message"] and "smaller batch" in failed["message"]
+        assert "killed (SIGKILL) from outside" in failed["message"] and "is kept" in failed["message"]
+        from core.failures import oom_kills
+        if oom_kills() is not None:   # the kernel counts its out-of-memory kills: this one was not for memory
+            assert "not for memory" in failed["message"] and "batch" not in failed["message"], failed["message"]
         assert not alive(trainer_pid)
         assert "Started run" in start(host, key)
         second = wait_state(host, ("running", "starting"), timeout=60)

@@ -349,6 +349,36 @@ def test_cli_trains_then_sample_cli_writes_images(tmp_path):
 
 
 # ---- the trainer's rules on logged values, without a Loop --------------------------------------
+def test_a_failure_says_its_first_line_and_blames_memory_only_for_memory():
+    from core.failures import describe, ended_by_signal, hint_for, oom_kills
+    error = RuntimeError("Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error.\n"
+                         "  Ran out of memory in memory space hbm.\n  (a long dump follows)")
+    assert describe(error) == "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error."
+    worker = "DataLoader worker (pid 4242) is killed by signal: Segmentation fault."
+    assert hint_for(worker) == ""                     # a crash, not memory
+    crashed = ended_by_signal("SIGSEGV", oom_kills())
+    assert crashed == "it crashed on SIGSEGV" and hint_for(crashed) == ""
+    counted = oom_kills()
+    if counted is not None:   # /proc/vmstat counts the kernel's out-of-memory kills
+        assert "not for memory" in ended_by_signal("SIGKILL", counted)
+        assert "out of memory" in ended_by_signal("SIGKILL", counted - 1) and "batch" in hint_for(
+            ended_by_signal("SIGKILL", counted - 1))
+    assert "smaller batch" in ended_by_signal("SIGKILL", None)   # cannot tell: says memory may be why
+
+
+def test_a_final_checkpoint_that_fails_is_reported_and_the_last_good_one_kept(tmp_path):
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "fault_scripts", "final_checkpoint_failure.py"),
+                           "--device", "cpu", "--preset", "fast", "--batch-size", "16", "--steps", "6",
+                           "--checkpoint-every", "3", "--quality-every", "0", "--run-dir", str(run)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    status = RunDir(str(run)).read_status()
+    assert done.returncode == 1 and status.state == "failed", (done.stdout, done.stderr)
+    assert "while saving the checkpoint at step 6" in status.message and "No space left" in status.message
+    assert "The last checkpoint (step 3) is kept" in status.message and status.saved_step == 3
+    assert torch.load(run / "checkpoint.pt", weights_only=False)["step"] == 3
+
+
 def test_d_has_won_only_when_it_calls_both_batches_outright():
     from core.train import d_has_won
     assert d_has_won({"loss_d": 0.01, "d_real": 0.999, "d_fake": 0.001})
