@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
 import threading
 from collections.abc import AsyncIterator
 import time
@@ -142,14 +143,28 @@ def share_query(dataset, gan, preset, batch_size, precision, steps, device) -> s
     return urlencode({k: clean[k] for k in QUERY_FIELDS if k in clean})
 
 
-def page_url(request: gr.Request | None) -> str:
-    """This page's address as the browser sees it (behind a proxy: its forwarded host)."""
-    if request is None:
+def behind_proxy() -> bool:
+    """Whether the app was told a proxy stands in front of it (BLINK_BEHIND_PROXY=1; a Hugging Face
+    Space, SPACE_ID set, always is): only then are a request's X-Forwarded-* headers believed."""
+    return os.environ.get("BLINK_BEHIND_PROXY") == "1" or bool(os.environ.get("SPACE_ID"))
+
+
+_HOST = re.compile(r"(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+
+
+def page_url(headers, trust_forwarded: bool | None = None) -> str:
+    """This page's address as the browser sees it, from a request's headers: its Host, or behind a
+    proxy its X-Forwarded-Host and -Proto; "" for anything but an http(s) address of a plain host
+    name, so no header can put another link or markup on the page."""
+    if headers is None:
         return ""
-    headers = request.headers
-    host = headers.get("x-forwarded-host") or headers.get("host") or ""
-    scheme = headers.get("x-forwarded-proto") or "http"
-    return f"{scheme}://{host}/" if host else ""
+    trust = behind_proxy() if trust_forwarded is None else trust_forwarded
+    forwarded = (lambda name: (headers.get(name) or "").split(",")[0].strip()) if trust else (lambda name: "")
+    host = forwarded("x-forwarded-host") or headers.get("host") or ""
+    scheme = (forwarded("x-forwarded-proto") or "http").lower()
+    if scheme not in ("http", "https") or not _HOST.fullmatch(host):
+        return ""
+    return f"{scheme}://{host}/"
 
 
 # Images per second (per critic update) of the fast CPU model on a 2-core machine, for the estimate
@@ -351,12 +366,12 @@ class TrainTab:
 
     def share_link(self, dataset, gan, preset, batch_size, precision, steps, device, request: gr.Request) -> str:
         query = share_query(dataset, gan, preset, batch_size, precision, steps, device)
-        url = f"{page_url(request)}?{query}"
+        url = f"{page_url(request.headers if request is not None else None)}?{query}"
         return f"**Share this setup:** [{url}]({url})"
 
     def join_link(self, request: gr.Request) -> str:
         """The students' link (?view=watch) and its QR code, for the host's page."""
-        return views.join_html(page_url(request))
+        return views.join_html(page_url(request.headers if request is not None else None))
 
     # ---- layout and events -------------------------------------------------------------------
     def _lay_out(self) -> gr.Blocks:

@@ -134,3 +134,21 @@ def test_the_forms_labels_and_choices_are_the_ones_the_config_declares(tab):
     for name in ("dataset", "gan", "preset", "device", "conditional"):
         offered = [value for _, value in getattr(tab, name).choices]
         assert offered == list(spec(name)["choices"]), name
+
+
+def test_the_students_link_believes_forwarded_headers_only_behind_a_proxy(monkeypatch):
+    from app.ui import page_url
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    monkeypatch.delenv("BLINK_BEHIND_PROXY", raising=False)
+    forged = {"host": "192.168.1.20:7860", "x-forwarded-host": "evil.example", "x-forwarded-proto": "javascript"}
+    assert page_url(forged) == "http://192.168.1.20:7860/"            # not told of a proxy: the Host it was reached by
+    monkeypatch.setenv("BLINK_BEHIND_PROXY", "1")
+    assert page_url(forged) == ""                                     # told, but only http and https are links
+    assert page_url({**forged, "x-forwarded-proto": "https, http"}) == "https://evil.example/"
+    monkeypatch.delenv("BLINK_BEHIND_PROXY")
+    monkeypatch.setenv("SPACE_ID", "teacher/blink")                   # a Space is always behind Hugging Face's proxy
+    assert page_url({"host": "10.0.0.5:7860", "x-forwarded-host": "teacher-blink.hf.space",
+                     "x-forwarded-proto": "https"}) == "https://teacher-blink.hf.space/"
+    for host in ('a.example"><script>', "a.example/path", "", "a b"):   # no markup, paths or spaces from a header
+        assert page_url({"host": host}, trust_forwarded=False) == "", host
+    assert page_url({"host": "[::1]:7860"}, trust_forwarded=False) == "http://[::1]:7860/"
