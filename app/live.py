@@ -190,25 +190,6 @@ class LiveFeed:
         except asyncio.TimeoutError:
             return False
 
-    async def changes(self):
-        """The run's status for a script, once now and once per change, until the run ends.
-
-        Behind the /watch API: a gradio_client script iterates `client.submit(api_name="/watch")`
-        and costs the server one message per change, not one request per poll."""
-        await self._join()
-        try:
-            sent = None
-            while True:
-                current = self._current
-                if sent is None or current.version != sent.version:
-                    yield current.status
-                    sent = current
-                    if current.final:
-                        return
-                await self._next_change(KEEPALIVE_SECONDS)
-        finally:
-            self._leave()
-
     # ---- routes ---------------------------------------------------------------------------------
     async def events(self, request):
         from starlette.responses import StreamingResponse

@@ -16,7 +16,6 @@ import hmac
 import os
 import re
 import threading
-from collections.abc import AsyncIterator
 import time
 from urllib.parse import urlencode
 
@@ -345,11 +344,6 @@ class TrainTab:
                                 "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path,
                                 "host_key_required": bool(self.host_key)})
 
-    async def watch_api(self) -> AsyncIterator[dict]:
-        """The run's status once now, then once per change until it ends (for scripts that watch)."""
-        async for status in self.feed.changes():
-            yield status
-
     def settings_on_open(self):
         """A page opened (or reloaded) during a run presents the run, not the form."""
         return gr.Accordion(open=not self.job.is_active())
@@ -457,7 +451,6 @@ class TrainTab:
         self.resume_button.click(self.resume, [self.resume_steps, self.key], self.message, api_name="resume")
         blocks.load(self.join_link, None, self.join, api_visibility="private")
         gr.api(self.status_api, api_name="status", concurrency_limit=None)
-        gr.api(self.watch_api, api_name="watch", concurrency_limit=None)
         self.upload.upload(self.check_upload, self.upload, [self.dataset, self.data_path, self.dataset_note],
                            api_name="upload_dataset")
         gr.on([self.dataset.change, self.data_path.submit, blocks.load], self.preview_dataset,

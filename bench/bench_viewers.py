@@ -17,7 +17,6 @@ Viewer kinds:
     sse      scripted clients of /live/events (what every page does)
     status   scripts that wait on /live/status?since=V
     gradio   gradio_client scripts asking /status once a second (the old way, for comparison)
-    watch    gradio_client scripts iterating client.submit(api_name="/watch"): one message per change
     browser  headless chromium pages (one browser context each) on ?view=watch
 
     python bench/bench_viewers.py --kind sse --counts 0 10 30 50 --window 60
@@ -162,22 +161,6 @@ def client_main(url: str, kind: str, count: int, runs_root: str, out: str) -> No
                 result["errors"].append(repr(exc))
             stop.wait(max(0.0, 1.0 - (time.time() - t0)))
 
-    def watch_viewer() -> None:
-        from gradio_client import Client
-        seen_grid = [None]
-        try:
-            client = Client(url, verbose=False)
-            first = True
-            for status in client.submit(api_name="/watch"):
-                if stop.is_set():
-                    return
-                if not first:   # the first message is the status as it was, not a change
-                    record({"updated": status.get("updated"), "grid": None}, seen_grid)
-                first = False
-        except Exception as exc:
-            if not stop.is_set():
-                result["errors"].append(repr(exc))
-
     def browsers() -> None:
         from playwright.sync_api import sync_playwright
         with sync_playwright() as p:
@@ -203,7 +186,7 @@ def client_main(url: str, kind: str, count: int, runs_root: str, out: str) -> No
         thread.start()
         threads = [thread]
     else:
-        target = {"sse": sse_viewer, "status": status_viewer, "gradio": gradio_viewer, "watch": watch_viewer}[kind]
+        target = {"sse": sse_viewer, "status": status_viewer, "gradio": gradio_viewer}[kind]
         threads = [threading.Thread(target=target, daemon=True) for _ in range(count)]
         for thread in threads:
             thread.start()
@@ -309,7 +292,7 @@ def main() -> None:
         replay_main(sys.argv[2])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kind", choices=("sse", "status", "gradio", "watch", "browser"), default="sse")
+    parser.add_argument("--kind", choices=("sse", "status", "gradio", "browser"), default="sse")
     parser.add_argument("--counts", type=int, nargs="+", default=[0, 10, 30, 50])
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--idle", type=float, default=0.0, help="only measure an idle server for this long")

@@ -126,23 +126,26 @@ def test_classroom_one_run_many_viewers_stop_resume_and_crash(runs_root):
 
         # 21 scripted viewers while someone tries to start a second run: a third ask gradio's /status
         # once a second, a third wait on /live/status?since=V (an answer only when the run changed),
-        # a third iterate gradio's /watch stream (one message per change).
+        # a third read the page's own stream, /live/events (one message per change).
         errors, polls, stop_polling = [], [], threading.Event()
 
         per_viewer = [0] * 21
 
         def viewer(i):
             try:
-                client, version = Client(app.url, verbose=False), 0
+                version = 0
                 if i % 3 == 2:
-                    for s in client.submit(api_name="/watch"):
-                        if stop_polling.is_set():
-                            return
-                        assert s["version"] > version, (s, version)   # each message is a change
-                        version = s["version"]
-                        polls.append(s)
-                        per_viewer[i] += 1
+                    with urllib.request.urlopen(f"{app.url}live/events", timeout=60) as stream:
+                        for line in stream:
+                            if stop_polling.is_set():
+                                return
+                            if line.startswith(b"data: "):
+                                message = json.loads(line[6:])
+                                assert message["version"] > version, (message, version)   # each one a change
+                                version = message["version"]
+                                per_viewer[i] += 1
                     return
+                client = Client(app.url, verbose=False)
                 while not stop_polling.is_set():
                     if i % 3:
                         s = client.predict(api_name="/status")

@@ -46,28 +46,6 @@ def test_non_finite_values_are_left_out_and_text_is_escaped():
     assert "<script>" not in text and "&lt;script&gt;" in text and "<b>failed</b>" in text
 
 
-def test_a_watching_script_gets_one_message_per_change_and_the_stream_ends_with_the_run(runs_root):
-    """LiveFeed.changes (the /watch API): the status now, then one per change, ending at done."""
-    import asyncio
-    run = RunDir.create(TrainConfig(), runs_root)
-    run.write_status("running", "Training...", step=1, steps=50, gan="dcgan")
-    feed = LiveFeed(Job(runs_root), watch_seconds=0.05)
-
-    async def watch() -> list[dict]:
-        seen = []
-        async for status in feed.changes():
-            seen.append(status)
-            if len(seen) == 1:
-                run.write_status("running", "Training...", step=25, steps=50, gan="dcgan")
-            elif len(seen) == 2:
-                run.write_status("done", "Finished 50 steps.", step=50, steps=50, gan="dcgan")
-        return seen
-
-    seen = asyncio.run(asyncio.wait_for(watch(), 30))
-    assert [(s["state"], s["step"]) for s in seen] == [("running", 1), ("running", 25), ("done", 50)]
-    assert [s["version"] for s in seen] == sorted({s["version"] for s in seen})   # each a new version
-
-
 def _routes_of(feed):
     from starlette.applications import Starlette
     from starlette.testclient import TestClient
