@@ -15,3 +15,58 @@ def refused(message: str, title: str = "Error") -> gr.Error:
     """The error to raise for input the app refuses (Gradio would print a full traceback)."""
     log_refusal(title, message)
     return gr.Error(message, title=title, print_exception=False)
+
+
+# ---- a bad value in a named API's field: the project's message, naming the field --------------
+_checked_classes: dict[type, type] = {}
+
+
+def _expected(component) -> str:
+    """What a component's field takes, in words."""
+    choices = getattr(component, "choices", None)
+    if choices:
+        values = [c[1] if isinstance(c, (tuple, list)) else c for c in choices]
+        shown = ", ".join(repr(v) for v in values[:8]) + (", ..." if len(values) > 8 else "")
+        return f"one of {shown}"
+    low, high = getattr(component, "minimum", None), getattr(component, "maximum", None)
+    if isinstance(component, (gr.Number, gr.Slider)):
+        return "a number" + (f" from {low:g} to {high:g}" if low is not None and high is not None else "")
+    if isinstance(component, gr.Checkbox):
+        return "true or false"
+    if isinstance(component, gr.Textbox):
+        return "text"
+    return "a value this field takes (a file it can read, for a file field)"
+
+
+def bad_value_message(component, payload) -> str:
+    label = component.label or component.elem_id or component.get_block_name()
+    shown = repr(payload)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return f"{label}: {shown} is not {_expected(component)}. Change this value and try again."
+
+
+def _checked_class(cls: type) -> type:
+    """cls with a preprocess whose failures are the project's refusal. Same name and module, so
+    the page draws it as cls; a class (not a patched method) so per-session copies keep it."""
+    if cls not in _checked_classes:
+        def preprocess(self, payload):
+            if isinstance(self, gr.Checkbox) and not isinstance(payload, (bool, type(None))):
+                raise refused(bad_value_message(self, payload), title="Check the value")   # Gradio takes any truthy thing
+            try:
+                return cls.preprocess(self, payload)
+            except Exception:   # Gradio's own words (and its gr.Errors) name no field
+                raise refused(bad_value_message(self, payload), title="Check the value") from None
+        _checked_classes[cls] = type(cls.__name__, (cls,), {"preprocess": preprocess, "__module__": cls.__module__,
+                                                            "__qualname__": cls.__qualname__})
+    return _checked_classes[cls]
+
+
+def name_bad_values(demo: gr.Blocks) -> None:
+    """Every input of every event: a value its component cannot take is refused in one line that
+    names the field ("Batch size: 'abc' is not a number from 1 to 4096."), not Gradio's
+    "Could not preprocess input component at index 4 ..." with a traceback in the log."""
+    for fn in demo.fns.values():
+        for component in fn.inputs:
+            if isinstance(component, gr.components.Component) and not component.stateful \
+                    and not hasattr(component, "is_template") and type(component) not in _checked_classes.values():
+                component.__class__ = _checked_class(type(component))

@@ -23,7 +23,7 @@ import gradio as gr
 
 from app import dataset_work, sample_tab, viewer_work, views
 from app.dataset_work import check_data_path
-from app.errors import log_refusal, refused
+from app.errors import log_refusal, name_bad_values, refused
 from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed
 from core import data, devices
@@ -491,6 +491,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
         # The Sample tab is alive the moment the page opens, and shows the newest generators (the
         # live run's checkpoint, new runs to pick) whenever it is opened and when a run ends.
         sampler.show_on([demo.load, sample_page.select, live.click])
+    name_bad_values(demo)
     demo.blink_job = job    # tests and app.py reach the job through the app
     demo.blink_feed = feed    # app.py mounts its routes (/live/...) when it launches
     return demo

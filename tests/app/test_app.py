@@ -26,6 +26,39 @@ def test_bad_settings_are_refused_before_any_process_starts(app):
     assert client.predict(api_name="/status")["run"] == ""   # no run directory was created
 
 
+def test_a_bad_value_in_any_field_of_any_named_api_is_refused_naming_the_field(app):
+    """Every named API's fields that Gradio checks (numbers, sliders, choices, checkboxes): a value
+    the field cannot take is refused in the project's one line naming the field, not Gradio's
+    "Could not preprocess input component at index N", and the server log gets no traceback."""
+    client = app.client()
+    api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    checked = []
+    for name, endpoint in api.items():
+        parameters = endpoint["parameters"]
+        if any(p["component"] == "File" for p in parameters):
+            continue   # the upload endpoints: the upload tests send them bad files
+        defaults = {p["parameter_name"]: p["parameter_default"] if p["parameter_has_default"] else None
+                    for p in parameters}
+        for p in parameters:
+            if p["component"] == "Textbox":
+                continue   # text takes any string: the handlers check it
+            for bad in ({"not": "a value"},):
+                try:
+                    client.predict(**{**defaults, p["parameter_name"]: bad}, api_name=name)
+                    continue   # a field that takes any value (a picker of runs by name) and a handler that ignored it
+                except AppError as refused:
+                    message = str(refused)
+                # The field's name first; or, where the field lets any value through (a custom choice),
+                # the handler's own refusal. Never Gradio's words, never more than one line.
+                assert "Could not preprocess" not in message and "list of choices" not in message, (name, message)
+                assert "\n" not in message, (name, message)
+                checked.append((name, p["label"], message.startswith(f"{p['label']}: ")))
+    named = [c for c in checked if c[2]]
+    assert len({n for n, _, _ in named}) >= 12 and len(named) >= 30, checked
+    log = app.read_log()
+    assert "Traceback" not in log and "Could not preprocess" not in log, log[-3000:]
+
+
 def test_previews_and_samples_are_drawn_without_torch_in_the_ui_process(app):
     """The UI process never loads torch (its memory): what needs torch runs in the trainer and the
     viewer-work process. Checked from outside, in the libraries mapped into the app's process."""
