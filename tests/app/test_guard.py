@@ -154,3 +154,32 @@ def test_wrong_host_keys_are_answered_one_slow_step_at_a_time_right_ones_at_once
     wrong_done = time.monotonic()
     assert wrong_done - start >= guesses * WRONG_KEY_SECONDS   # the guesses waited in turn
     assert right_done < wrong_done                             # the host was not queued behind them
+
+
+def test_silent_and_half_sent_connections_are_closed_and_a_real_request_still_answers(app):
+    """40 clients that never finish a request (20 silent, 20 sending headers a line at a time and
+    stopping) are all closed about REQUEST_HEADERS_SECONDS after they connected; meanwhile the
+    page and a long poll answer as always."""
+    import socket
+    import urllib.request
+    from app.serving import REQUEST_HEADERS_SECONDS
+    held = []
+    for i in range(40):
+        sock = socket.create_connection(("127.0.0.1", app.port), timeout=5)
+        if i % 2:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slow")   # never the blank line
+        held.append(sock)
+    opened = time.monotonic()
+    with urllib.request.urlopen(app.url + "live/status", timeout=30) as answer:   # the server still serves
+        assert answer.status == 200
+    closed_after = []
+    for sock in held:
+        sock.settimeout(REQUEST_HEADERS_SECONDS + 20)
+        try:
+            assert sock.recv(1024) == b""     # closed by the server, nothing sent
+        except ConnectionResetError:
+            pass
+        closed_after.append(time.monotonic() - opened)
+        sock.close()
+    assert max(closed_after) < REQUEST_HEADERS_SECONDS + 10, closed_after
+    assert min(closed_after) >= REQUEST_HEADERS_SECONDS - 2, closed_after   # not before their time
