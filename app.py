@@ -63,6 +63,19 @@ def limit_malloc_arenas() -> None:
         pass
 
 
+def use_own_upload_folder() -> None:
+    """Gradio keeps uploads in GRADIO_TEMP_DIR, by default `<temp>/gradio`, which every Gradio app
+    on the machine shares and serves by path. Unless told otherwise, this app gets a folder of its
+    own, removed when it exits; each upload leaves it once checked (app/ui.py _forget_upload)."""
+    if os.environ.get("GRADIO_TEMP_DIR"):
+        return
+    import shutil
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="blink-uploads-")
+    os.environ["GRADIO_TEMP_DIR"] = folder
+    atexit.register(shutil.rmtree, folder, True)   # True: ignore errors
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Blink: watch a GAN learn.")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
@@ -81,6 +94,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.keep_runs < 1:
         parser.error("--keep-runs must be at least 1 (the current run is always kept)")
+    use_own_upload_folder()   # before Gradio is imported: some of its modules read the folder then
     from core.rundir import default_root, writable_problem
     problem = writable_problem(default_root())
     if problem:   # Start refuses new runs then; said now, the host can fix it before the lesson

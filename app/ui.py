@@ -142,6 +142,19 @@ def share_query(dataset, gan, preset, batch_size, precision, steps, device) -> s
     return urlencode({k: clean[k] for k in QUERY_FIELDS if k in clean})
 
 
+def _forget_upload(path: str) -> None:
+    """Remove Gradio's copy of an uploaded file once it is checked: kept (copied into the dataset
+    cache, whose size is capped) or refused, it is not needed, so the upload folder holds at most
+    the uploads being checked. Only a file inside the upload folder is touched."""
+    folder = os.path.realpath(gr.utils.get_upload_folder())
+    real = os.path.realpath(path)
+    if real.startswith(folder + os.sep):
+        try:
+            os.remove(real)
+        except OSError:
+            pass
+
+
 def behind_proxy() -> bool:
     """Whether the app was told a proxy stands in front of it (BLINK_BEHIND_PROXY=1; a Hugging Face
     Space, SPACE_ID set, always is): only then are a request's X-Forwarded-* headers believed."""
@@ -325,7 +338,10 @@ class TrainTab:
         """Check an uploaded zip on the server (size, entries, images) and train from it."""
         if not path:
             return gr.skip()   # the upload was cleared: nothing to check, nothing changes
-        result = viewer_work.run(dataset_work.check_upload, path)
+        try:
+            result = viewer_work.run(dataset_work.check_upload, path)
+        finally:
+            _forget_upload(path)
         if "refused" in result:
             # Said in the dataset note and left there: raising would mark every output of this
             # event (the Dataset dropdown, the folder box) as an error until each is dismissed.

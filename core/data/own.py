@@ -16,7 +16,6 @@ import io
 import os
 import random
 import stat
-import tempfile
 import threading
 import time
 import zipfile
@@ -58,11 +57,11 @@ _GREY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
 def allowed_roots() -> list[str]:
     """Folders whose images the server may read for a viewer, resolved (symlinks and all) here.
 
-    This app's upload areas (the dataset cache's uploads folder and Gradio's upload folder: the
-    only places under the temp folder), the app's own folder, and any folders an admin lists in
-    BLINK_DATA_ROOTS. Read at call time, so tests and admins can point them elsewhere."""
-    roots = [uploads_dir(), os.environ.get("GRADIO_TEMP_DIR") or os.path.join(tempfile.gettempdir(), "gradio"),
-             APP_FOLDER]
+    The dataset cache's uploads folder (where every accepted upload is kept), the app's own folder,
+    and any folders an admin lists in BLINK_DATA_ROOTS. Not Gradio's upload folder, nor the
+    machine-wide `<temp>/gradio` that every Gradio app shares. Read at call time, so tests and
+    admins can point them elsewhere."""
+    roots = [uploads_dir(), APP_FOLDER]
     roots += [r for r in os.environ.get("BLINK_DATA_ROOTS", "").split(os.pathsep) if r]
     return [os.path.realpath(os.path.expanduser(r)) for r in roots]
 

@@ -150,7 +150,7 @@ def _zip_of_noise(path, seed: int, count: int = 8) -> str:
     return str(path)
 
 
-def test_uploads_and_sample_outputs_are_bounded_and_outputs_removed_when_the_app_exits(tmp_path):
+def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(tmp_path):
     """One app with a small uploads cap and a temp folder of its own: uploaded datasets are evicted
     least recently used, never a kept run's zip; the Sample tab's files are bounded, the one
     uploaded generator in use is kept, and all of them go when the app exits."""
@@ -169,6 +169,11 @@ def test_uploads_and_sample_outputs_are_bounded_and_outputs_removed_when_the_app
         client.predict("folder", first, "dcgan", "fast", 8, "fp32", "cpu", 5, api_name="/start")
         wait_for(lambda: client.predict(api_name="/status").get("state") == "done", timeout=300, what="the run on it")
         kept = [client.predict(handle_file(z), api_name="/upload_dataset")[1] for z in zips[1:]]
+        # Gradio's uploads went to a folder of the app's own (not the machine's <temp>/gradio), and
+        # each left it once checked.
+        (own_uploads,) = temp.glob("blink-uploads-*")
+        assert not (temp / "gradio").exists()
+        assert not [f for f in own_uploads.rglob("*.zip")], list(own_uploads.rglob("*"))
 
         for i in range(KEEP_OUTPUTS // 2 + 2):   # more files than are always kept, of two kinds
             client.predict(i, i + 1, 4, "linear", api_name="/interpolation_gif")
@@ -193,7 +198,7 @@ def test_uploads_and_sample_outputs_are_bounded_and_outputs_removed_when_the_app
     stored = sorted(os.listdir(data_dir / "uploads"))
     # The oldest upload stays (the kept run trained on it), the newest stays, the ones between go.
     assert stored == sorted(os.path.basename(p) for p in (first, kept[-1])), stored
-    assert list(temp.glob("blink-sample-*")) == []
+    assert list(temp.glob("blink-sample-*")) == [] and list(temp.glob("blink-uploads-*")) == []
 
 
 def test_a_test_process_killed_half_way_leaves_no_app_behind(tmp_path):

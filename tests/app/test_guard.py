@@ -127,6 +127,17 @@ def test_preview_refuses_temp_folders_outside_the_apps_uploads(guarded, tmp_path
     assert str(paths["root"]) not in note                    # no server path in the message
 
 
+def test_gradios_upload_folder_is_not_a_folder_my_images_may_read(guarded):
+    """Gradio's upload folder holds other people's files until they are checked (and, machine-wide
+    as `<temp>/gradio`, every Gradio app's): a typed path into it is refused like any other."""
+    client, paths = guarded
+    pics = paths["root"] / "gradio" / "someone-elses"
+    pics.mkdir(parents=True)
+    _solid(pics / "0.png", RED)
+    note, grid = client.predict("folder", str(pics), api_name="/preview_dataset")
+    assert grid is None and "outside the folders this server allows" in note, note
+
+
 def test_preview_does_not_follow_a_file_link_out_of_an_allowed_folder(guarded):
     client, paths = guarded
     folder = paths["allowed"] / "linked"
