@@ -24,12 +24,13 @@ def check_data_path(dataset: str, data_path: str) -> str:
         raise ConfigError(str(exc)) from exc
 
 
-def check_upload(path: str) -> dict:
-    """Check an uploaded zip (size, entries, images) and keep it for training.
+def check_upload(path: str, may_evict: bool = True) -> dict:
+    """Check an uploaded zip (size, entries, images) and keep it for training; may_evict: whether
+    older uploads may go to make room (the host's upload), else it must fit.
 
     Returns dict(path, message) for a kept zip, or dict(refused=message) saying what to change."""
     try:
-        kept = uploads.keep_upload(path, TrainConfig.max_image_mb)
+        kept = uploads.keep_upload(path, TrainConfig.max_image_mb, may_evict=may_evict)
     except DatasetError as exc:
         return {"refused": str(exc)}
     return {"path": kept["path"], "message": kept["message"]}

@@ -271,6 +271,12 @@ def whole_number(text: str, digits: int = 12) -> int | None:
     return int(text) if re.fullmatch(rf"[0-9]{{1,{digits}}}", text or "") else None
 
 
+def live_grid_url(snap) -> str | None:
+    """The newest grid of a snapshot as its URL on this server (live/grid/RUN/STEP), never its path."""
+    step = _grid_step(snap.grid_path)
+    return f"live/grid/{snap.run_name}/{step}" if step is not None else None
+
+
 def _grid_step(path: str | None) -> int | None:
     match = re.search(r"step_(\d+)\.png$", path or "")
     return int(match.group(1)) if match else None

@@ -25,7 +25,7 @@ from app import dataset_work, sample_tab, viewer_work, views
 from app.dataset_work import check_data_path
 from app.errors import log_refusal, name_bad_values, refused
 from app.job import Job, JobBusy, ResumeRefused
-from app.live import LiveFeed
+from app.live import LiveFeed, live_grid_url
 from core import data, devices
 from core.rundir import FINAL_STATES, DiskRefused
 from core import gans
@@ -244,12 +244,18 @@ class TrainTab:
 
         A right key passes at once. Each wrong one waits WRONG_KEY_SECONDS, one at a time for the
         whole server, so guessing runs at two keys a second at most however many requests come."""
-        if self.host_key and not hmac.compare_digest(str(key or "").encode(), self.host_key.encode()):
-            with self.wrong_keys:
-                time.sleep(WRONG_KEY_SECONDS)
+        if not self.is_host(key):
             raise refused("Only the host can start, stop, pause or resume runs, or change the generator everyone "
                           "samples from, on this page (enter the host key). Everyone else watches the run live.",
                           title="Watch mode")
+
+    def is_host(self, key) -> bool:
+        """Whether `key` is the host's (always, on a page with no host key); a wrong key waits its turn."""
+        if not self.host_key or hmac.compare_digest(str(key or "").encode(), self.host_key.encode()):
+            return True
+        with self.wrong_keys:
+            time.sleep(WRONG_KEY_SECONDS)
+        return False
 
     def config_from_form(self, dataset, data_path, gan, preset, batch_size, precision, device, steps,
                          log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
@@ -334,12 +340,13 @@ class TrainTab:
             raise refused(str(exc), title="A run is going")
         return f"Resuming run `{run.name}` from its checkpoint."
 
-    def check_upload(self, path) -> dict:
-        """Check an uploaded zip on the server (size, entries, images) and train from it."""
+    def check_upload(self, path, key="") -> dict:
+        """Check an uploaded zip on the server (size, entries, images) and train from it. Only the
+        host's uploads may make room by evicting older ones: anyone else's must fit."""
         if not path:
             return gr.skip()   # the upload was cleared: nothing to check, nothing changes
         try:
-            result = viewer_work.run(dataset_work.check_upload, path)
+            result = viewer_work.run(dataset_work.check_upload, path, self.is_host(key))
         finally:
             _forget_upload(path)
         if "refused" in result:
@@ -357,7 +364,7 @@ class TrainTab:
         """The run as plain JSON for scripts: status, event count, newest event and grid."""
         snap = self.job.snapshot()
         return views.json_safe({"run": snap.run_name, **snap.status.to_dict(), "events": len(snap.events),
-                                "last_event": snap.events[-1] if snap.events else None, "grid": snap.grid_path,
+                                "last_event": snap.events[-1] if snap.events else None, "grid": live_grid_url(snap),
                                 "host_key_required": bool(self.host_key)})
 
     def settings_on_open(self):
@@ -467,7 +474,7 @@ class TrainTab:
         self.resume_button.click(self.resume, [self.resume_steps, self.key], self.message, api_name="resume")
         blocks.load(self.join_link, None, self.join, api_visibility="private")
         gr.api(self.status_api, api_name="status", concurrency_limit=None)
-        self.upload.upload(self.check_upload, self.upload, [self.dataset, self.data_path, self.dataset_note],
+        self.upload.upload(self.check_upload, [self.upload, self.key], [self.dataset, self.data_path, self.dataset_note],
                            api_name="upload_dataset")
         gr.on([self.dataset.change, self.data_path.submit, blocks.load], self.preview_dataset,
               [self.dataset, self.data_path], [self.dataset_note, self.dataset_preview], api_name="preview_dataset",

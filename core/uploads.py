@@ -22,15 +22,17 @@ from core.rundir import disk_refusal, list_runs, write_atomic
 UPLOADS_MB = 1024
 
 
-def keep_upload(path: str, max_mb: int = data.DEFAULT_MAX_MB) -> dict:
+def keep_upload(path: str, max_mb: int = data.DEFAULT_MAX_MB, may_evict: bool = True) -> dict:
     """Validate an uploaded zip and store it; returns dict(path, images, ignored, message).
 
-    `path` in the result is what the UI puts in TrainConfig.data_path. Raises
+    `path` in the result is what the UI puts in TrainConfig.data_path. may_evict: whether the
+    least recently used zips may go to keep the folder under BLINK_UPLOADS_MB (the host's upload);
+    else a zip that does not fit is refused, and nobody else's is deleted. Raises
     core.data.DatasetError (message for the student) for an unsafe, oversized or empty zip.
     """
     listing = data.list_images(path, max_mb)
     if listing.kind != "zip":
-        raise data.DatasetError(f"{path} is a folder; upload a .zip file, or type the folder path instead.")
+        raise data.DatasetError("That is a folder; upload a .zip file, or type the folder path instead.")
     if not listing.names:
         raise data.DatasetError(f"The zip {os.path.basename(path)} has no PNG/JPEG images "
                                 f"({listing.ignored} other files). Zip .png, .jpg or .jpeg files.")
@@ -42,11 +44,22 @@ def keep_upload(path: str, max_mb: int = data.DEFAULT_MAX_MB) -> dict:
         except OSError:              # a read-only cache still serves the zip
             pass
     else:
+        if not may_evict:
+            _refuse_unless_it_fits(os.path.getsize(listing.path))
         _store(listing.path, kept)
-    evict_uploads(keep=kept)
+    if may_evict:
+        evict_uploads(keep=kept)
     return dict(path=kept, images=len(listing.names), ignored=listing.ignored,
                 message=f"{len(listing.names)} images in the zip ({listing.ignored} other files ignored); "
                         f"unreadable images are skipped when training starts.")
+
+
+def _refuse_unless_it_fits(size: int) -> None:
+    cap_mb = float(os.environ.get("BLINK_UPLOADS_MB", UPLOADS_MB))
+    used = sum(e.stat().st_size for e in os.scandir(uploads_dir()) if e.name.endswith(".zip"))
+    if used + size > cap_mb * 2**20:
+        raise data.DatasetError(f"The server's uploads folder is full ({used / 2**20:.0f} of {cap_mb:.0f} MB), "
+                                "and only the host's uploads may make room: ask the host to upload it.")
 
 
 def _store(path: str, kept: str) -> None:

@@ -1,10 +1,12 @@
 """The studio end to end: the real app process, driven through its named API like a script would."""
+import io
 import json
 import math
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 from gradio_client.exceptions import AppError
@@ -90,7 +92,8 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     assert status["step"] == 120 and status["device"].startswith("CPU")
     # The event log grew while we watched, and every loss is finite.
     assert len(set(seen_events)) >= 3
-    run_path = os.path.dirname(os.path.dirname(status["grid"]))
+    run_path = os.path.join(app.runs_root, status["run"])
+    assert status["grid"] == f"live/grid/{status['run']}/120"   # a URL of this server, never a server path
     with open(os.path.join(run_path, "config.json")) as f:   # the form's values, the Advanced seed among them
         assert (json.load(f)["seed"], status["step"]) == (7, 120)
     with open(os.path.join(run_path, "events.jsonl")) as f:
@@ -102,10 +105,12 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     quality = [e for e in events if "quality_fd" in e]
     assert [e["step"] for e in quality] == [50, 120] and all(math.isfinite(q["quality_fd"]) for q in quality)
     # Grids every 10 steps early on, then every 100 and at the end, each kept (never overwritten).
-    grid_files = sorted(os.listdir(os.path.join(os.path.dirname(status["grid"]))))
+    grid_files = sorted(os.listdir(os.path.join(run_path, "grids")))
     assert grid_files == [f"step_{s:06d}.png" for s in (1, *range(10, 121, 10))]
     assert len(seen_grids) >= 2
-    with Image.open(status["grid"]) as grid:   # class-conditional on MNIST's labels: a column per digit
+    with urllib.request.urlopen(app.url + status["grid"], timeout=30) as answer:
+        png = answer.read()
+    with Image.open(io.BytesIO(png)) as grid:   # class-conditional on MNIST's labels: a column per digit
         assert grid.size == (10 * 30 + 2, 6 * 30 + 2)            # 60 samples, 28 px + 2 px padding
 
     image_path, caption = client.predict(3, 16, api_name="/sample")
@@ -130,7 +135,7 @@ def test_stop_ends_the_run_and_keeps_what_was_trained(app):
     status = wait_for(lambda: (s := client.predict(api_name="/status"))["state"] == "stopped" and s, timeout=120,
                       what="the run to stop")
     assert status["saved_step"] == status["step"] > 0
-    run_path = os.path.dirname(os.path.dirname(status["grid"]))
+    run_path = os.path.join(app.runs_root, status["run"])
     assert os.path.exists(os.path.join(run_path, "checkpoint.pt"))
     assert os.path.exists(os.path.join(run_path, "generator.safetensors"))
 
@@ -152,23 +157,28 @@ def _zip_of_noise(path, seed: int, count: int = 8) -> str:
 
 def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(tmp_path):
     """One app with a small uploads cap and a temp folder of its own: uploaded datasets are evicted
-    least recently used, never a kept run's zip; the Sample tab's files are bounded, the one
-    uploaded generator in use is kept, and all of them go when the app exits."""
+    least recently used, never a kept run's zip, and only for the host (anyone else's upload must
+    fit); the Sample tab's files are bounded, the one uploaded generator in use is kept, and all
+    of them go when the app exits."""
     from gradio_client import handle_file
     from app.sample_tab import KEEP_OUTPUTS, MAX_OUTPUTS
-    zips = [_zip_of_noise(tmp_path / f"set{i}.zip", seed=i) for i in range(5)]
+    zips = [_zip_of_noise(tmp_path / f"set{i}.zip", seed=i) for i in range(6)]
     cap_mb = 2.5 * max(os.path.getsize(z) for z in zips) / 2**20    # room for two and a half of them
     runs, data_dir, temp = tmp_path / "runs", tmp_path / "data", tmp_path / "tmp"
     runs.mkdir()
     temp.mkdir()
+    key = "host"
     app = RunningApp(str(runs), env={"BLINK_DATA_DIR": str(data_dir), "BLINK_UPLOADS_MB": str(cap_mb),
-                                     "TMPDIR": str(temp)}).wait_ready()
+                                     "TMPDIR": str(temp), "BLINK_HOST_KEY": key}).wait_ready()
     try:
         client = app.client()
-        _, first, _ = client.predict(handle_file(zips[0]), api_name="/upload_dataset")
-        client.predict("folder", first, "dcgan", "fast", 8, "fp32", "cpu", 5, api_name="/start")
+        _, first, _ = client.predict(handle_file(zips[0]), key, api_name="/upload_dataset")
+        client.predict("folder", first, "dcgan", "fast", 8, "fp32", "cpu", 5, key=key, api_name="/start")
         wait_for(lambda: client.predict(api_name="/status").get("state") == "done", timeout=300, what="the run on it")
-        kept = [client.predict(handle_file(z), api_name="/upload_dataset")[1] for z in zips[1:]]
+        kept = [client.predict(handle_file(z), key, api_name="/upload_dataset")[1] for z in zips[1:5]]
+        # Without the key an upload may not make room: the folder is full, so it is refused.
+        *_, note = client.predict(handle_file(zips[5]), "", api_name="/upload_dataset")
+        assert "uploads folder is full" in note and "ask the host" in note, note
         # Gradio's uploads went to a folder of the app's own (not the machine's <temp>/gradio), and
         # each left it once checked.
         (own_uploads,) = temp.glob("blink-uploads-*")
@@ -186,7 +196,7 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
         (other / "generator.json").write_text(json.dumps({**meta, "step": meta.get("step", 0) + 1}))
         for meta_path in (os.path.join(shipped, "generator.json"), str(other / "generator.json")):
             client.predict([handle_file(os.path.join(shipped, "generator.safetensors")), handle_file(meta_path)],
-                           "", api_name="/upload_generator")
+                           key, api_name="/upload_generator")
         (root,) = temp.glob("blink-sample-*")
         outputs = [p for p in root.iterdir() if p.name != "uploaded"]
         # All made within the serving time, so all still there for a slow viewer; the count and

@@ -104,7 +104,7 @@ def test_app_pause_resume_and_stop_on_four_devices(xla_app):
     heard = time.time() - asked
     assert status["state"] == "stopped" and status["saved_step"] == status["step"] > paused["step"], status
     assert heard < 15, f"Stop took {heard:.1f} s"     # its timing is bench/bench_stop.py's figure
-    assert os.path.exists(os.path.join(os.path.dirname(os.path.dirname(status["grid"])), "checkpoint.pt"))
+    assert os.path.exists(os.path.join(xla_app.runs_root, status["run"], "checkpoint.pt"))
     _wait_exit(trainer)
 
 
@@ -119,7 +119,7 @@ def test_app_trainer_killed_fails_plainly_keeps_the_checkpoint_and_leaves_nothin
     status = _wait_end(client)
     assert status["state"] == "failed", status
     assert "killed (SIGKILL)" in status["message"] and "is kept" in status["message"], status["message"]
-    run_dir = os.path.dirname(os.path.dirname(status["grid"]))
+    run_dir = os.path.join(xla_app.runs_root, status["run"])
     assert os.path.exists(os.path.join(run_dir, "checkpoint.pt"))
     _wait_exit(trainer)
     assert xla_app.stop() is not None
