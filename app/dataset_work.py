@@ -33,7 +33,7 @@ def check_upload(path: str, may_evict: bool = True) -> dict:
         kept = uploads.keep_upload(path, TrainConfig.max_image_mb, may_evict=may_evict)
     except DatasetError as exc:
         return {"refused": str(exc)}
-    return {"path": kept["path"], "message": kept["message"]}
+    return {"path": data.upload_name(kept["path"]), "message": kept["message"]}
 
 
 def preview(dataset: str, data_path: str):

@@ -30,7 +30,7 @@ import numpy as np
 
 from core.data.cache import PREP_VERSION, DatasetError, availability, cache_dir
 from core.data.own import (DEFAULT_MAX_MB, MAX_FILES, MAX_IMAGE_BYTES, Listing, allowed_roots, decode_image,
-                           guard_path, list_images, load_own)
+                           guard_path, list_images, load_own, upload_name)
 from core.data.sources import SOURCES, Source, load_bundled_mnist, network_allowed, source_of
 from core.images import to_model_range
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MAX_MB", "MAX_FILES", "MAX_IMAGE_BYTES", "PREP_VERSION", "SOURCES", "BatchStream",
            "DatasetError", "ImageSet", "Listing", "Source", "allowed_roots", "cache_dir", "dataset_info",
            "decode_image", "guard_path", "list_images", "load", "load_bundled_mnist", "load_own",
-           "network_allowed", "preview", "resize", "to_model_range"]
+           "network_allowed", "preview", "resize", "to_model_range", "upload_name"]
 # The names that need torch, and their modules: imported on first use (see the module docstring).
 _TORCH_NAMES = {"ImageSet": "core.data.tensors", "BatchStream": "core.data.stream", "resize": "core.data.stream"}
 

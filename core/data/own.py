@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import io
 import os
+import re
 import random
 import stat
 import threading
@@ -66,6 +67,24 @@ def allowed_roots() -> list[str]:
     return [os.path.realpath(os.path.expanduser(r)) for r in roots]
 
 
+UPLOAD_SCHEME = "upload:"
+
+
+def upload_name(path: str) -> str:
+    """What a page shows for a kept upload: `upload:NAME.zip`, not the server's path to it."""
+    return UPLOAD_SCHEME + os.path.basename(path)
+
+
+def upload_path(name: str) -> str | None:
+    """The kept upload an `upload:NAME.zip` names (a file name only: no folder can be named), else None."""
+    if not name.startswith(UPLOAD_SCHEME):
+        return None
+    file = name[len(UPLOAD_SCHEME):]
+    if not re.fullmatch(r"[0-9A-Za-z_-]{1,128}\.zip", file):
+        raise DatasetError("That upload name is not one this server gave: upload the zip again.")
+    return os.path.join(uploads_dir(), file)
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -78,6 +97,7 @@ def guard_path(path: str) -> str:
     path = (path or "").strip()
     if not path:
         raise DatasetError("'My images' needs a folder or zip of images: upload a zip, or type a folder path.")
+    path = upload_path(path) or path
     real = os.path.realpath(os.path.expanduser(path))
     if not any(_inside(real, root) for root in allowed_roots()):
         raise DatasetError("That image folder is outside the folders this server allows (uploads, the app's "

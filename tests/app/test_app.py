@@ -3,6 +3,7 @@ import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -176,6 +177,8 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
         client.predict("folder", first, "dcgan", "fast", 8, "fp32", "cpu", 5, key=key, api_name="/start")
         wait_for(lambda: client.predict(api_name="/status").get("state") == "done", timeout=300, what="the run on it")
         kept = [client.predict(handle_file(z), key, api_name="/upload_dataset")[1] for z in zips[1:5]]
+        # An upload is named to the page by its name, never by where the server keeps it.
+        assert all(re.fullmatch(r"upload:[0-9a-f]+\.zip", name) for name in [first, *kept]), [first, *kept]
         # Without the key an upload may not make room: the folder is full, so it is refused.
         *_, note = client.predict(handle_file(zips[5]), "", api_name="/upload_dataset")
         assert "uploads folder is full" in note and "ask the host" in note, note
@@ -207,7 +210,7 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
         app.stop()
     stored = sorted(os.listdir(data_dir / "uploads"))
     # The oldest upload stays (the kept run trained on it), the newest stays, the ones between go.
-    assert stored == sorted(os.path.basename(p) for p in (first, kept[-1])), stored
+    assert stored == sorted(p.removeprefix("upload:") for p in (first, kept[-1])), stored
     assert list(temp.glob("blink-sample-*")) == [] and list(temp.glob("blink-uploads-*")) == []
 
 

@@ -127,6 +127,13 @@ def test_preview_refuses_temp_folders_outside_the_apps_uploads(guarded, tmp_path
     assert str(paths["root"]) not in note                    # no server path in the message
 
 
+def test_an_upload_name_names_a_kept_zip_and_nothing_else(guarded):
+    client, _ = guarded
+    for name in ("upload:../../secret.zip", "upload:/etc/passwd", "upload:x/y.zip", "upload:"):
+        note, grid = client.predict("folder", name, api_name="/preview_dataset")
+        assert grid is None and "not one this server gave" in note, (name, note)
+
+
 def test_gradios_upload_folder_is_not_a_folder_my_images_may_read(guarded):
     """Gradio's upload folder holds other people's files until they are checked (and, machine-wide
     as `<temp>/gradio`, every Gradio app's): a typed path into it is refused like any other."""
