@@ -7,6 +7,10 @@ import signal
 
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Page sessions whose state (the Sample tab's choices) the server keeps, the oldest going first.
+# Gradio keeps 10,000, about a quarter of a MB each here, so every page load, reload or script
+# client grew the app for good (bench/README.md, "The UI process's memory").
+SESSIONS_KEPT = 300
 
 
 def notebook_name() -> str:
@@ -139,7 +143,7 @@ def main() -> None:
     # ssr_mode=False: the page is rendered in the browser, as the live panel's script and the
     # /live routes expect, also on a Space (where server-side rendering is otherwise the default).
     demo.launch(server_name=args.host, server_port=args.port, share=share, show_error=True, css=PAGE_CSS,
-                ssr_mode=False,
+                ssr_mode=False, state_session_capacity=int(os.environ.get("BLINK_SESSIONS", SESSIONS_KEPT)),
                 max_file_size=f"{TrainConfig.max_image_mb}mb",
                 app_kwargs={"routes": demo.blink_feed.routes()})   # the live view's push routes (/live/...)
 
