@@ -136,8 +136,9 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, stop_trainer_then_exit)
     signal.signal(signal.SIGINT, stop_trainer_then_exit)
-    from app.serving import close_slow_requests
+    from app.serving import close_slow_requests, write_cached_images_whole
     close_slow_requests()
+    write_cached_images_whole()
     demo.queue(default_concurrency_limit=4)
     quiet_queue_when_idle(demo)
     # ssr_mode=False: the page is rendered in the browser, as the live panel's script and the

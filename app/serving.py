@@ -1,12 +1,20 @@
-"""The HTTP server's last mile: a connection that has not sent a whole request's headers within
-REQUEST_HEADERS_SECONDS is closed. uvicorn (which Gradio's launch starts) waits for them forever,
+"""The HTTP server's last mile.
+
+A connection that has not sent a whole request's headers within REQUEST_HEADERS_SECONDS is closed. uvicorn (which Gradio's launch starts) waits for them forever,
 so a slow or silent client could hold a socket and its protocol object for as long as it liked
 (300 such clients were all held open). A request whose headers arrived is never cut: a page's
 event stream or a long poll lasts as long as it needs.
 
-    close_slow_requests()   # before demo.launch()
+An image output is written into Gradio's cache whole, once (see write_cached_images_whole).
+
+    close_slow_requests()         # before demo.launch()
+    write_cached_images_whole()
 """
 from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
@@ -49,3 +57,30 @@ class TimedHTTPProtocol(AutoHTTPProtocol):
         self._header_timer = None
         if self._waiting_for_headers() and not self.transport.is_closing():
             self.transport.close()
+
+
+def write_cached_images_whole() -> None:
+    """Gradio writes an image output to `<cache>/<hash of its bytes>/image.webp` in place, every
+    time: two viewers given the same picture at once (the dataset preview on every page load, seed
+    0's samples) rewrite the file while it is served to the other, who gets a cut-off response
+    ("received 0 bytes, expected 5790": 5 of 1,500 requests in bench/bench_ui_memory.py). Here it is
+    written under a temporary name and renamed into place, and an existing copy is reused (touched,
+    since Gradio's delete_cache ages files by time), as Gradio already does for files."""
+    from gradio import processing_utils
+
+    def save_pil_to_cache(img, cache_dir, name: str = "image", format: str = "webp") -> str:
+        data = processing_utils.encode_pil_to_bytes(img, format)
+        folder = Path(cache_dir) / processing_utils.hash_bytes(data)
+        folder.mkdir(exist_ok=True, parents=True)
+        path = (folder / f"{name}.{format}").resolve()
+        if path.exists():
+            try:
+                os.utime(path)
+            except OSError:
+                pass
+        else:
+            partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
+            partial.write_bytes(data)
+            os.replace(partial, path)
+        return str(path)
+    processing_utils.save_pil_to_cache = save_pil_to_cache
