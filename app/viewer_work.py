@@ -34,7 +34,8 @@ from concurrent.futures.process import BrokenProcessPool
 from core.rundir import DISK_FULL
 
 VIEWER_WORKERS = 1
-WORKER_NICE = 19
+# How far viewers' heavy work yields to the trainer (bench/README.md, "Viewer work beside training").
+WORKER_NICE = int(os.environ.get("BLINK_VIEWER_NICE", "19"))
 # The modules whose functions viewers' requests run here (no Gradio among them), and core.sample,
 # which app.sample_work imports only inside them (the UI process imports sample_work too).
 WORK_MODULES = ("app.sample_work", "app.dataset_work", "core.sample")
