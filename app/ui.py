@@ -509,7 +509,7 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                 sampler.render()
 
         live = train.live
-        # The live panel saw the run it watched end well: to the Sample tab (refreshed by show_on).
+        # The live panel saw the run it watched finish (not stopped): to the Sample tab (refreshed by show_on).
         live.click(lambda: gr.Tabs(selected="sample"), None, tabs, api_visibility="private", show_progress="hidden")
         # The Sample tab is alive the moment the page opens, and shows the newest generators (the
         # live run's checkpoint, new runs to pick) whenever it is opened and when a run ends.

@@ -139,9 +139,9 @@ function apply(message) {
   fitGrid();
   // A new run moved the panel and the controls above the form: show them (Start was below).
   if (presenting && message.run !== lastRun) window.scrollTo({ top: 0 });
-  // A run this page watched has just ended well: go to the Sample tab (the server samples).
-  if (message.run === lastRun && lastState && !FINAL.has(lastState)
-      && (message.state === "done" || message.state === "stopped")) trigger("click");
+  // A run this page watched has just finished: go to the Sample tab (the server samples). Not
+  // after a Stop: the lesson goes on at the grid, and the host may Resume.
+  if (message.run === lastRun && lastState && !FINAL.has(lastState) && message.state === "done") trigger("click");
   lastRun = message.run;
   lastState = message.state;
   panel.dataset.version = message.version;       // what a page (or a browser test) can read

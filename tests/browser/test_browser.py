@@ -4,7 +4,8 @@ context per person, since pages of one context share its connection limit per ho
 - the host presses Start, students watch (one on a phone), every live panel updates from the one
   watcher, and the host lands on the Sample tab at the end;
 - the lesson as a teacher and a phone see it: before Start an estimate; after Start the grid is the
-  big thing on both screens; Stop is heard between log steps; the Sample tab names its generator
+  big thing on both screens; Stop is heard between log steps and leaves the room on the grid; the
+  Sample tab names its generator
   and draws the digit asked for; a refused zip leaves the form usable."""
 import io
 import json
@@ -224,8 +225,13 @@ def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_k
     assert 0 < stopped < LOG_EVERY, stopped          # not at a log step: between them
     assert panel.get_attribute("data-grid").endswith(f"/{stopped}")
 
-    # The run ended well, so the host's page went to Sample, whose caption names the generator
-    # it shows: the live run's, saved at the stopped step.
+    # A Stop is not the end of the lesson: both pages stay on the grid (only a finished run moves
+    # them to Sample). The host opens Sample, whose caption names the generator it shows: the live
+    # run's, saved at the stopped step.
+    host.wait_for_timeout(2000)   # time for a tab switch to happen, were it to
+    for page in (host, phone):
+        expect(page.get_by_role("tab", name="Train")).to_have_attribute("aria-selected", "true")
+    host.get_by_role("tab", name="Sample").click()
     expect(host.locator("#sample-caption")).to_contain_text(f"at step {stopped}", timeout=60_000)
     # Ask for a digit (of the shipped generator: this short run draws no digits yet).
     host.get_by_label("Or pick a generator").click()
