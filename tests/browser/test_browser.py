@@ -5,8 +5,7 @@ context per person, since pages of one context share its connection limit per ho
   watcher, and the host lands on the Sample tab at the end;
 - the lesson as a teacher and a phone see it: before Start an estimate; after Start the grid is the
   big thing on both screens; Stop is heard between log steps and leaves the room on the grid; the
-  Sample tab names its generator
-  and draws the digit asked for; a refused zip leaves the form usable."""
+  Sample tab names its generator and draws the digit asked for; a refused zip leaves the form usable."""
 import io
 import json
 import os
