@@ -63,7 +63,7 @@ def _checked_class(cls: type) -> type:
 
 def name_bad_values(demo: gr.Blocks) -> None:
     """Every input of every event: a value its component cannot take is refused in one line that
-    names the field ("Batch size: 'abc' is not a number from 1 to 4096."), not Gradio's
+    names the field ("Batch size: 'abc' is not a number."), not Gradio's
     "Could not preprocess input component at index 4 ..." with a traceback in the log."""
     for fn in demo.fns.values():
         for component in fn.inputs:
