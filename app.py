@@ -99,6 +99,14 @@ def main() -> None:
     if args.keep_runs < 1:
         parser.error("--keep-runs must be at least 1 (the current run is always kept)")
     use_own_upload_folder()   # before Gradio is imported: some of its modules read the folder then
+    from app import chunks
+    try:
+        seconds = chunks.chunk_seconds("auto")
+    except ValueError as exc:
+        parser.error(str(exc))
+    # On ZeroGPU a GPU exists only inside an @spaces.GPU call, so runs train in chunks, one call
+    # each; `spaces` must be imported before torch and its function made before launch().
+    chunk_runner = chunks.gpu_chunk_runner(seconds) if chunks.on_zero_gpu() else None
     from core.rundir import default_root, writable_problem
     problem = writable_problem(default_root())
     if problem:   # Start refuses new runs then; said now, the host can fix it before the lesson
@@ -110,7 +118,7 @@ def main() -> None:
     from app.job import Job
     from app.ui import PAGE_CSS, build_app
     from core.config import TrainConfig
-    job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, standby=True)
+    job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, standby=True, chunk_runner=chunk_runner)
     demo = build_app(job, host_key=host_key)
     from app import viewer_work
     viewer_work.warm_up()

@@ -7,6 +7,7 @@ A restarted UI adopts the newest run in the runs folder and shows it where it is
 """
 from __future__ import annotations
 
+import contextvars
 import logging
 import multiprocessing
 import os
@@ -16,9 +17,10 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
+from app.chunks import ChunkRefused, chunk_seconds, refused_message
 from core.config import TrainConfig
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
-from core.failures import ended_by_signal, failure_message, oom_kills
+from core.failures import describe, ended_by_signal, failure_message, oom_kills
 from core.resume import ResumeRefused, prepare_resume
 from core.status import Status
 
@@ -30,6 +32,7 @@ STOP_GRACE_SECONDS = float(os.environ.get("BLINK_STOP_GRACE", "60"))
 STOP_ESCALATE_SECONDS = float(os.environ.get("BLINK_STOP_ESCALATE", "20"))
 KEEP_RUNS = 20          # retention defaults: newest runs kept, and a cap on the runs folder's size
 MAX_RUNS_MB = 2000
+CHUNK_POLL_SECONDS = 0.2   # between chunks, a paused run looks for Resume or Stop this often
 log = logging.getLogger("blink.job")
 
 
@@ -70,17 +73,24 @@ def _terminate(process, term_wait: float) -> None:
         process.join(wait)
 
 
-def _train_child(config_dict: dict, run_path: str, resume: bool, parent_pid: int) -> None:
-    """Entry point of the spawned trainer process (top level, so spawn can import it)."""
+def _train_child(config_dict: dict, run_path: str, resume: bool, chunk, parent_pid: int) -> None:
+    """Entry point of the spawned trainer process (top level, so spawn can import it).
+    chunk: a core.train.Chunk when the run trains in chunks (app/chunks.py), else None."""
     _own_process_group()
     # In its own group, a terminal's Ctrl-C no longer reaches the trainer; a SIGINT sent to it
     # by hand must not kill it either: the app asks it to stop (checkpoint kept).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The pid goes into the status at once, so a restarted UI can tell a live trainer that is
-    # still loading data from one that died before it ever wrote a status.
-    RunDir(run_path).write_status("starting", "Starting the trainer...", pid=os.getpid())
+    # still loading data from one that died before it ever wrote a status. A later chunk keeps
+    # what the run says (viewers see one run going on, not a restart).
+    run = RunDir(run_path)
+    status = run.read_status()
+    if chunk is not None and chunk.number > 1 and status.state:
+        run.write_status(status.state, status.message, pid=os.getpid())
+    else:
+        run.write_status("starting", "Starting the trainer...", pid=os.getpid())
     from core.train import train
-    train(TrainConfig.from_dict(config_dict), run_path, resume=resume, watch_parent=parent_pid)
+    train(TrainConfig.from_dict(config_dict), run_path, resume=resume, watch_parent=parent_pid, chunk=chunk)
 
 
 def _standby_main(connection, parent_pid: int) -> None:
@@ -131,7 +141,9 @@ class Snapshot:
 
 class Job:
     def __init__(self, runs_root: str | None = None, keep_runs: int | None = None, max_runs_mb: float | None = None,
-                 standby: bool = False):
+                 standby: bool = False, chunk_runner=None):
+        """chunk_runner: trains one chunk of a chunked run (app/chunks.py gpu_chunk_runner on
+        ZeroGPU); None: each chunk is a trainer process of this app's own."""
         self.runs_root = runs_root or default_root()
         self.keep_runs = keep_runs if keep_runs is not None else int(os.environ.get("BLINK_KEEP_RUNS", KEEP_RUNS))
         self.max_runs_mb = (max_runs_mb if max_runs_mb is not None
@@ -144,6 +156,8 @@ class Job:
         self._use_standby = standby
         self._shutting_down = False
         self._watched = None            # the trainer process a Stop watchdog was started for
+        self._chain = None              # the thread that trains a chunked run chunk after chunk
+        self._chunk_runner = chunk_runner
         self._oom_kills_at_start = None  # the kernel's out-of-memory kill count when the trainer started
         self._run: RunDir | None = None
         # A failure the disk would not let us record: (run path, status), shown and retried until it can be.
@@ -170,6 +184,8 @@ class Job:
     def is_active(self) -> bool:
         """True while a trainer is alive for the current run."""
         if self._process is not None and self._process.is_alive():
+            return True
+        if self._chaining():
             return True
         if self._run is None:
             return False
@@ -214,18 +230,99 @@ class Job:
             if resume_run is not None:   # prepare_resume has checked it and made it ready
                 run.write_config(config)
                 run.write_status("starting", "Resuming...")
-            job = (config.to_dict(), run.path, resume_run is not None)
-            process = self._take_standby(job)
-            if process is None:
-                process = _spawn(_train_child, *job, os.getpid())
-            self._process = process
-            self._oom_kills_at_start = oom_kills()   # to tell, if it dies on SIGKILL, whether memory did it
             self._attach(run)
+            seconds = chunk_seconds(config.device)
+            if seconds:
+                self._start_chain(config, run, resume_run is not None, seconds)
+            else:
+                self._start_trainer((config.to_dict(), run.path, resume_run is not None, None))
             return run
 
-    def _ensure_standby(self) -> None:
-        """Start the next warm trainer while no run needs the CPU (at UI start, after a run)."""
-        if self._use_standby and self._standby is None and not self.is_active() and not self._shutting_down:
+    def _start_trainer(self, job: tuple):
+        """A trainer process for job (_train_child's arguments): the warm standby if there is one."""
+        process = self._take_standby(job)
+        if process is None:
+            process = _spawn(_train_child, *job, os.getpid())
+        self._process = process
+        self._oom_kills_at_start = oom_kills()   # to tell, if it dies on SIGKILL, whether memory did it
+        return process
+
+    # ---- a run in chunks (app/chunks.py) ---------------------------------------------------
+    def _chaining(self) -> bool:
+        return self._chain is not None and self._chain.is_alive()
+
+    def _start_chain(self, config: TrainConfig, run: RunDir, resume: bool, seconds: float) -> None:
+        # In a copy of the caller's context: on ZeroGPU that holds the Start press's request,
+        # which says whose GPU quota the chunks spend (the host's, not the Space's).
+        context = contextvars.copy_context()
+        self._chain = threading.Thread(target=context.run, args=(self._train_in_chunks, config, run, resume, seconds),
+                                       name="blink-chunks", daemon=True)
+        self._chain.start()
+
+    def _train_in_chunks(self, config: TrainConfig, run: RunDir, resume: bool, seconds: float) -> None:
+        """Chunk after chunk, each continuing the run from the last one's checkpoint, until the run
+        is done, stopped, failed, or paused and then stopped."""
+        from core.train import Chunk
+        number = run.read_status().chunk if resume else 0   # a resumed run's chunks count on
+        while True:
+            number += 1
+            job = (config.to_dict(), run.path, resume, Chunk(number, seconds))
+            try:
+                if self._chunk_runner is not None and config.device != "cpu":   # a CPU run needs no GPU call
+                    self._chunk_runner(*job, os.getpid())
+                else:
+                    self._train_chunk_in_process(job)
+                resume = resume or os.path.exists(run.file("checkpoint.pt"))
+            except ChunkRefused as exc:
+                run.write_status("paused", refused_message(number, run.read_status().saved_step, str(exc)))
+                number -= 1   # the same chunk is asked for again on Resume
+            except Exception as exc:   # the chunk's GPU call died while it trained
+                log.exception("A chunk of run %s ended unexpectedly", run.name)
+                with self._lock:
+                    self._mark_failed(run, f"The trainer ended unexpectedly: {describe(exc)}.")
+                return
+            if not self._go_on_after_chunk(run):
+                return
+
+    def _train_chunk_in_process(self, job: tuple) -> None:
+        with self._lock:
+            if self._shutting_down:
+                return
+            process = self._start_trainer(job)
+            self._ensure_standby(for_next_chunk=True)   # the next chunk's trainer warms up meanwhile
+        process.join()
+        with self._lock:
+            self._reap()   # a chunk that died is the run's failure, said as any trainer's
+
+    def _go_on_after_chunk(self, run: RunDir) -> bool:
+        """Between chunks: True to train the next one; else the run ends here, and says why.
+        A paused run (a Pause, or a GPU refused) waits here, holding no GPU, for Resume or Stop."""
+        while True:
+            status = run.read_status()
+            if status.state in FINAL_STATES:
+                return False
+            request = run.read_request()
+            if self._shutting_down or request == "stop":
+                run.write_status("stopped", "Stopped: the app that started this run has closed. Resume it from the "
+                                            "UI or CLI." if self._shutting_down
+                                 else f"Stopped by request at step {status.saved_step}.")
+                run.clear_request()
+                return False
+            if request == "resume":
+                run.clear_request()
+                run.write_status("running", "Resuming...")
+                return True
+            if status.state != "paused" and request != "pause":
+                return True
+            if status.state != "paused":   # a Pause the last chunk had no time to hear
+                run.write_status("paused", f"Paused at step {status.saved_step}.")
+            time.sleep(CHUNK_POLL_SECONDS)
+
+    def _ensure_standby(self, for_next_chunk: bool = False) -> None:
+        """Start the next warm trainer while no run needs the CPU (at UI start, after a run), or
+        for the next chunk of a chunked run."""
+        if self._use_standby and self._standby is None and (for_next_chunk or not self.is_active()) \
+                and not self._shutting_down:
             parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
             self._standby = (_spawn(_standby_main, child_end, os.getpid()), parent_end)
             child_end.close()
@@ -303,8 +400,15 @@ class Job:
         # one, and the exiting app would wait for that child (multiprocessing joins it at exit).
         self._shutting_down = True
         self._close_standby()
-        process = self._process
+        chain, process = self._chain, self._process
+        if chain is not None and chain.is_alive() and self._run is not None:
+            try:
+                self._run.request("stop")   # heard by the chunk training now, or between chunks
+            except OSError:
+                pass
         if process is None:
+            if chain is not None:
+                chain.join(grace)
             return
         if process.is_alive() and self._run is not None:
             try:
@@ -314,6 +418,8 @@ class Job:
                 pass
         _terminate(process, term_wait=5)
         self._reap()
+        if chain is not None:
+            chain.join(5)
 
     def _end_if_unanswered(self, process, run: RunDir) -> None:
         """The Stop watchdog: if the trainer is still alive STOP_ESCALATE_SECONDS after Stop, end it
@@ -349,7 +455,10 @@ class Job:
         self._process = None
         self._ensure_standby()
         run = self._run
-        if run is not None and run.read_status().state not in FINAL_STATES:
+        status = run.read_status() if run is not None else None
+        if process.exitcode == 0 and status is not None and status.chunk:
+            return   # a chunk that ended on time: the chain goes on from its checkpoint
+        if status is not None and status.state not in FINAL_STATES:
             code = process.exitcode
             if code is not None and code < 0:
                 name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
@@ -421,7 +530,7 @@ class Job:
                 return self._snapshot
             status = self._status_of(run)
             if status.state not in FINAL_STATES and status.pid and not pid_alive(status.pid) \
-                    and self._process is None and time.time() - status.updated > 5:
+                    and self._process is None and not self._chaining() and time.time() - status.updated > 5:
                 self._mark_failed(run, "The trainer process is gone (killed or crashed) without a final status.")
                 status = self._status_of(run)
             if status.state not in FINAL_STATES:

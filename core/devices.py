@@ -339,6 +339,28 @@ class Runtime:
         if self.is_xla:
             self._xla.manual_seed(seed)
 
+    def rng_state(self) -> dict:
+        """Where the random numbers have got to (the step's noise and the gradient penalty's mix
+        are drawn on the device): a checkpoint keeps it, so a resumed run draws what it would have."""
+        import torch
+        state = {"cpu": torch.get_rng_state()}
+        if self.kind == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(self.device)
+        elif self.is_xla:
+            import torch_xla.core.xla_model as xm
+            state["xla"] = xm.get_rng_state(self.device)
+        return state
+
+    def set_rng_state(self, state: dict) -> None:
+        """Continue from rng_state()'s; a state from another kind of device leaves that device's RNG seeded."""
+        import torch
+        torch.set_rng_state(state["cpu"])
+        if self.kind == "cuda" and "cuda" in state:
+            torch.cuda.set_rng_state(state["cuda"], self.device)
+        elif self.is_xla and "xla" in state:
+            import torch_xla.core.xla_model as xm
+            xm.set_rng_state(int(state["xla"]), self.device)
+
     # ---- where a batch lives ----------------------------------------------------------
     def _batch_spec(self, tensor) -> tuple:
         return ("data",) + (None,) * (tensor.dim() - 1)

@@ -57,13 +57,14 @@ class Reporter:
     """The run's progress, as the trainer sees it; `write` makes it the run's status."""
 
     def __init__(self, run, rt, config, *, trainer_pid: int, preset_reason: str, classes: int,
-                 matmul_precision: str | None, data_load_seconds: float, images_skipped: int):
+                 matmul_precision: str | None, data_load_seconds: float, images_skipped: int, chunk: int = 0):
         """run: the RunDir; rt: the trainer's core.devices.Runtime; config: the resolved TrainConfig.
         The keywords are facts of the run's setup that every status repeats."""
         self.run, self.rt, self.config = run, rt, config
         self.trainer_pid, self.preset_reason, self.classes = trainer_pid, preset_reason, classes
         self.matmul_precision = matmul_precision
         self.data_load_seconds, self.images_skipped = data_load_seconds, images_skipped
+        self.chunk = chunk          # > 0: the run trains in chunks and this session is that one
         # Each device's piece of a batch, read from the batch's sharding once it exists (the loop sets it).
         self.batch_shards: list[list[int]] | None = None
         self.elapsed_before = 0.0   # training seconds of earlier sessions: a resumed run's checkpoint says
@@ -131,4 +132,4 @@ class Reporter:
             images_per_second=round(speed * images_per_step, 1) if speed else None,
             seconds_left=round(remaining, 1) if remaining is not None else None,
             elapsed=round(self.elapsed(), 2), warning=warning, diagnostics=diagnostics,
-            saved_step=saved_step, notice=rt.info.notice)
+            saved_step=saved_step, notice=rt.info.notice, chunk=self.chunk)

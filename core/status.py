@@ -36,6 +36,7 @@ class Status:
     elapsed: float = 0.0              # training seconds, earlier sessions of a resumed run included
     warning: str = ""                 # a problem the run goes on with (D has won, memory nearly full)
     notice: str = ""                  # about the device (e.g. why a requested one fell back)
+    chunk: int = 0                    # > 0: the run trains in chunks (ZeroGPU) and is in this one
     diagnostics: dict[str, Any] = field(default_factory=dict)   # the Diagnostics panel's rows, by name
     # A Stop or Pause pressed and not yet acted on: the job fills it in for viewers from the run's
     # request file; the trainer never sets it.

@@ -18,7 +18,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
 from core.config import ConfigError, TrainConfig, validate
 from core.control import Control
@@ -43,6 +43,15 @@ def warm_up() -> None:
     from core import data, devices, losses, models, quality, training  # noqa: F401
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a run that trains in chunks (app/chunks.py: one ZeroGPU call each): the
+    trainer trains for `seconds` from its start, then saves the checkpoint and ends, and the app
+    starts the next chunk from it."""
+    number: int
+    seconds: float
+
+
 class Stop(Exception):
     """Raised inside the loop to end a run cleanly (checkpoint kept)."""
     def __init__(self, state: str, message: str):
@@ -52,13 +61,15 @@ class Stop(Exception):
 
 # ------------------------------------------------------------------------------------------
 def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent: int | None = None,
-          device_info=None) -> str:
+          device_info=None, chunk: Chunk | None = None) -> str:
     """Train per config into run_path; return the final state. Never raises for training faults.
 
     One process drives every device (SPMD on several XLA devices), so every decision here is
     this process's own. watch_parent: the pid of the app that started this trainer; the run
-    stops (checkpoint kept) when that process is gone.
+    stops (checkpoint kept) when that process is gone. chunk: train only that long, then save and
+    return "running" (or "paused" when a Pause came: a chunk does not wait, holding the GPU).
     """
+    chunk_deadline = time.monotonic() + chunk.seconds if chunk else None
     from core import devices
     devices.prepare_environment(config.device)   # before anything imports torch_xla
     run = RunDir(run_path)
@@ -80,8 +91,9 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
         training = build_training(config, info)
         report = Reporter(run, training.rt, config, trainer_pid=os.getpid(), preset_reason=preset_reason,
                           classes=training.classes, matmul_precision=training.matmul_precision,
-                          data_load_seconds=training.data_load_seconds, images_skipped=training.dataset.skipped)
-        loop = Loop(training, run, Control(run, (watch_parent,)), report, resume=resume)
+                          data_load_seconds=training.data_load_seconds, images_skipped=training.dataset.skipped,
+                          chunk=chunk.number if chunk else 0)
+        loop = Loop(training, run, Control(run, (watch_parent,)), report, resume=resume, chunk_deadline=chunk_deadline)
         try:
             loop.run()
         except Stop as stop:
@@ -108,10 +120,13 @@ class Loop:
     Two seams lead out of it, both passed in: `report` (core/report.py) turns what happened into
     the run's status, and `control` (core/control.py) says at each log step whether to go on."""
 
-    def __init__(self, training, run: RunDir, control: Control, report: Reporter, resume: bool = False):
-        """training: core.training.build_training's, for a config resolved for its device."""
+    def __init__(self, training, run: RunDir, control: Control, report: Reporter, resume: bool = False,
+                 chunk_deadline: float | None = None):
+        """training: core.training.build_training's, for a config resolved for its device.
+        chunk_deadline: time.monotonic() at which this chunk of the run ends (None: not chunked)."""
         self.training, self.config, self.rt, self.run_dir = training, training.config, training.rt, run
         self.control, self.report = control, report
+        self.chunk_deadline = chunk_deadline
         self.saved_step = 0
         if resume:
             state = run.load_checkpoint()
@@ -160,7 +175,9 @@ class Loop:
             step = self.step_count
             # A request seen between log steps makes this step a log step: the curve gets the
             # stopped step's point, and the request is acted on after it.
-            log_now = step == 1 or step % cfg.log_every == 0 or step == cfg.steps or self.control.request_waiting()
+            chunk_over = self.chunk_deadline is not None and time.monotonic() >= self.chunk_deadline
+            log_now = (step == 1 or step % cfg.log_every == 0 or step == cfg.steps or chunk_over
+                       or self.control.request_waiting())
             if log_now:
                 rt.read_later(self._on_values, {"step": _as_tensor(step, tensors), **tensors})
             rt.mark_step()
@@ -176,6 +193,9 @@ class Loop:
             if cfg.quality_every and (step % cfg.quality_every == 0 or step == cfg.steps
                                       or step == min(EARLY_QUALITY_STEP, cfg.quality_every)):
                 self._work("measuring quality", self._measure_quality)
+            if chunk_over and self.step_count < cfg.steps:
+                raise Stop("running", f"Chunk {self.report.chunk} ended at step {self.step_count} (checkpoint "
+                                      "saved); the next chunk continues the run.")
         self.finish("done", f"Finished {self.step_count} steps.")
 
     def _on_values(self, values: dict) -> None:
@@ -198,6 +218,8 @@ class Loop:
         if self.d_wins_streak == DIVERGED_LOGS:
             self.warning = D_WINS_WARNING
         decision = self.control.decision()
+        if decision == "pause" and self.chunk_deadline is not None:   # the GPU is given back while paused
+            raise Stop("paused", f"Paused at step {self.step_count}.")
         if decision == "pause":
             self._status("paused", f"Paused at step {self.step_count}.")
             paused_at = time.perf_counter()
@@ -239,8 +261,12 @@ class Loop:
     def _measure_quality(self) -> None:
         training = self.training
         if self.quality is None:
+            import torch
             from core import quality
-            self.quality = quality.for_dataset(self.config.dataset, training.dataset, training.resolution)
+            # Its nets' initialisation would draw from the run's random numbers: a chunked or resumed
+            # run, which builds the meter again, would then draw other noise than an unbroken one.
+            with torch.random.fork_rng(devices=[]):
+                self.quality = quality.for_dataset(self.config.dataset, training.dataset, training.resolution)
         values = self.quality.measure(training.G_sampled, self.rt.device)
         self.run_dir.append_event({"step": self.step_count, "time": round(self.report.elapsed(), 3),
                                    **{f"quality_{k}": v for k, v in _rounded(values).items()}})
@@ -251,7 +277,8 @@ class Loop:
             if not grid_due(self.step_count, self.config):   # the grid shows where the run ended
                 self.save_grid()
         self._status(state, message)
-        self.run_dir.clear_request()
+        if state != "paused":   # a paused chunk's request stays: the app waits on it to go on
+            self.run_dir.clear_request()
 
 
 # ---- rules on the logged values (pure: unit-tested without a Loop) -----------------------

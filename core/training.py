@@ -94,6 +94,8 @@ class Training:
             "scaler_g": step.scaler_g.state_dict() if step.scaler_g else None,
             "scaler_d": step.scaler_d.state_dict() if step.scaler_d else None,
             "fixed_noise": self.fixed_noise,
+            # What makes a resumed run draw the batches and noise an unbroken one would have.
+            "random": {"device": rt.rng_state(), "stream": self.stream.state()},
             **({"G_ema": rt.cpu_state_dict(self.ema.module)} if self.ema else {}),
         }
 
@@ -111,6 +113,9 @@ class Training:
         self.fixed_noise = state["fixed_noise"]
         self.fixed_noise_device = self.fixed_noise.to(self.rt.device)
         self.step_count = state["step"]
+        if "random" in state:   # saved before checkpoints kept it: the resumed run draws from its seed again
+            self.rt.set_rng_state(state["random"]["device"])
+            self.stream.load_state(state["random"]["stream"])
 
 
 def build_training(config: TrainConfig, info, rt=None) -> Training:

@@ -60,6 +60,17 @@ class BatchStream:
         self._order = None
         self._position = self.batches_per_epoch   # forces a shuffle on first use
 
+    def state(self) -> dict:
+        """Where the stream is: this epoch's order, the next batch in it, the shuffler's state."""
+        return {"epoch": self.epoch, "position": self._position, "generator": self.generator.get_state(),
+                "order": None if self._order is None else self._order.cpu()}
+
+    def load_state(self, state: dict) -> None:
+        """Go on from state(): the batches that follow are the ones an unbroken run would draw."""
+        self.epoch, self._position = state["epoch"], state["position"]
+        self.generator.set_state(state["generator"])
+        self._order = None if state["order"] is None else state["order"].to(self.images.device)
+
     def __iter__(self):
         return self
 

@@ -1,0 +1,160 @@
+"""Training in chunks (app/chunks.py), the road a ZeroGPU Space takes, run on the CPU with
+BLINK_CHUNK_SECONDS: each chunk a trainer of its own that continues the run from its checkpoint."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from app.chunks import ChunkRefused, gpu_chunk_runner
+from app.job import Job
+from core.config import TrainConfig
+from tests.apphelpers import RunningApp, alive, press_start, wait_for
+
+pytestmark = pytest.mark.slow
+
+CHUNK_SECONDS = 1.5
+STEPS = 240
+FORM = ("bundled-mnist", "", "dcgan", "fast", 16, "fp32", "cpu", STEPS)
+OPTIONS = {"log_every": 5, "checkpoint_every": 1000, "grid_every": 40}
+# One thread in both runs: CPU kernels split over threads round differently, which a GAN amplifies.
+ENV = {"OMP_NUM_THREADS": "1", "BLINK_CHUNK_SECONDS": str(CHUNK_SECONDS)}
+
+
+def _weights(path: str) -> dict:
+    state = torch.load(os.path.join(path, "checkpoint.pt"), map_location="cpu", weights_only=False)
+    return {"step": state["step"], **{f"{net}.{name}": value for net in ("G", "D", "G_ema")
+                                      for name, value in state[net].items()}}
+
+
+def _unbroken_run(config_path: str, run_dir: str) -> dict:
+    """The same config trained in one piece by the CLI."""
+    with open(config_path) as f:
+        config = json.load(f)
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in config.items() if value is not None]
+    subprocess.run([sys.executable, "-m", "core.train", *flags, "--run-dir", run_dir], check=True,
+                   capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return _weights(run_dir)
+
+
+def test_a_run_in_chunks_from_the_page_pauses_survives_a_kill_and_equals_an_unbroken_run(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    app = RunningApp(str(runs), env=ENV).wait_ready()
+    seen = []   # every status a viewer polling /status saw
+    try:
+        client = app.client()
+
+        def status():
+            seen.append(client.predict(api_name="/status"))
+            return seen[-1]
+
+        press_start(client, *FORM, **OPTIONS)
+        # Two chunks ended: the next one is a new trainer that continued from the checkpoint.
+        wait_for(lambda: status()["chunk"] >= 3, timeout=120, interval=0.1, what="the third chunk")
+        pids = {s["pid"] for s in seen if s["pid"] and s["chunk"]}
+        assert len(pids) >= 3, pids   # one trainer per chunk
+        run_dir = os.path.join(str(runs), seen[-1]["run"])
+
+        # Pause: the chunk ends with a checkpoint and gives its trainer (its GPU) back until Resume.
+        assert "Pausing" in client.predict(api_name="/pause")
+        paused = wait_for(lambda: (s := status())["state"] == "paused" and s, timeout=60, interval=0.1,
+                          what="the pause")
+        wait_for(lambda: not alive(paused["pid"]), timeout=30, what="the paused chunk's trainer to end")
+        assert paused["saved_step"] == paused["step"]
+        time.sleep(1)
+        assert status()["step"] == paused["step"]   # nothing trains while paused
+        assert "Resuming" in client.predict(api_name="/resume")
+        wait_for(lambda: (s := status())["state"] == "running" and s["step"] > paused["step"], timeout=60,
+                 interval=0.1, what="the resumed run")
+
+        # No gap for a viewer: from the first step on, the run only ever read as training or paused,
+        # and its step never went back.
+        first = next(i for i, s in enumerate(seen) if s["step"] > 0)
+        assert {s["state"] for s in seen[first:]} <= {"running", "paused"}, {s["state"] for s in seen[first:]}
+        steps_seen = [s["step"] for s in seen]
+        assert steps_seen == sorted(steps_seen)
+
+        # A chunk's trainer killed: the run fails plainly, keeping the checkpoint the last chunk ended on.
+        chunk_ends = [s["step"] for s in seen if s["message"].startswith(f"Chunk {s['chunk']} ended at step")]
+        victim = wait_for(lambda: (s := status())["state"] == "running" and s["step"] > max(chunk_ends)
+                          and s["pid"] and s, timeout=60, interval=0.05, what="a chunk training")
+        os.kill(victim["pid"], signal.SIGKILL)
+        failed = wait_for(lambda: (s := status())["state"] == "failed" and s, timeout=60, what="the failure")
+        assert "ended unexpectedly" in failed["message"] and "SIGKILL" in failed["message"], failed["message"]
+        assert failed["saved_step"] >= max(chunk_ends)   # at most the chunk it was training is lost
+
+        # Resume goes on in chunks to the end.
+        assert "Resuming" in client.predict(resume_steps=0, api_name="/resume")
+        done = wait_for(lambda: (s := status())["state"] == "done" and s, timeout=240, what="the end of the run")
+        assert done["step"] == STEPS and done["chunk"] >= 5, done
+    finally:
+        app.stop()
+
+    # Every logged step once, in order: no step lost or repeated across chunks, the pause and the kill.
+    with open(os.path.join(run_dir, "events.jsonl")) as f:
+        logged = [e["step"] for e in map(json.loads, f) if "loss_d" in e]
+    assert logged == sorted(set(logged)) and logged[-1] == STEPS
+    assert set(range(OPTIONS["log_every"], STEPS + 1, OPTIONS["log_every"])) <= set(logged)
+
+    # Each chunk continued the random state too, so the weights are an unbroken run's, exactly.
+    chunked = _weights(run_dir)
+    unbroken = _unbroken_run(os.path.join(run_dir, "config.json"), str(tmp_path / "unbroken"))
+    assert chunked.keys() == unbroken.keys()
+    assert chunked["step"] == unbroken["step"] == STEPS
+    different = [name for name in chunked if name != "step" and not torch.equal(chunked[name], unbroken[name])]
+    assert not different, different
+
+
+def test_a_chunk_the_gpu_refuses_pauses_the_run_and_resume_or_stop_is_heard_between_chunks(tmp_path, monkeypatch):
+    """ZeroGPU refusing a chunk (quota spent, no GPU free) pauses the run with its reason, holding
+    nothing; Resume asks for that chunk again, Stop ends the run there, and nothing is lost. The
+    chunks run through gpu_chunk_runner, the ZeroGPU road's own function (off ZeroGPU,
+    `spaces.GPU` calls it as it is)."""
+    monkeypatch.setenv("BLINK_CHUNK_SECONDS", "1")
+    on_gpu = gpu_chunk_runner(1.0)
+    asked = []
+
+    def refusing_some(*job):
+        asked.append(job[3].number)
+        if len(asked) in (2, 4):   # the words ZeroGPU's own refusal has
+            raise ChunkRefused("You have exceeded your free ZeroGPU quota (60s requested vs. 12s left). "
+                               "Try again in 2:41:00.")
+        on_gpu(*job)
+
+    def ended(*states):
+        return wait_for(lambda: (s := job.snapshot().status).state in states and not job.is_active() and s, 120,
+                        what=" or ".join(states))
+
+    job = Job(runs_root=str(tmp_path), chunk_runner=refusing_some)
+    try:
+        job.start(TrainConfig(preset="fast", batch_size=16, steps=80, log_every=5, grid_every=40,
+                              quality_every=0, device="auto"))
+        paused = wait_for(lambda: (s := job.snapshot().status).state == "paused" and s, 120, what="the refusal")
+        assert paused.message == (
+            f"Paused at step {paused.saved_step}: no GPU was given for chunk 2 (You have exceeded your free ZeroGPU "
+            "quota (60s requested vs. 12s left). Try again in 2:41:00). Nothing trained is lost: press Resume to "
+            "try again later, or start a run with Device: cpu to train on this machine's CPU.")
+        assert paused.saved_step == paused.step > 0 and job.is_active()
+        time.sleep(1)
+        assert job.snapshot().status.step == paused.step and asked == [1, 2]   # it waits for Resume
+        assert job.request("resume") == "Resuming..."
+
+        again = wait_for(lambda: len(asked) == 4 and (s := job.snapshot().status).state == "paused" and s, 120,
+                         what="the second refusal")
+        assert asked == [1, 2, 2, 3]   # the refused chunk was asked for again
+        assert job.request("stop").startswith("Stopping")
+        stopped = ended("stopped")
+        assert stopped.message == f"Stopped by request at step {again.saved_step}."
+
+        job.resume()   # the stopped run goes on from its checkpoint, still in chunks
+        done = ended("done", "failed")
+        assert done.state == "done" and done.step == 80, done.message
+        logged = [e["step"] for e in job.snapshot().events if "loss_d" in e]
+        assert logged == sorted(set(logged)) and logged[-1] == 80
+    finally:
+        job.shutdown()
