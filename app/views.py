@@ -60,6 +60,8 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
         split = (f", batch {status.batch_size} = {status.batch_size // status.devices} per device"
                  if status.devices > 1 and status.batch_size else "")
         parts.append(f"{status.device}" + (f" in one process{split}" if status.devices > 1 else ""))
+    if status.chunk:   # trained in chunks (app/chunks.py): one GPU call each on ZeroGPU
+        parts.append(f"chunk {status.chunk}")
     if status.preset:
         parts.append(f"{status.preset} model" + (f", {status.classes} classes" if status.classes else ""))
     if status.steps:

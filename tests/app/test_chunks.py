@@ -18,7 +18,7 @@ from tests.apphelpers import RunningApp, alive, press_start, wait_for
 pytestmark = pytest.mark.slow
 
 CHUNK_SECONDS = 1.5
-STEPS = 240
+STEPS = 160
 FORM = ("bundled-mnist", "", "dcgan", "fast", 16, "fp32", "cpu", STEPS)
 OPTIONS = {"log_every": 5, "checkpoint_every": 1000, "grid_every": 40}
 # One thread in both runs: CPU kernels split over threads round differently, which a GAN amplifies.
