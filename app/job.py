@@ -61,7 +61,7 @@ def _terminate(process, term_wait: float) -> None:
     """SIGTERM, then SIGKILL, the trainer's whole process group (anything it started goes with it).
     A SIGSTOPped (wedged) process ignores SIGTERM until continued, but SIGKILL always ends it."""
     for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, None)):
-        if not process.is_alive():
+        if not _alive(process):
             break
         try:
             os.killpg(process.pid, sig)
@@ -118,6 +118,12 @@ def _dir_mb(path: str) -> float:
             except OSError:
                 pass
     return total / 2**20
+
+
+def _alive(process) -> bool:
+    """A trainer process is alive as long as the kernel says so, whatever multiprocessing thinks:
+    an exit it did not see (its pid reaped by another wait) would otherwise keep the job busy for good."""
+    return process.is_alive() and pid_alive(process.pid)
 
 
 def _spawn(target, *args):
@@ -183,7 +189,7 @@ class Job:
 
     def is_active(self) -> bool:
         """True while a trainer is alive for the current run."""
-        if self._process is not None and self._process.is_alive():
+        if self._process is not None and _alive(self._process):
             return True
         if self._chaining():
             return True
@@ -198,11 +204,12 @@ class Job:
         a trainer that has written its end but not exited within the time a Stop gets has nothing
         left to save, so it is ended."""
         process = self._process
-        if process is None or not process.is_alive() or self._run is None \
+        if process is None or not _alive(process) or self._run is None \
                 or self._run.read_status().state not in FINAL_STATES:
+            self._reap()
             return
         process.join(timeout)
-        if process.is_alive():
+        if _alive(process):
             log.warning("The trainer wrote its final status but had not exited after %g s: ending it.", timeout)
             _end_process_group(process.pid)   # SIGKILL at once: nothing of the run is left to save
             process.join()
@@ -410,7 +417,7 @@ class Job:
             if chain is not None:
                 chain.join(grace)
             return
-        if process.is_alive() and self._run is not None:
+        if _alive(process) and self._run is not None:
             try:
                 self._run.request("stop")
                 process.join(grace)
@@ -428,7 +435,7 @@ class Job:
         # Under the lock from the kill to the status write: a _reap in between (any viewer's
         # snapshot) would otherwise call the killed trainer "ended unexpectedly".
         with self._lock:
-            if not process.is_alive() or process is not self._process:
+            if not _alive(process) or process is not self._process:
                 return   # it answered (or the app already ended it): nothing to do
             _terminate(process, term_wait=3)
             status = run.read_status()
@@ -448,9 +455,9 @@ class Job:
     def _reap(self) -> None:
         """Join a finished trainer; if it died without a final status, say so in the run."""
         process = self._process
-        if process is None or process.is_alive():
+        if process is None or _alive(process):
             return
-        process.join()
+        process.join(5)   # at once for an exited process; bounded for one whose exit another wait took
         _end_process_group(process.pid)   # anything a dead trainer left behind
         self._process = None
         self._ensure_standby()
