@@ -394,11 +394,10 @@ class TrainTab:
     def _lay_out(self) -> gr.Blocks:
         with gr.Blocks() as blocks:
             with gr.Column(elem_classes=["blink-host-only"]):   # hidden in the student view
-                self._lay_out_form()
-                self.share = gr.Markdown(elem_id="share-link")
-                self.resume_steps = gr.Number(value=0, precision=0, label="Resume to step (0: the run's own length)")
-                self.estimate_text = gr.Markdown(elem_id="estimate")
-            # The host's controls: above the live panel once a run is presented (PAGE_CSS).
+                self._lay_out_main_choices()
+            # The host's controls right under the main choices, so that before the first run the
+            # choices and Start fit a 1280x720 projector; above the live panel once a run is
+            # presented (PAGE_CSS).
             with gr.Row(elem_id="blink-controls", elem_classes=["blink-host-only"], equal_height=True):
                 self.key = gr.Textbox(label="Host key", type="password", value="", visible=bool(self.host_key),
                                       placeholder="only the host needs this", scale=2)
@@ -407,14 +406,19 @@ class TrainTab:
                 self.resume_button = gr.Button("Resume")
                 self.stop_button = gr.Button("Stop", variant="stop")
             self.message = gr.Markdown(elem_id="blink-message", elem_classes=["blink-host-only"])
+            with gr.Column(elem_id="blink-more", elem_classes=["blink-host-only"]):
+                self.estimate_text = gr.Markdown(elem_id="estimate")
+                self._lay_out_more_choices()
+                self.share = gr.Markdown(elem_id="share-link")
+                self.resume_steps = gr.Number(value=0, precision=0, label="Resume to step (0: the run's own length)")
             self.live = gr.HTML(LIVE_PANEL, js_on_load=_static("live.js"), css_template=_static("live.css"),
                                 elem_id="live", apply_default_css=False)
             self.join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
             self._wire_events(blocks)
         return blocks
 
-    def _lay_out_form(self) -> None:
-        """The form, folded once a run starts: the run, not the form, is what the room watches."""
+    def _lay_out_main_choices(self) -> None:
+        """The main choices, folded once a run starts: the run, not the form, is what the room watches."""
         with gr.Accordion("Settings", open=True, elem_id="blink-settings") as self.settings:
             self.setup_note = gr.Markdown(elem_id="setup-note")
             with gr.Row():
@@ -432,29 +436,32 @@ class TrainTab:
                                           info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
                 self.device = gr.Dropdown(list(DEVICES), value="auto", label=spec("device")["label"])
                 self.steps = gr.Number(value=TrainConfig.steps, precision=0, label=spec("steps")["label"])
-            gr.Markdown(precision_notes(self.info), elem_id="precision-notes")
-            with gr.Accordion("Dataset: upload your images, preview real ones", open=False):
-                with gr.Row():
-                    self.upload = gr.File(label="Zip of PNG/JPEG images", file_types=[".zip"], type="filepath")
-                    with gr.Column():
-                        self.dataset_note = gr.Markdown(elem_id="dataset-note")
-                        self.dataset_preview = gr.Image(label="Real images from the dataset", format="png",
-                                                        type="numpy", interactive=False, elem_id="dataset-preview")
-            with gr.Accordion("Advanced: labels; how often to log, draw a grid and save; seed", open=False):
-                self.conditional = gr.Radio(
-                    [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
-                     ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
-                    label=spec("conditional")["label"], info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
-                                         "class-conditional GAN by default: digits appear in about half the steps")
-                with gr.Row():
-                    self.log_every = gr.Number(value=TrainConfig.log_every, precision=0, label=spec("log_every")["label"],
-                                               info="loss points and status updates (Stop and Pause are heard within a second)")
-                    self.grid_every = gr.Number(value=TrainConfig.grid_every, precision=0,
-                                                label=spec("grid_every")["label"])
-                    self.checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0,
-                                                      label=spec("checkpoint_every")["label"])
-                    self.seed = gr.Number(value=TrainConfig.seed, precision=0, label=spec("seed")["label"],
-                                          info="the same seed and settings start the same run; another seed, another run")
+
+    def _lay_out_more_choices(self) -> None:
+        """What the main choices mean on this device, own images, and the advanced settings: below Start."""
+        gr.Markdown(precision_notes(self.info), elem_id="precision-notes")
+        with gr.Accordion("Dataset: upload your images, preview real ones", open=False):
+            with gr.Row():
+                self.upload = gr.File(label="Zip of PNG/JPEG images", file_types=[".zip"], type="filepath")
+                with gr.Column():
+                    self.dataset_note = gr.Markdown(elem_id="dataset-note")
+                    self.dataset_preview = gr.Image(label="Real images from the dataset", format="png",
+                                                    type="numpy", interactive=False, elem_id="dataset-preview")
+        with gr.Accordion("Advanced: labels; how often to log, draw a grid and save; seed", open=False):
+            self.conditional = gr.Radio(
+                [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
+                 ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
+                label=spec("conditional")["label"], info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
+                                     "class-conditional GAN by default: digits appear in about half the steps")
+            with gr.Row():
+                self.log_every = gr.Number(value=TrainConfig.log_every, precision=0, label=spec("log_every")["label"],
+                                           info="loss points and status updates (Stop and Pause are heard within a second)")
+                self.grid_every = gr.Number(value=TrainConfig.grid_every, precision=0,
+                                            label=spec("grid_every")["label"])
+                self.checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0,
+                                                  label=spec("checkpoint_every")["label"])
+                self.seed = gr.Number(value=TrainConfig.seed, precision=0, label=spec("seed")["label"],
+                                      info="the same seed and settings start the same run; another seed, another run")
         self.query_form = [self.dataset, self.gan, self.preset, self.batch_size, self.precision, self.steps,
                            self.device]   # QUERY_FIELDS order
 

@@ -1,6 +1,7 @@
 """Real chromium pages on the real app (one app and one browser for the module; one browser
 context per person, since pages of one context share its connection limit per host):
-- a page load and the Sample tab leave the UI process without torch;
+- a projector's first minute: the main choices and Start fit 1280x720 before any run; a page
+  load and the Sample tab leave the UI process without torch;
 - the host presses Start, students watch (one on a phone), every live panel updates from the one
   watcher, and the host lands on the Sample tab at the end;
 - the lesson as a teacher and a phone see it: before Start an estimate; after Start the grid is the
@@ -51,8 +52,14 @@ def live_stats(app) -> dict:
 
 def test_a_page_load_and_the_sample_tab_leave_the_ui_process_without_torch(app, person):
     from playwright.sync_api import expect
-    page = person()
+    page = person(viewport={"width": 1280, "height": 720})   # a projector, before the module's first run
     page.goto(app.url)
+    # The first minute of a lesson: the main choices and Start fit the screen, no scrolling.
+    start = page.get_by_role("button", name="Start", exact=True)
+    expect(start).to_be_visible(timeout=60_000)
+    for field in (start, page.get_by_label("Dataset", exact=True), page.get_by_label("Training length (steps)")):
+        box = field.bounding_box()
+        assert box["y"] + box["height"] <= 720, box
     # What the page's load events fill in: the time estimate (its preset chosen for this
     # device), the dataset's note and its real images (in an accordion, closed at first).
     expect(page.locator("#estimate")).to_contain_text(re.compile("About|Time estimate"), timeout=120_000)
