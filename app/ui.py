@@ -39,6 +39,7 @@ LIVE_PANEL = """
   <div class="live-grid"><div class="placeholder">Samples from fixed noise appear at the first step</div>
     <img alt="Samples from fixed noise" hidden></div>
   <div class="live-side">
+    <a class="live-primer-link" href="#">What are G and D?</a>
     <div class="live-status">No run yet. Pick a dataset and press <b>Start</b>.</div>
     <div class="live-controls"><label>Smoothing <input class="live-smoothing" type="range" min="0" max="0.99"
       step="0.01" value="0.6"></label> <label><input class="live-log" type="checkbox"> log scale</label></div>
@@ -48,9 +49,10 @@ LIVE_PANEL = """
       <div class="legend"></div><p class="healthy"></p></div>
     <div class="live-chart"><h4>Quality: distance to real images (lower is better)</h4>
       <svg data-chart="quality" viewBox="0 0 600 260"></svg><div class="legend"></div><p class="healthy"></p></div>
+    PRIMER
     <details class="live-diagnostics"><summary>Diagnostics</summary><table><tbody></tbody></table></details>
   </div>
-</div>"""
+</div>""".replace("PRIMER", views.gan_primer_html())
 # The whole page's CSS: the student's view hides the host's controls; once a run exists the live
 # panel comes first (above the form), and the intro gives way to it.
 PAGE_CSS = """

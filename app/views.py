@@ -134,3 +134,22 @@ def json_safe(value):
     if isinstance(value, list):
         return [json_safe(v) for v in value]
     return value
+
+
+def gan_primer_html() -> str:
+    """The live panel's folded "What is a GAN?": G and D for everyone, then each GAN type's losses in a
+    section of its own; the panel shows only the watched run's (live.css, by its data-gan)."""
+    from html import escape
+    from core import gans
+    types = "".join(
+        f'<div class="primer-gan" data-gan="{g.name}"><h5>This run: {escape(g.label)}</h5>'
+        f"<p><b>D's loss.</b> {escape(g.primer['d'])}</p><p><b>G's loss.</b> {escape(g.primer['g'])}</p>"
+        f"<p><b>Watch</b> {escape(g.primer['watch'])}</p></div>" for g in gans.GAN_TYPES)
+    return ('<details class="live-primer"><summary>What is a GAN? G, D and their losses</summary>'
+            "<p><b>G, the generator,</b> turns random noise into an image. It never sees a real image: it "
+            "learns only from what D says about its fakes.</p>"
+            "<p><b>D, the discriminator,</b> sees real training images and G's fakes and learns to tell them "
+            "apart. They take turns: each D step makes D better at telling, each G step makes fakes that D "
+            "would take for real. When neither can gain, G's images look like the real ones.</p>"
+            "<p><b>The grid</b> is G's images from the same noise all run long: watch noise turn into blobs, "
+            "then strokes, then shapes of the dataset.</p>" + types + "</details>")

@@ -23,6 +23,8 @@ class GanType:
     gradient_penalty: bool = False   # the loss takes gp_weight
     fast_defaults: dict[str, Any] = field(default_factory=dict)   # the CPU "fast" preset's own values
     cpu_cost: float = 1.0       # time per image against DCGAN's on a CPU, for the estimate before any run
+    # The page's "What is a GAN?" panel: D's and G's losses in words, and what to watch for.
+    primer: dict[str, str] = field(default_factory=dict)
 
 
 GAN_TYPES = (
@@ -40,6 +42,13 @@ GAN_TYPES = (
             "losses": "Healthy: D loss around 0.5-1.4 and G loss around 0.7-3, wobbling with no trend. "
                       "D loss sliding to 0 while G loss climbs means D has won.",
             "extra": "Healthy: D(x) around 0.5-0.8 and D(G(z)) around 0.2-0.5. Pinned at 1 and 0: D has won.",
+        },
+        primer={
+            "d": "D outputs the probability that an image is real, D(x). Its loss, -log D(x) - log(1 - D(G(z))), "
+                 "falls as it calls real images real and fakes fake.",
+            "g": "G's loss, -log D(G(z)) (the non-saturating form), falls as D takes its fakes for real.",
+            "watch": "D(x) and D(G(z)) in the second chart. If they sit at 1 and 0 for long, D has won and G "
+                     "gets almost no signal; the page warns you.",
         }),
     GanType(
         name="wgan-gp", label="WGAN-GP", loss="WGANGP",
@@ -54,6 +63,14 @@ GAN_TYPES = (
                       "a steady climb or wild swings mean trouble.",
             "extra": "Healthy: the Wasserstein estimate (-30...+40 early) falls toward a few units; "
                      "the gradient penalty stays small (below ~1).",
+        },
+        primer={
+            "d": "D is a critic: it gives each image a score, higher meaning more real (not a probability). Its "
+                 "loss, score(fake) - score(real) + 10 x a gradient penalty, falls as it scores reals above fakes; "
+                 "the penalty keeps its scores from changing too steeply.",
+            "g": "G's loss, -score(fake), falls as the critic scores its fakes higher.",
+            "watch": "the Wasserstein estimate, score(real) - score(fake): it falls as the fakes come closer to "
+                     "the real images. The critic trains 5 steps for each step of G.",
         }),
     GanType(
         name="hinge", label="Hinge + spectral norm (SNGAN)", loss="Hinge",
@@ -65,6 +82,14 @@ GAN_TYPES = (
             "losses": "Healthy: D loss around 0.5-2 (2: D cannot tell real from fake; 0: D wins outright), "
                       "G loss around 0-1.5.",
             "extra": "Healthy: D(x) logit above 0 and D(G(z)) logit below 0, drawing closer as G improves.",
+        },
+        primer={
+            "d": "D gives each image a score (a logit: above 0 says real, below 0 fake). Its hinge loss, "
+                 "max(0, 1 - D(x)) + max(0, 1 + D(G(z))), is 0 once reals score above 1 and fakes below -1; "
+                 "spectral norm keeps D smooth.",
+            "g": "G's loss, -D(G(z)), falls as D scores its fakes higher.",
+            "watch": "the two logits in the second chart drawing closer as G improves. A D loss near 2 means D "
+                     "cannot tell real from fake; near 0, D wins outright.",
         }),
 )
 BY_NAME = {gan.name: gan for gan in GAN_TYPES}

@@ -146,6 +146,7 @@ function apply(message) {
   lastState = message.state;
   panel.dataset.version = message.version;       // what a page (or a browser test) can read
   panel.dataset.state = message.state;
+  if (message.run && message.gan) panel.dataset.gan = message.gan;   // the primer shows its type (all, before a run)
   panel.dataset.step = message.step;
   panel.dataset.points = Object.values(series).reduce((n, p) => n + p.length, 0);
   panel.dataset.grid = message.grid || "";
@@ -155,6 +156,12 @@ smoothing.value = localStorage.getItem("blink-smoothing") ?? "0.6";
 smoothing.addEventListener("input", () => { localStorage.setItem("blink-smoothing", smoothing.value); drawCharts(); });
 logScale.addEventListener("change", drawCharts);
 grid.addEventListener("load", fitGrid);
+element.querySelector(".live-primer-link").addEventListener("click", (event) => {
+  event.preventDefault();
+  const primer = element.querySelector(".live-primer");
+  primer.open = true;
+  primer.scrollIntoView({ behavior: "smooth", block: "start" });
+});
 window.addEventListener("resize", fitGrid);
 
 const source = new EventSource("live/events");

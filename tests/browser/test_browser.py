@@ -5,7 +5,8 @@ context per person, since pages of one context share its connection limit per ho
 - the host presses Start, students watch (one on a phone), every live panel updates from the one
   watcher, and the host lands on the Sample tab at the end;
 - the lesson as a teacher and a phone see it: before Start an estimate; after Start the grid is the
-  big thing on both screens; Stop is heard between log steps and leaves the room on the grid; the
+  big thing on both screens; Stop is heard between log steps and leaves the room on the grid; a
+  phone opens the primer on this run's losses; the
   Sample tab names its generator and draws the digit asked for; a refused zip leaves the form usable."""
 import io
 import json
@@ -237,6 +238,17 @@ def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_k
     host.wait_for_timeout(2000)   # time for a tab switch to happen, were it to
     for page in (host, phone):
         expect(page.get_by_role("tab", name="Train")).to_have_attribute("aria-selected", "true")
+
+    # The student's phone explains the run: "What are G and D?" opens the folded primer at the
+    # losses of this run's GAN type (DCGAN's), not the others'.
+    primer = phone.locator("#live .live-primer")
+    assert primer.get_attribute("open") is None
+    phone.get_by_role("link", name="What are G and D?").click()
+    expect(primer).to_have_attribute("open", "")
+    expect(primer).to_contain_text("G, the generator,")
+    expect(primer.locator(".primer-gan[data-gan='dcgan']")).to_contain_text("-log D(G(z))")
+    expect(primer.locator(".primer-gan[data-gan='wgan-gp']")).to_be_hidden()
+
     host.get_by_role("tab", name="Sample").click()
     expect(host.locator("#sample-caption")).to_contain_text(f"at step {stopped}", timeout=60_000)
     # Ask for a digit (of the shipped generator: this short run draws no digits yet).
