@@ -58,7 +58,7 @@ LIVE_PANEL = """
 PAGE_CSS = """
 body.blink-watch .blink-host-only { display: none !important; }
 body.blink-presenting #blink-controls, body.blink-presenting #blink-message { order: -2; }
-body.blink-presenting #live { order: -1; }
+body.blink-presenting #join-link, body.blink-presenting #live { order: -1; }
 body.blink-presenting .blink-intro { display: none !important; }
 """
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -413,9 +413,10 @@ class TrainTab:
                 self._lay_out_more_choices()
                 self.share = gr.Markdown(elem_id="share-link")
                 self.resume_steps = gr.Number(value=0, precision=0, label="Resume to step (0: the run's own length)")
+            # The students' link and QR code: at the top of the live panel, where a room can scan it.
+            self.join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
             self.live = gr.HTML(LIVE_PANEL, js_on_load=_static("live.js"), css_template=_static("live.css"),
                                 elem_id="live", apply_default_css=False)
-            self.join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
             self._wire_events(blocks)
         return blocks
 

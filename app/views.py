@@ -119,10 +119,11 @@ def join_html(page_url: str) -> str:
         return (f"<p><b>Students:</b> <code>{html.escape(url)}</code> works on this machine only. To let a room "
                 "join, start the app with <code>--host 0.0.0.0</code> (same network) or <code>--share</code>.</p>")
     import segno
-    qr = segno.make(url, error="m").svg_inline(scale=4, dark="#111", light="#fff")
-    return (f'<div style="display:flex;gap:16px;align-items:center;flex-wrap:wrap">{qr}'
-            f'<p style="font-size:1.2rem"><b>Students, watch on your phone:</b><br>'
-            f'<a href="{html.escape(url)}">{html.escape(url)}</a></p></div>')
+    # 8 px a module: a QR code about 300 px wide, which a phone reads off a projector from a seat.
+    qr = segno.make(url, error="m").svg_inline(scale=8, dark="#111", light="#fff")
+    return (f'<details open class="blink-join"><summary style="font-size:1.2rem"><b>Students, watch on your phone'
+            f'</b> (click to fold)</summary><div style="display:flex;gap:16px;align-items:center;flex-wrap:wrap">'
+            f'{qr}<p style="font-size:1.4rem"><a href="{html.escape(url)}">{html.escape(url)}</a></p></div></details>')
 
 
 def json_safe(value):

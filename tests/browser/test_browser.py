@@ -1,5 +1,7 @@
 """Real chromium pages on the real app (one app and one browser for the module; one browser
 context per person, since pages of one context share its connection limit per host):
+- reached by a network address, the host's page tops the live panel with the students' link and
+  a QR code a seat can scan, folded with a click;
 - a projector's first minute: the main choices and Start fit 1280x720 before any run; a page
   load and the Sample tab leave the UI process without torch;
 - the host presses Start, students watch (one on a phone), every live panel updates from the one
@@ -18,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.apphelpers import BROWSER_ARGS, CHROMIUM, needs_chromium, torch_loaded
+from tests.apphelpers import BROWSER_ARGS, CHROMIUM, RunningApp, needs_chromium, torch_loaded
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
 LOG_EVERY = 1000
@@ -261,3 +263,37 @@ def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_k
     source = host.locator("#sample-grid img").get_attribute("src")
     digits = grid_classes(host.request.get(source).body())
     assert len(digits) >= 10 and (digits == 7).mean() >= 0.8, digits
+
+
+def network_address() -> str | None:
+    """This machine's address on its network (where a default route leads), or None. A UDP
+    connect only picks the route: nothing is sent."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def test_the_students_link_and_qr_code_top_the_live_panel_on_a_network_address(person, tmp_path):
+    from playwright.sync_api import expect
+    address = network_address()
+    if address is None:
+        pytest.skip("this machine has no network address to open the page by")
+    (tmp_path / "runs").mkdir()
+    app = RunningApp(str(tmp_path / "runs"), extra_args=("--host", "0.0.0.0", "--host-key", "k")).wait_ready()
+    try:
+        page = person(viewport={"width": 1280, "height": 720})
+        page.goto(f"http://{address}:{app.port}/")
+        join = page.locator("#join-link .blink-join")
+        expect(join).to_have_attribute("open", "", timeout=60_000)
+        expect(join).to_contain_text(f"http://{address}:{app.port}/?view=watch")
+        qr, live = join.locator("svg").bounding_box(), page.locator("#live").bounding_box()
+        assert qr["width"] >= 250 and qr["y"] + qr["height"] <= live["y"], (qr, live)
+        join.locator("summary").click()
+        expect(join.locator("svg")).to_be_hidden()
+    finally:
+        app.stop()
