@@ -9,6 +9,7 @@ Server-Sent Events stream (`/live/events`). Between changes a viewer costs an id
     /live/events           text/event-stream: a full message on connect, then one small delta per change
     /live/status?since=V   JSON for scripts; waits (up to 25 s) until the version is past V
     /live/grid/RUN/STEP    a grid PNG; grids are never overwritten, so browsers cache them for good
+    /live/real/RUN         the run's real images, laid out as its grids (D's verdicts come in the messages)
     /live/stats            how many snapshots were rendered and how many messages were sent
 
 Plots get a bounded payload: at most MAX_POINTS per series on connect (the full events stay
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 
 from app import views
 from core import gans
-from core.rundir import FINAL_STATES
+from core.rundir import FINAL_STATES, RunDir
 from core.status import Status
 
 WATCH_SECONDS = 0.5        # how often the one watcher looks at the run (a few file stats)
@@ -110,6 +111,7 @@ class LiveFeed:
         self._watcher: asyncio.Task | None = None
         self._waiters = 0                # viewers plus waiting /live/status requests
         self._render_lock = threading.Lock()
+        self._verdicts_read: tuple = (None, None)   # ((run path, step), that grid's verdicts)
 
     @property
     def current(self) -> Rendered | None:
@@ -150,6 +152,10 @@ class LiveFeed:
             "labels": series_labels(gan), "healthy": views.healthy_lines(gan),
             "status_html": status_html(status, snap.run_name, snap.events),
             "grid": f"live/grid/{snap.run_name}/{grid_step}" if grid_step is not None else None,
+            # What D believes about each image of that grid and of the real grid beside it.
+            "verdicts": self._verdicts(snap.run_path, grid_step),
+            "real_grid": (f"live/real/{snap.run_name}" if grid_step is not None
+                          and os.path.exists(os.path.join(snap.run_path, "grids", "real.png")) else None),
             "diagnostics": views.diagnostics_rows(status) if status.state else [],
         }
         full = {**head, "reset": True,
@@ -235,16 +241,32 @@ class LiveFeed:
         finally:
             self._leave()
 
+    def _verdicts(self, run_path: str, step: int | None) -> dict | None:
+        """The grid's verdicts file, read once per grid (a render happens on every change)."""
+        if step is None:
+            return None
+        key = (run_path, step)
+        if self._verdicts_read[0] != key:
+            self._verdicts_read = (key, RunDir(run_path).read_verdicts(step))
+        return self._verdicts_read[1]
+
     async def grid(self, request):
-        """A grid image of the current run (the only run whose grids a page shows): only a regular
-        file in the run's own grids/ folder, never one a link there points to."""
+        """A grid image of the current run (the only run whose grids a page shows)."""
+        step = whole_number(request.path_params["step"])
+        return self._grid_file(request.path_params["run"], None if step is None else f"step_{step:06d}.png")
+
+    async def real_grid(self, request):
+        """The current run's real images, shown beside its fakes with D's verdicts."""
+        return self._grid_file(request.path_params["run"], "real.png")
+
+    def _grid_file(self, run: str, name: str | None):
+        """Only a regular file in the current run's own grids/ folder, never one a link there points to."""
         from starlette.responses import FileResponse, Response
-        run, step = request.path_params["run"], whole_number(request.path_params["step"])
         current = self.job.run
-        if current is None or run != current.name or step is None:
+        if current is None or run != current.name or name is None:
             return Response(status_code=404)
         folder = os.path.join(current.path, "grids")
-        path = os.path.join(folder, f"step_{step:06d}.png")
+        path = os.path.join(folder, name)
         try:
             regular = stat.S_ISREG(os.lstat(path).st_mode) and not os.path.islink(folder)
         except OSError:
@@ -262,7 +284,8 @@ class LiveFeed:
     def routes(self) -> list:
         from starlette.routing import Route
         return [Route("/live/events", self.events), Route("/live/status", self.status),
-                Route("/live/grid/{run}/{step}", self.grid), Route("/live/stats", self.stats)]
+                Route("/live/grid/{run}/{step}", self.grid), Route("/live/real/{run}", self.real_grid),
+                Route("/live/stats", self.stats)]
 
 
 def whole_number(text: str, digits: int = 12) -> int | None:

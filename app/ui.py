@@ -37,11 +37,15 @@ from core.config import (DATASET_CHOICES, DATASETS, DEVICES, PRECISIONS, PRESETS
 LIVE_PANEL = """
 <div class="live">
   <div class="live-grid"><div class="placeholder">Samples from fixed noise appear at the first step</div>
-    <img alt="Samples from fixed noise" hidden></div>
+    <div class="tiles"><img class="fakes" alt="Samples from fixed noise" hidden><div class="verdicts"></div></div>
+    <div class="live-real" hidden><h4>Real images: what D must tell G's images from</h4>
+      <div class="tiles"><img class="reals" alt="Real images from the dataset"><div class="verdicts"></div></div></div>
+    <p class="verdict-legend" hidden></p></div>
   <div class="live-side">
     <a class="live-primer-link" href="#">What are G and D?</a>
     <div class="live-status">No run yet. Pick a dataset and press <b>Start</b>.</div>
-    <div class="live-controls"><label>Smoothing <input class="live-smoothing" type="range" min="0" max="0.99"
+    <div class="live-controls"><label><input class="live-verdicts" type="checkbox" checked> D's verdicts</label>
+      <label>Smoothing <input class="live-smoothing" type="range" min="0" max="0.99"
       step="0.01" value="0.6"></label> <label><input class="live-log" type="checkbox"> log scale</label></div>
     <div class="live-chart"><h4>Losses</h4><svg data-chart="losses" viewBox="0 0 600 260"></svg>
       <div class="legend"></div><p class="healthy"></p></div>

@@ -271,6 +271,21 @@ class RunDir:
         self._write(name, png_bytes(grid_image(images, columns)))
         return self.file(name)
 
+    def save_verdicts(self, step: int, verdicts: dict) -> None:
+        """D's verdicts on the grid of `step` (core/train.py Loop.save_grid), beside its PNG."""
+        self._write(os.path.join("grids", f"step_{step:06d}.json"), json.dumps(verdicts).encode())
+
+    def read_verdicts(self, step: int) -> dict | None:
+        try:
+            with open(self.file(os.path.join("grids", f"step_{step:06d}.json"))) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def save_real_grid(self, images, columns: int) -> None:
+        """The real images D's verdicts are shown on beside the fakes (grids/real.png)."""
+        self._write(os.path.join("grids", "real.png"), png_bytes(grid_image(images, columns)))
+
     def grids(self) -> list[tuple[int, str]]:
         """(step, path) of every grid, oldest first."""
         folder = os.path.join(self.path, "grids")

@@ -27,6 +27,9 @@ from core.report import Reporter
 from core.resume import ResumeRefused, checkpoint_problem, prepare_resume, resolved_for
 from core.rundir import RunDir, default_root, writable_problem
 
+# What D's verdict on a grid image is: a probability of "real" for DCGAN's loss, a logit (above 0:
+# real) for the hinge loss, a critic's score (higher: more real) for WGAN-GP.
+VERDICT_KINDS = {"dcgan": "probability", "hinge": "logit", "wgan-gp": "score"}
 DIVERGED_LOGS = 40    # consecutive log points with D winning outright before we warn
 
 # Grids come often while the picture changes fastest, then at the configured interval.
@@ -90,7 +93,8 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
         from core.training import build_training
         training = build_training(config, info)
         report = Reporter(run, training.rt, config, trainer_pid=os.getpid(), preset_reason=preset_reason,
-                          classes=training.classes, matmul_precision=training.matmul_precision,
+                          classes=training.classes, class_names=training.class_names,
+                          matmul_precision=training.matmul_precision,
                           data_load_seconds=training.data_load_seconds, images_skipped=training.dataset.skipped,
                           chunk=chunk.number if chunk else 0)
         loop = Loop(training, run, Control(run, (watch_parent,)), report, resume=resume, chunk_deadline=chunk_deadline)
@@ -167,6 +171,9 @@ class Loop:
     # ---- the loop --------------------------------------------------------------------------
     def run(self) -> None:
         cfg, rt, training = self.config, self.rt, self.training
+        from core.images import to_model_range
+        self._work("saving the real images", lambda: self.run_dir.save_real_grid(
+            to_model_range(training.real_grid).numpy(), training.grid_columns))
         self.report.start()
         self._status("compiling" if rt.is_xla else "running",
                      "XLA is compiling the graph..." if rt.is_xla else "Training...")
@@ -249,14 +256,21 @@ class Loop:
             state, message, self.step_count, self.saved_step, self.warning, self.training.gan_step.data_seconds))
 
     def save_grid(self) -> None:
+        """The fixed-noise grid, and what D believes about each of its images and of the real grid's."""
         import torch
-        G = self.training.G_sampled
+        training = self.training
+        G = training.G_sampled
         G.eval()
         with torch.no_grad(), self.rt.autocast(self.config.precision):
-            images = G(self.training.fixed_noise_device)
+            images = G(training.fixed_noise_device)
+            verdicts = training.verdicts(images)
         G.train()
-        self._work("saving the sample grid", lambda: self.run_dir.save_grid(
-            images.float().cpu().numpy(), self.step_count, self.training.grid_columns))
+        fake, real = (values.tolist() for values in verdicts.cpu())
+        self._work("saving the sample grid", lambda: (
+            self.run_dir.save_grid(images.float().cpu().numpy(), self.step_count, training.grid_columns),
+            self.run_dir.save_verdicts(self.step_count, {
+                "kind": VERDICT_KINDS[self.config.gan], "columns": training.grid_columns,
+                "fake": [round(v, 4) for v in fake], "real": [round(v, 4) for v in real]})))
 
     def _measure_quality(self) -> None:
         training = self.training

@@ -46,6 +46,10 @@ class Training:
     classes: int                 # 0: unconditional
     fixed_noise: Any             # the grid's latents, on the CPU (what checkpoints keep)
     ema: Any = None              # core.ema.WeightAverage, or None: G_sampled is G
+    real_grid: Any = None        # uint8 real images laid out as the grid's fakes (a class per column), CPU
+    # What each class is (class i is class_names[i]) where the dataset names them (a folder's
+    # class subfolders); [] for unnamed classes (MNIST's digits are their indices) and unconditional runs.
+    class_names: list = field(default_factory=list)
     matmul_precision: str | None = None
     data_load_seconds: float = 0.0
     step_count: int = 0
@@ -82,6 +86,33 @@ class Training:
         for optimizer, lr in ((self.opt_g, self.config.lr_g), (self.opt_d, self.config.lr_d)):
             for group in optimizer.param_groups:
                 group["lr"] = lr * factor
+
+    def verdicts(self, fakes):
+        """D's output on the grid's fakes and on the real grid, each image with its column's class:
+        a (2, n) tensor, fakes first; the caller holds no_grad. Nothing of D changes.
+
+        A BatchNorm D judges as it does in training: each set as a batch of its own, on its own
+        statistics (its running averages are no judge: D never uses them, and on them it called
+        every real digit fake), with those averages put back afterwards. Any other D judges in
+        eval mode, where spectral norm's estimate stays as training left it."""
+        import torch
+        from core.images import to_model_range
+        from core.models import default_labels
+        n = len(fakes)
+        real = to_model_range(self.real_grid.to(self.rt.device))
+        labels = default_labels(n, self.classes, self.rt.device) if self.classes else None
+        norms = [m for m in self.D.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        kept = [(m.running_mean.clone(), m.running_var.clone(), m.num_batches_tracked.clone()) for m in norms]
+        self.D.train(bool(norms))
+        try:
+            scores = torch.stack([self.D(fakes.to(real.dtype), labels), self.D(real, labels)]).float()
+        finally:
+            self.D.train()
+            for m, (mean, var, count) in zip(norms, kept):
+                m.running_mean.copy_(mean)
+                m.running_var.copy_(var)
+                m.num_batches_tracked.copy_(count)
+        return torch.sigmoid(scores) if self.config.gan == "dcgan" else scores
 
     # ---- checkpoints: replicated weights (SPMD included) come to the host whole ----------
     def checkpoint_state(self) -> dict:
@@ -140,6 +171,7 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     # ask for a class, and on MNIST it learns faster (lab/README.md, "Conditional").
     labels = dataset.labels if config.conditional == "auto" else None
     classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
+    class_names = list(dataset.class_names) if classes else []
     stream = data.BatchStream(images, config.batch_size, rt.device, config.seed,
                               keep_on_device=info.kind == "cuda", labels=labels if classes else None,
                               place=rt.to_device)
@@ -168,10 +200,26 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     columns = grid_columns(classes)
     cpu_noise = torch.Generator().manual_seed(config.seed)
     fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)[:GRID_SIZE // columns * columns]
+    real_grid = _real_grid(images, labels if classes else None, len(fixed_noise), classes, config.seed)
     return Training(config=config, rt=rt, G=G, D=D, opt_g=opt_g, opt_d=opt_d, gan_step=gan_step, stream=stream,
-                    dataset=dataset, resolution=resolution, classes=classes, fixed_noise=fixed_noise,
+                    dataset=dataset, resolution=resolution, classes=classes, class_names=class_names,
+                    fixed_noise=fixed_noise,
                     ema=WeightAverage(G, config.ema) if config.ema else None, matmul_precision=matmul_precision,
-                    data_load_seconds=data_load_seconds, fixed_noise_device=fixed_noise.to(rt.device))
+                    data_load_seconds=data_load_seconds, fixed_noise_device=fixed_noise.to(rt.device),
+                    real_grid=real_grid)
+
+
+def _real_grid(images, labels, n: int, classes: int, seed: int):
+    """n real images chosen by the seed, laid out as the fakes are: on a labelled set the image in
+    place i is of class i mod classes (the grid's column). Its own random generator: the run's
+    random numbers stay the run's."""
+    import torch
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed + 7919))
+    if labels is None:   # a set smaller than the grid repeats its images
+        return images[order[torch.arange(n) % len(order)]].clone()
+    by_class = [order[labels[order] == c] for c in range(classes)]
+    picks = [by_class[i % classes][(i // classes) % max(len(by_class[i % classes]), 1)] for i in range(n)]
+    return images[torch.stack(picks)].clone()
 
 
 def _cpu(obj):

@@ -10,7 +10,16 @@ let lastRun = null, lastState = null, lastMessage = null;
 const panel = element.querySelector(".live");
 const smoothing = element.querySelector(".live-smoothing");
 const logScale = element.querySelector(".live-log");
-const grid = element.querySelector(".live-grid img");
+const grid = element.querySelector(".live-grid img.fakes");
+const realGrid = element.querySelector(".live-grid img.reals");
+const showVerdicts = element.querySelector(".live-verdicts");
+// What D's verdict on an image is, and where "real" begins (core/train.py VERDICT_KINDS).
+const LEGENDS = {
+  probability: "Frames: D's verdict on each image, the probability that it is real: green above 0.5 (D says real), red below.",
+  logit: "Frames: D's score for each image (a logit; above 0 D says real): green above 0, red below.",
+  score: "Frames: the critic's score for each image (higher means more real; not a probability): green above the "
+    + "midpoint between the real and the fake images' average score, red below.",
+};
 
 if (new URLSearchParams(window.location.search).get("view") === "watch") {
   document.body.classList.add("blink-watch");      // the student's view: no form, grid first
@@ -110,11 +119,53 @@ function fitGrid() {
   // pixel (crisp, even digits) unless that would waste more than 15% of the room's screen.
   if (!grid.naturalWidth) return;
   const dpr = window.devicePixelRatio || 1;
-  const width = grid.parentElement.clientWidth;
+  const width = grid.closest(".live-grid").clientWidth;
   const height = Math.max(window.innerHeight * (panel.classList.contains("presenting") ? 0.72 : 0.5), 160);
   const fit = Math.min(width / grid.naturalWidth, height / grid.naturalHeight);
   const whole = Math.floor(fit * dpr) / dpr;
   grid.style.width = `${Math.floor(grid.naturalWidth * (whole >= 0.85 * fit ? whole : fit))}px`;
+  // The real images beside the fakes at the same scale: the same tiles, side by side in the mind.
+  realGrid.style.width = grid.style.width;
+}
+
+function mean(values) { return values.reduce((a, b) => a + b, 0) / values.length; }
+
+function verdictLine(verdicts) {
+  // The value where D's "fake" turns into "real" for this kind of verdict.
+  if (verdicts.kind === "probability") return 0.5;
+  if (verdicts.kind === "logit") return 0;
+  return (mean(verdicts.real) + mean(verdicts.fake)) / 2;
+}
+
+function frameTiles(img, values, verdicts) {
+  // A frame on every tile of a grid image (tiles with a 2-pixel gap, as core/images.py grid_image
+  // lays them out), coloured by D's verdict, its value in the corner.
+  const layer = img.parentElement.querySelector(".verdicts");
+  layer.innerHTML = "";
+  if (!values || !img.naturalWidth || !showVerdicts.checked) return;
+  const W = img.naturalWidth, H = img.naturalHeight, pad = 2, columns = verdicts.columns;
+  const tile = (W - pad) / columns, line = verdictLine(verdicts);
+  const tilePixels = img.clientWidth * (tile - pad) / W;
+  layer.style.fontSize = `${Math.max(9, Math.min(16, tilePixels * 0.26))}px`;
+  const pct = (v, total) => `${(100 * v / total).toFixed(3)}%`;
+  values.forEach((v, i) => {
+    const row = Math.floor(i / columns), column = i % columns;
+    const frame = document.createElement("div");
+    frame.className = `verdict ${v >= line ? "real" : "fake"}`;
+    Object.assign(frame.style, { left: pct(pad + column * tile, W), top: pct(pad + row * tile, H),
+                                 width: pct(tile - pad, W), height: pct(tile - pad, H) });
+    frame.textContent = verdicts.kind === "probability" ? v.toFixed(2) : fmt(v);
+    layer.appendChild(frame);
+  });
+}
+
+function drawVerdicts() {
+  const verdicts = (lastMessage || {}).verdicts;
+  const legend = element.querySelector(".verdict-legend");
+  legend.hidden = !verdicts || !showVerdicts.checked;
+  if (verdicts) legend.textContent = LEGENDS[verdicts.kind] || "";
+  frameTiles(grid, verdicts && verdicts.fake, verdicts || {});
+  frameTiles(realGrid, verdicts && verdicts.real, verdicts || {});
 }
 
 function apply(message) {
@@ -128,6 +179,8 @@ function apply(message) {
   element.querySelector(".live-status").innerHTML = message.status_html;
   if (message.grid && grid.getAttribute("src") !== message.grid) grid.setAttribute("src", message.grid);
   grid.hidden = !message.grid;
+  if (message.real_grid && realGrid.getAttribute("src") !== message.real_grid) realGrid.setAttribute("src", message.real_grid);
+  element.querySelector(".live-real").hidden = !message.real_grid;
   element.querySelector(".live-grid .placeholder").hidden = !!message.grid;
   drawCharts();
   element.querySelector(".live-diagnostics tbody").innerHTML = message.diagnostics
@@ -137,6 +190,7 @@ function apply(message) {
   panel.classList.toggle("presenting", presenting);
   document.body.classList.toggle("blink-presenting", presenting);
   fitGrid();
+  drawVerdicts();
   // A new run moved the panel and the controls above the form: show them (Start was below).
   if (presenting && message.run !== lastRun) window.scrollTo({ top: 0 });
   // A run this page watched has just finished: go to the Sample tab (the server samples). Not
@@ -155,7 +209,9 @@ function apply(message) {
 smoothing.value = localStorage.getItem("blink-smoothing") ?? "0.6";
 smoothing.addEventListener("input", () => { localStorage.setItem("blink-smoothing", smoothing.value); drawCharts(); });
 logScale.addEventListener("change", drawCharts);
-grid.addEventListener("load", fitGrid);
+grid.addEventListener("load", () => { fitGrid(); drawVerdicts(); });
+realGrid.addEventListener("load", drawVerdicts);
+showVerdicts.addEventListener("change", drawVerdicts);
 element.querySelector(".live-primer-link").addEventListener("click", (event) => {
   event.preventDefault();
   const primer = element.querySelector(".live-primer");

@@ -106,8 +106,9 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     quality = [e for e in events if "quality_fd" in e]
     assert [e["step"] for e in quality] == [50, 120] and all(math.isfinite(q["quality_fd"]) for q in quality)
     # Grids every 10 steps early on, then every 100 and at the end, each kept (never overwritten).
-    grid_files = sorted(os.listdir(os.path.join(run_path, "grids")))
-    assert grid_files == [f"step_{s:06d}.png" for s in (1, *range(10, 121, 10))]
+    grid_files = sorted(os.listdir(os.path.join(run_path, "grids")))   # each with D's verdicts, and the real grid
+    steps = (1, *range(10, 121, 10))
+    assert grid_files == sorted([f"step_{s:06d}.{x}" for s in steps for x in ("png", "json")] + ["real.png"])
     assert len(seen_grids) >= 2
     with urllib.request.urlopen(app.url + status["grid"], timeout=30) as answer:
         png = answer.read()

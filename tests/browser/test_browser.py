@@ -126,7 +126,7 @@ def test_host_and_students_watch_one_run_then_sample_tab(app, person, tmp_path):
     # The student's phone view: no form, the grid first and wide, no horizontal scrolling.
     assert phone.get_by_role("button", name="Start", exact=True).is_hidden()
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
-    grid_box = phone.locator("#live .live-grid img").bounding_box()
+    grid_box = phone.locator("#live .live-grid img.fakes").bounding_box()
     status_box = phone.locator("#live .live-status").bounding_box()
     assert grid_box["width"] >= 300 and grid_box["y"] < status_box["y"], (grid_box, status_box)
 
@@ -145,7 +145,7 @@ def test_host_and_students_watch_one_run_then_sample_tab(app, person, tmp_path):
     stats = live_stats(app)
     run = os.path.join(app.runs_root, shown_run(host))
     writes = (len(open(os.path.join(run, "events.jsonl")).readlines())
-              + len(os.listdir(os.path.join(run, "grids"))))
+              + len([n for n in os.listdir(os.path.join(run, "grids")) if n.startswith("step_") and n.endswith(".png")]))
     assert stats["viewers"] == 4, stats
     assert stats["renders"] <= writes + 10, (stats, writes)   # status-only changes: a few
     assert stats["messages_sent"] >= 4 * (stats["renders"] - 2), stats
@@ -167,7 +167,7 @@ def grid_classes(png: bytes) -> np.ndarray:
 
 
 def grid_box(page) -> dict:
-    return page.locator("#live .live-grid img").bounding_box()
+    return page.locator("#live .live-grid img.fakes").bounding_box()
 
 
 def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_keeps_the_form(app, person, tmp_path):
@@ -211,7 +211,7 @@ def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_k
         wait_for_new_run(page, earlier)
     page_width = {"host": 1366, "phone": 390}
     for name, page, least in (("host", host, 560), ("phone", phone, 300)):
-        page.wait_for_function("document.querySelector('#live .live-grid img').naturalWidth > 0")
+        page.wait_for_function("document.querySelector('#live .live-grid img.fakes').naturalWidth > 0")
         box, viewport = grid_box(page), page.viewport_size
         assert box["width"] >= least, (name, box)
         assert box["y"] >= 0 and box["y"] + box["height"] <= viewport["height"], (name, box, viewport)
@@ -240,6 +240,22 @@ def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_k
     host.wait_for_timeout(2000)   # time for a tab switch to happen, were it to
     for page in (host, phone):
         expect(page.get_by_role("tab", name="Train")).to_have_attribute("aria-selected", "true")
+
+    # What D believes, on both screens: a frame and a number on each of the 60 fakes (10 digits, 6
+    # rows) and on the 60 real digits beside them, with what the numbers mean.
+    for page in (host, phone):
+        fakes = page.locator("#live .live-grid .tiles:has(img.fakes) .verdict")
+        reals = page.locator("#live .live-real .verdict")
+        expect(fakes).to_have_count(60, timeout=30_000)
+        expect(reals).to_have_count(60)
+        values = [float(v) for v in fakes.all_inner_texts() + reals.all_inner_texts()]
+        assert all(0 <= v <= 1 for v in values), values
+        expect(page.locator("#live .verdict-legend")).to_contain_text("the probability that it is real")
+    frame, tile = host.locator("#live .live-real .verdict").first.bounding_box(), grid_box(host)
+    assert frame["width"] > 0.8 * tile["width"] / 10 - 4, (frame, tile)   # a tile's frame, not a dot
+    host.get_by_label("D's verdicts").uncheck()
+    expect(host.locator("#live .verdict")).to_have_count(0)
+    host.get_by_label("D's verdicts").check()
 
     # The student's phone explains the run: "What are G and D?" opens the folded primer at the
     # losses of this run's GAN type (DCGAN's), not the others'.

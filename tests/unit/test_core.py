@@ -121,6 +121,29 @@ def test_conditional_off_trains_the_unconditional_gan_on_labelled_data(tmp_path)
         assert grid.size == (8 * 30 + 2, 8 * 30 + 2)            # the seed's 64 samples, 8 x 8
 
 
+@pytest.mark.parametrize("gan, kind", [("dcgan", "probability"), ("hinge", "logit")])
+def test_every_grid_comes_with_ds_verdicts_on_its_fakes_and_on_real_images_of_the_same_classes(tmp_path, gan, kind):
+    from PIL import Image
+
+    from core import quality, train
+    run_path = tmp_path / gan
+    assert train.main(["--gan", gan, "--steps", "12", "--batch-size", "16", "--device", "cpu", "--grid-every", "6",
+                       "--log-every", "6", "--quality-every", "0", "--run-dir", str(run_path)]) == 0
+    run = RunDir(str(run_path))
+    for step, _ in run.grids():
+        verdicts = run.read_verdicts(step)
+        assert verdicts["kind"] == kind and verdicts["columns"] == 10
+        assert len(verdicts["fake"]) == len(verdicts["real"]) == 60   # the grid's 6 rows of the 10 digits
+        if kind == "probability":
+            assert all(0 <= v <= 1 for v in verdicts["fake"] + verdicts["real"])
+    # The real images sit as the fakes do: column c holds real digits c (the shipped classifier says).
+    with Image.open(run_path / "grids" / "real.png") as image:
+        pixels = np.asarray(image.convert("L"))
+    tiles = np.stack([pixels[2 + r * 30:2 + r * 30 + 28, 2 + c * 30:2 + c * 30 + 28] for r in range(6) for c in range(10)])
+    digits = quality.classify(quality.load_classifier(), tiles)[1].argmax(1)
+    assert (digits == np.arange(60) % 10).mean() >= 0.9, digits
+
+
 def test_a_run_saved_before_conditional_training_is_refused_with_the_reason(tmp_path):
     from core import train
     run_path = tmp_path / "old"
@@ -333,7 +356,7 @@ def test_cli_trains_then_sample_cli_writes_images(tmp_path):
     assert [e["step"] for e in events] == [1, 10, 20, 30]
     assert all(np.isfinite(e["loss_d"]) and np.isfinite(e["loss_g"]) for e in events)
     # Early grids every 10 steps (the picture changes fastest then), and every --grid-every.
-    assert sorted(os.listdir(run_path / "grids")) == [f"step_{s:06d}.png" for s in (1, 10, 15, 20, 30)]
+    assert [step for step, _ in RunDir(str(run_path)).grids()] == [1, 10, 15, 20, 30]
     # Bundled MNIST has labels, so the default run is class-conditional: one grid column per digit.
     assert status["classes"] == 10
     assert json.loads((run_path / "generator.json").read_text())["spec"]["classes"] == 10

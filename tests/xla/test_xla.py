@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from core.rundir import RunDir
 from tests.apphelpers import alive
 from tests.xla.xlahelpers import (ROOT, SCRIPTS, XLA_TIMEOUT, assert_finite_losses, check, events_of, probe, run_python, run_script,
                                   status_of, xla_env)
@@ -176,10 +177,14 @@ def test_cli_training_on_one_xla_device_end_to_end(cli_run):
     events = events_of(run)
     assert events[-1]["step"] == 16
     assert_finite_losses(events)
-    grids = sorted(os.listdir(os.path.join(run, "grids")))
-    assert grids and all(g.endswith(".png") for g in grids)
-    with open(os.path.join(run, "grids", grids[-1]), "rb") as f:
+    grids = RunDir(run).grids()
+    assert grids
+    with open(grids[-1][1], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # D's verdicts on each grid, computed on the device too.
+    for step, _ in grids:
+        verdicts = RunDir(run).read_verdicts(step)
+        assert all(math.isfinite(v) for v in verdicts["fake"] + verdicts["real"]) and len(verdicts["real"]) == 60
 
 
 @pytest.mark.xla
