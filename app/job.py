@@ -379,14 +379,23 @@ class Job:
             new_config = prepare_resume(run, steps, config.to_dict() if config is not None else None)
             return self.start(new_config, resume_run=run)
 
-    def request(self, action: str) -> str:
-        """stop | pause | resume the current run; returns a message for the user."""
+    def request(self, action: str, count: int = 0) -> str:
+        """stop | pause | resume | step (count updates, while paused) the current run; returns a
+        message for the user."""
         with self._lock:
             run = self._run
             if run is None or not self.is_active():
                 return "No run is training."
+            if action == "step":
+                if run.read_request() == "step":
+                    return "Still stepping: the grid after the last Step comes first."
+                if run.read_status().state != "paused" or run.read_request() != "pause":
+                    return "Pause first: Step trains one generator update at a time while the run is paused."
+                if self._chaining():
+                    return ("Step needs a run that trains in one piece: in chunks (ZeroGPU) a paused run "
+                            "holds no GPU to step with.")
             try:
-                run.request(action)
+                run.request(action, count)
             except DiskRefused as exc:   # the trainer will fail on its own next write and say so
                 return f"Could not ask the trainer to {action}: {exc}."
             process = self._process
@@ -398,7 +407,8 @@ class Job:
                 threading.Thread(target=self._end_if_unanswered, args=(process, run),
                                  name="blink-stop-watchdog", daemon=True).start()
         return {"stop": "Stopping... the trainer saves a checkpoint and the final grid, then ends.",
-                "pause": "Pausing...", "resume": "Resuming..."}[action]
+                "pause": "Pausing...", "resume": "Resuming...",
+                "step": f"Stepping {count} generator update{'s' if count != 1 else ''}..."}[action]
 
     def shutdown(self, grace: float | None = None) -> None:
         """Stop the trainer cleanly (checkpoint kept), escalating only if it does not answer."""

@@ -154,6 +154,11 @@ class LiveFeed:
             "grid": f"live/grid/{snap.run_name}/{grid_step}" if grid_step is not None else None,
             # What D believes about each image of that grid and of the real grid beside it.
             "verdicts": self._verdicts(snap.run_path, grid_step),
+            # After a Step while paused: the grid it started from, to set beside the new one.
+            "before": ({"step": status.stepped_from,
+                        "grid": f"live/grid/{snap.run_name}/{status.stepped_from}",
+                        "verdicts": RunDir(snap.run_path).read_verdicts(status.stepped_from)}
+                       if status.state == "paused" and status.stepped_from else None),
             "real_grid": (f"live/real/{snap.run_name}" if grid_step is not None
                           and os.path.exists(os.path.join(snap.run_path, "grids", "real.png")) else None),
             "diagnostics": views.diagnostics_rows(status) if status.state else [],

@@ -40,7 +40,8 @@ from app import sample_work, viewer_work
 from app.errors import refused
 from app.job import SHIPPED_GENERATOR
 from app.sample_work import N_DIRECTIONS
-from core.architecture import MAX_META_BYTES, MAX_WEIGHTS_MB, GeneratorFileError, check_class, grid_columns, read_spec
+from core.architecture import (MAX_META_BYTES, MAX_WEIGHTS_MB, GeneratorFileError, check_class, class_names,
+                               grid_columns, read_spec)
 from core.rundir import FINAL_STATES, RunDir, generator_files
 
 MAX_GRID = 256
@@ -63,9 +64,11 @@ def _work(fn, *args, title: str | None = None):
         raise refused(str(exc), title=title or exc.title)
 
 
-def _class_picker(seed_label: str, classes: int):
-    """A class picker fitted to a generator: its classes, or disabled with a note if it has none."""
-    choices = [(seed_label, SEED_CLASS)] + [(str(c), str(c)) for c in range(classes)]
+def _class_picker(seed_label: str, classes: int, names: list[str] = ()):
+    """A class picker fitted to a generator: its classes, shown by name where it names them (a
+    folder's class subfolders; the values stay the indices), or disabled with a note if it has none."""
+    shown = list(names) or [str(c) for c in range(classes)]     # read_spec checked: one name per class
+    choices = [(seed_label, SEED_CLASS)] + [(shown[c], str(c)) for c in range(classes)]
     if not classes:
         return gr.update(choices=choices, value=SEED_CLASS, interactive=False, info=UNCONDITIONAL_NOTE)
     return gr.update(choices=choices, interactive=True, info=f"{classes} classes")
@@ -310,14 +313,15 @@ class SampleTab:
     def shown(self, view, seed, count, class_choice):
         """Everything that depends on which generator the viewer sees: the follow box, the picker
         (its runs refreshed), the class pickers fitted to the generator, and a fresh grid."""
-        spec, _ = generator_spec(self.current_dir(view))
+        spec, meta = generator_spec(self.current_dir(view))
+        names = class_names(meta)
         grid, caption = self.sample(view, seed, count, class_choice if spec.classes else SEED_CLASS)
         following = (view or FOLLOW) == FOLLOW
         return {self.follow: following,
                 self.pick: gr.update(choices=self.run_choices(), value=None if following else view),
-                self.digit: _class_picker("Every class, one per column", spec.classes),
-                self.class_a: _class_picker("The seed's class", spec.classes),
-                self.class_b: _class_picker("The seed's class", spec.classes),
+                self.digit: _class_picker("Every class, one per column", spec.classes, names),
+                self.class_a: _class_picker("The seed's class", spec.classes, names),
+                self.class_b: _class_picker("The seed's class", spec.classes, names),
                 self.grid: grid, self.caption: caption}
 
     def pick_generator(self, picked, seed=0, count=64, class_choice=SEED_CLASS):

@@ -38,6 +38,8 @@ LIVE_PANEL = """
 <div class="live">
   <div class="live-grid"><div class="placeholder">Samples from fixed noise appear at the first step</div>
     <div class="tiles"><img class="fakes" alt="Samples from fixed noise" hidden><div class="verdicts"></div></div>
+    <div class="live-before" hidden><h4>Before the last Step: step <span class="before-step"></span></h4>
+      <div class="tiles"><img class="before" alt="The grid before the last Step"><div class="verdicts"></div></div></div>
     <div class="live-real" hidden><h4>Real images: what D must tell G's images from</h4>
       <div class="tiles"><img class="reals" alt="Real images from the dataset"><div class="verdicts"></div></div></div>
     <p class="verdict-legend" hidden></p></div>
@@ -323,6 +325,16 @@ class TrainTab:
         self.require_host(key)
         return self.job.request("stop")
 
+    def step_one(self, key=""):
+        """While paused: exactly one generator update (with its critic updates)."""
+        self.require_host(key)
+        return self.job.request("step", 1)
+
+    def step_ten(self, key=""):
+        """While paused: exactly ten generator updates."""
+        self.require_host(key)
+        return self.job.request("step", 10)
+
     def pause(self, key=""):
         self.require_host(key)
         if self.job.snapshot().status.state == "paused":
@@ -410,6 +422,9 @@ class TrainTab:
                 self.start_button = gr.Button("Start", variant="primary")
                 self.pause_button = gr.Button("Pause")
                 self.resume_button = gr.Button("Resume")
+                # While paused: one generator update (or ten) at a time, the grid before and after.
+                self.step_button = gr.Button("Step", elem_id="blink-step")
+                self.step_ten_button = gr.Button("10 steps", elem_id="blink-step-10")
                 self.stop_button = gr.Button("Stop", variant="stop")
             self.message = gr.Markdown(elem_id="blink-message", elem_classes=["blink-host-only"])
             with gr.Column(elem_id="blink-more", elem_classes=["blink-host-only"]):
@@ -485,6 +500,8 @@ class TrainTab:
               api_visibility="private", show_progress="hidden")
         self.stop_button.click(self.stop, self.key, self.message, api_name="stop", concurrency_limit=None)
         self.pause_button.click(self.pause, self.key, self.message, api_name="pause", concurrency_limit=None)
+        self.step_button.click(self.step_one, self.key, self.message, api_name="step", concurrency_limit=None)
+        self.step_ten_button.click(self.step_ten, self.key, self.message, api_name="step_10", concurrency_limit=None)
         self.resume_button.click(self.resume, [self.resume_steps, self.key], self.message, api_name="resume")
         blocks.load(self.join_link, None, self.join, api_visibility="private")
         gr.api(self.status_api, api_name="status", concurrency_limit=None)

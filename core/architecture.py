@@ -22,6 +22,7 @@ MAX_WEIGHTS_MB = 64
 MAX_META_BYTES = 256 * 1024
 SPEC_LIMITS = {"z_dim": (1, 1024), "width": (1, 256), "classes": (0, 1000)}
 SPEC_CHOICES = {"channels": (1, 3), "resolution": (28, 32, 64)}
+MAX_CLASS_NAME = 255   # characters of a class name: a folder's name is at most 255 bytes on common file systems
 
 
 def resolve_preset(preset: str, device_kind: str) -> tuple[str, str]:
@@ -65,6 +66,30 @@ def check_class(generator, label: int) -> int:
     return int(label)
 
 
+def class_names(meta: dict) -> list[str]:
+    """What a generator calls its classes (class i is the i-th name), from a description read_spec
+    has checked: [] where it names none (MNIST's digits are their indices; files before class names)."""
+    return list(meta.get("class_names") or [])
+
+
+def class_index(generator, label, names: list[str] = ()) -> int:
+    """The class a label (text or number) asks for: one of the generator's class names, else a
+    class index. A name wins, so a class folder named "7" is asked for as 7 whatever its index.
+    ValueError saying which classes there are."""
+    names, text = list(names), str(label).strip()
+    if not generator.classes:
+        return check_class(generator, 0)           # raises: it has no class to ask for
+    if text in names:
+        return names.index(text)
+    if text.isdecimal() and int(text) < generator.classes:
+        return int(text)
+    last = generator.classes - 1
+    if not names:
+        raise ValueError(f"{text!r} is not one of this generator's classes (0 to {last}).")
+    listed = ", ".join(names[:20]) + (f", ... ({len(names)} in all)" if len(names) > 20 else "")
+    raise ValueError(f"{text!r} is not one of this generator's classes: {listed} (or their indices, 0 to {last}).")
+
+
 class GeneratorFileError(ValueError):
     """A generator file that cannot be loaded; the message says why."""
 
@@ -104,4 +129,9 @@ def read_spec(meta_path: str) -> tuple[GeneratorSpec, dict]:
         if values[key] not in choices:
             raise GeneratorFileError(f"The generator description has spec.{key}={values[key]}; "
                                      f"it must be one of {', '.join(map(str, choices))}.")
+    names = meta.get("class_names") or []
+    if names and not (isinstance(names, list) and len(names) == values["classes"] and len(set(names)) == len(names)
+                      and all(isinstance(n, str) and 0 < len(n) <= MAX_CLASS_NAME for n in names)):
+        raise GeneratorFileError(f"The generator description's class_names must be {values['classes']} different "
+                                 f"names (text of 1 to {MAX_CLASS_NAME} characters), one per class, or none.")
     return GeneratorSpec(**values), meta

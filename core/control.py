@@ -5,8 +5,8 @@ stylegan2-ada's `abort_fn`, it is passed into the loop, so a test or a bench can
 
     control = Control(run, watch_pids)
     control.request_waiting()       # between log steps: make this step a log step?
-    control.decision()              # "run" | "pause" | "stop" | "gone"
-    control.wait_while_paused()     # the decision once the pause ends
+    control.decision()              # "run" | "pause" | "stop" | "gone" | "step" (while paused)
+    control.wait_while_paused()     # the decision once the pause ends (or a step is asked for)
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class Control:
         """The app gone first, then a stop, a pause."""
         if any(not pid_alive(p) for p in self.watch_pids):
             return "gone"
-        return {"stop": "stop", "pause": "pause"}.get(self.run.read_request(), "run")
+        return {"stop": "stop", "pause": "pause", "step": "step"}.get(self.run.read_request(), "run")
 
     def request_waiting(self) -> bool:
         """Between log steps, at most every CONTROL_CHECK_SECONDS: is there something to act on?"""
@@ -45,7 +45,7 @@ class Control:
 
     def wait_while_paused(self) -> str:
         """Wait until the pause request is gone; then the decision ("run" once resumed: the
-        request is cleared)."""
+        request is cleared; "step": train the asked updates, still paused)."""
         while (decision := self.decision()) == "pause":
             time.sleep(PAUSE_POLL_SECONDS)
         if decision == "run":

@@ -4,7 +4,7 @@ The training loop says what happened and the Reporter works out the rest and wri
 run's Status (core/status.py) through RunDir.write_status, as stylegan2-ada's training loop hands
 its progress to a `progress_fn`:
 
-    report = Reporter(run, rt, config, trainer_pid=..., preset_reason=..., classes=..., ...)
+    report = Reporter(run, rt, config, trainer_pid=..., preset_reason=..., classes=..., class_names=..., ...)
     report.start()                         # the loop begins: training time counts from here
     report.stepped(step)                   # after each step's mark_step
     report.paused(seconds)                 # paused time is not training time
@@ -57,7 +57,8 @@ class Reporter:
     """The run's progress, as the trainer sees it; `write` makes it the run's status."""
 
     def __init__(self, run, rt, config, *, trainer_pid: int, preset_reason: str, classes: int,
-                 matmul_precision: str | None, data_load_seconds: float, images_skipped: int, chunk: int = 0):
+                 matmul_precision: str | None, data_load_seconds: float, images_skipped: int, chunk: int = 0,
+                 class_names: list[str] = ()):
         """run: the RunDir; rt: the trainer's core.devices.Runtime; config: the resolved TrainConfig.
         The keywords are facts of the run's setup that every status repeats."""
         self.run, self.rt, self.config = run, rt, config
@@ -65,6 +66,7 @@ class Reporter:
         self.matmul_precision = matmul_precision
         self.data_load_seconds, self.images_skipped = data_load_seconds, images_skipped
         self.chunk = chunk          # > 0: the run trains in chunks and this session is that one
+        self.class_names = list(class_names)   # what class i is, where the dataset names them; [] otherwise
         # Each device's piece of a batch, read from the batch's sharding once it exists (the loop sets it).
         self.batch_shards: list[list[int]] | None = None
         self.elapsed_before = 0.0   # training seconds of earlier sessions: a resumed run's checkpoint says
@@ -94,7 +96,7 @@ class Reporter:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
     def write(self, state: str, message: str, step: int, saved_step: int, warning: str,
-              data_seconds: float) -> None:
+              data_seconds: float, stepped_from: int = 0) -> None:
         """The run's status at `step`. warning: the loop's own (D has won); a nearly full device
         memory replaces it. data_seconds: time the steps waited for batches so far."""
         cfg, rt = self.config, self.rt
@@ -128,8 +130,9 @@ class Reporter:
             batch_size=cfg.batch_size,
             precision=cfg.precision, gan=cfg.gan,
             preset=cfg.preset, preset_reason=self.preset_reason, classes=self.classes,
+            class_names=self.class_names,
             steps_per_second=round(speed, 3) if speed else None,
             images_per_second=round(speed * images_per_step, 1) if speed else None,
             seconds_left=round(remaining, 1) if remaining is not None else None,
             elapsed=round(self.elapsed(), 2), warning=warning, diagnostics=diagnostics,
-            saved_step=saved_step, notice=rt.info.notice, chunk=self.chunk)
+            saved_step=saved_step, notice=rt.info.notice, chunk=self.chunk, stepped_from=stepped_from)

@@ -275,6 +275,9 @@ class RunDir:
         """D's verdicts on the grid of `step` (core/train.py Loop.save_grid), beside its PNG."""
         self._write(os.path.join("grids", f"step_{step:06d}.json"), json.dumps(verdicts).encode())
 
+    def has_grid(self, step: int) -> bool:
+        return os.path.exists(self.file(os.path.join("grids", f"step_{step:06d}.png")))
+
     def read_verdicts(self, step: int) -> dict | None:
         try:
             with open(self.file(os.path.join("grids", f"step_{step:06d}.json"))) as f:
@@ -318,10 +321,20 @@ class RunDir:
         return all(os.path.exists(path) for path in generator_files(self.path))
 
     # ---- control requests -----------------------------------------------------------
-    def request(self, action: str) -> None:
-        """Ask the trainer to stop, pause or resume; it reads this between steps."""
-        assert action in ("stop", "pause", "resume"), action
-        self._write("control.json", json.dumps({"action": action, "time": time.time()}).encode())
+    def request(self, action: str, count: int = 0) -> None:
+        """Ask the trainer to stop, pause or resume, or, while paused, to step `count` generator
+        updates; it reads this between steps."""
+        assert action in ("stop", "pause", "resume", "step"), action
+        self._write("control.json", json.dumps({"action": action, "time": time.time(), "count": count}).encode())
+
+    def read_step_count(self) -> int:
+        """How many generator updates a step request asks for (0 if none)."""
+        try:
+            with open(self.file("control.json")) as f:
+                request = json.load(f)
+        except (OSError, ValueError):
+            return 0
+        return int(request.get("count", 0)) if request.get("action") == "step" else 0
 
     def read_request(self) -> str:
         try:

@@ -7,11 +7,13 @@ generator the spec describes. Latents are drawn on the CPU from the seed, so a s
 same images on any device.
 
     python -m core.sample --run RUN_DIR --n 16 --seed 0 --out samples.npy
+    python -m core.sample --run RUN_DIR --n 50000 --out fid.npy     # any N: written SAMPLE_CHUNK at a time
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import zipfile
 
@@ -20,12 +22,19 @@ import torch
 
 from core import models
 # The generator description and its checks live in core/architecture.py: the UI reads them without torch.
-from core.architecture import MAX_WEIGHTS_MB, GeneratorFileError, GeneratorSpec, check_class, read_spec
+from core.architecture import (MAX_WEIGHTS_MB, GeneratorFileError, GeneratorSpec, check_class, class_index,
+                               class_names, read_spec)
 from core.images import grid_image, png_bytes, to_model_range, to_uint8
 from core.models import Generator
 from core.rundir import generator_files, write_atomic
 
-MAX_SAMPLES = 1024
+# The CLI's --n. Images are made and written SAMPLE_CHUNK at a time, so N of them never sit in
+# memory; only their latents do (N x z_dim floats, drawn at once so that a sample is the same
+# whatever N: 20 MB at 50,000 samples of z_dim 100). MAX_SAMPLES bounds that (FID needs 50,000).
+# One grid image of more than MAX_GRID_SAMPLES would be too fine to see.
+MAX_SAMPLES = 1_000_000
+MAX_GRID_SAMPLES = 1024
+SAMPLE_CHUNK = 1024       # N up to this is one batch, as before chunks
 MAX_PARAMETERS = 16_000_000   # an upload limit too: the described generator's size (its files': core.architecture)
 WEIGHT_DTYPES = ("F32", "F16", "BF16")
 DIRECTION_SAMPLES = 2000   # GANSpace uses ~1e4-1e6; 2,000 pin down the top 5 of a small DCGAN
@@ -281,11 +290,51 @@ def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int
 
 
 # ==== exports ==================================================================================
-def write_samples_zip(images: np.ndarray, path: str, prefix: str = "sample") -> str:
-    """(N, C, H, W) in [-1, 1] -> a zip of N PNG files prefix_000.png ..."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:   # PNGs are compressed already
-        for i, pixels in enumerate(to_uint8(images)):
-            archive.writestr(f"{prefix}_{i:03d}.png", png_bytes(pixels))
+def sample_chunks(generator: Generator, seed: int, n: int, psi: float = 1.0, label: int | None = None,
+                  chunk: int = SAMPLE_CHUNK):
+    """n samples of a seed as float32 (N, C, H, W) arrays of at most `chunk` images, in order.
+
+    The latents and classes are drawn for all n at once, as for one batch, so sample i is the
+    same whatever n and the chunk size; only one chunk of images is in memory at a time."""
+    z = truncate(latents(seed, n, generator.z_dim), psi)
+    labels = class_labels(generator, seed, n, label)
+    for start in range(0, n, chunk):
+        part = None if labels is None else labels[start:start + chunk]
+        yield generate(generator, z[start:start + chunk], part).astype(np.float32, copy=False)
+
+
+def write_npy_chunks(chunks, path: str, shape: tuple[int, ...]) -> str:
+    """float32 arrays, one after the other, as one .npy file of `shape` (what np.save would write
+    for their concatenation), never holding more than a chunk; written atomically."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+              "shape": tuple(shape)}
+
+    def write(f) -> None:
+        np.lib.format.write_array_header_1_0(f, header)
+        rows = 0
+        for images in chunks:
+            f.write(np.ascontiguousarray(images, dtype=np.float32).tobytes())
+            rows += len(images)
+        if rows != shape[0]:
+            raise ValueError(f"{rows} samples written for a file of {shape[0]}")
+    write_atomic(path, write)
+    return path
+
+
+def write_samples_zip(images, path: str, prefix: str = "sample", n: int | None = None) -> str:
+    """(N, C, H, W) in [-1, 1], or chunks of them (n in all), -> a zip of PNG files prefix_000.png ...
+    (with more digits past 1,000 samples, so the names sort in order)."""
+    chunks = [images] if isinstance(images, np.ndarray) else images
+    digits = max(3, len(str((len(images) if n is None else n) - 1)))
+
+    def write(f) -> None:
+        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as archive:   # PNGs are compressed already
+            i = 0
+            for chunk in chunks:
+                for pixels in to_uint8(chunk):
+                    archive.writestr(f"{prefix}_{i:0{digits}d}.png", png_bytes(pixels))
+                    i += 1
+    write_atomic(path, write)     # a run stopped halfway leaves no zip without its directory
     return path
 
 
@@ -294,15 +343,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m core.sample",
                                      description="Write N generated images as float32 (N, C, H, W) in [-1, 1].")
     parser.add_argument("--run", required=True, help="run directory with generator.safetensors")
-    parser.add_argument("--n", type=int, default=64)
+    parser.add_argument("--n", type=int, default=64,
+                        help=f"how many images (default 64): up to {MAX_SAMPLES:,} into .npy or .zip, made and "
+                             f"written {SAMPLE_CHUNK:,} at a time; up to {MAX_GRID_SAMPLES:,} into a .png grid")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--label", type=int, default=None,
-                        help="class-conditional generators: draw only this class (default: seed, seed+1, ...)")
+    parser.add_argument("--label", default=None,
+                        help="class-conditional generators: draw only this class, by index or by the name the "
+                             "generator gives it (a folder's class subfolders; a name wins over an index) "
+                             "(default: seed, seed+1, ...)")
     parser.add_argument("--psi", type=float, default=1.0, help="truncation: z * psi (default 1: none)")
     parser.add_argument("--out", required=True, help="output .npy file (or .png for a grid, .zip for PNGs)")
     args = parser.parse_args(argv)
-    if not 1 <= args.n <= MAX_SAMPLES:
-        print(f"error: --n must be between 1 and {MAX_SAMPLES}", file=sys.stderr)
+    grid = args.out.endswith(".png")
+    most = MAX_GRID_SAMPLES if grid else MAX_SAMPLES
+    if not 1 <= args.n <= most:
+        print(f"error: --n must be between 1 and {most:,}" + (" for a .png grid (write a .npy or .zip for more)"
+                                                              if grid and args.n > most else ""), file=sys.stderr)
         return 2
     if not 0.0 <= args.psi <= 2.0:
         print("error: --psi must be between 0 and 2", file=sys.stderr)
@@ -313,19 +369,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        labels = class_labels(generator, args.seed, args.n, args.label)
+        label = None if args.label is None else class_index(generator, args.label, class_names(meta))
     except ValueError as exc:
         print(f"error: --label: {exc}", file=sys.stderr)
         return 2
-    z = truncate(latents(args.seed, args.n, generator.z_dim), args.psi)
-    images = generate(generator, z, labels).astype(np.float32)
-    if args.out.endswith(".png"):
-        write_atomic(args.out, png_bytes(grid_image(images, columns=min(grid_columns(generator), args.n))))
-    elif args.out.endswith(".zip"):
-        write_samples_zip(images, args.out, prefix=f"seed{args.seed}")
-    else:
-        np.save(args.out, images)
-    print(f"wrote {args.out}: {images.shape} from step {meta.get('step')}")
+    shape = (args.n, generator.channels, generator.resolution, generator.resolution)
+    out, npy = args.out, not grid and not args.out.endswith(".zip")
+    if npy and not out.endswith(".npy"):
+        out += ".npy"                     # as np.save names it
+    chunks = sample_chunks(generator, args.seed, args.n, args.psi, label)
+    try:
+        if npy:   # its size is known: refused now rather than after generating what will not fit
+            needed, free = int(np.prod(shape)) * 4, shutil.disk_usage(os.path.dirname(os.path.abspath(out))).free
+            if needed > free:
+                print(f"error: {out} needs {needed / 2**20:,.0f} MB and its disk has {free / 2**20:,.0f} MB free: "
+                      f"ask for fewer samples, or write it elsewhere", file=sys.stderr)
+                return 2
+        if grid:
+            images = np.concatenate(list(chunks))
+            write_atomic(out, png_bytes(grid_image(images, columns=min(grid_columns(generator), args.n))))
+        elif npy:
+            write_npy_chunks(chunks, out, shape)
+        else:
+            write_samples_zip(chunks, out, prefix=f"seed{args.seed}", n=args.n)
+    except OSError as exc:   # a folder that is not there, a disk that fills up meanwhile
+        print(f"error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: {shape} from step {meta.get('step')}")
     return 0
 
 

@@ -30,12 +30,14 @@ class Status:
     preset: str = ""                  # the model preset that runs (never "auto")
     preset_reason: str = ""
     classes: int = 0                  # > 0: class-conditional on that many classes
+    class_names: list = field(default_factory=list)   # what class i is, where the dataset names them (class subfolders)
     steps_per_second: float | None = None     # None until measured (compilation left out)
     images_per_second: float | None = None
     seconds_left: float | None = None
     elapsed: float = 0.0              # training seconds, earlier sessions of a resumed run included
     warning: str = ""                 # a problem the run goes on with (D has won, memory nearly full)
     notice: str = ""                  # about the device (e.g. why a requested one fell back)
+    stepped_from: int = 0             # > 0 while paused after a Step: the step it started from (grids before/after)
     chunk: int = 0                    # > 0: the run trains in chunks (ZeroGPU) and is in this one
     diagnostics: dict[str, Any] = field(default_factory=dict)   # the Diagnostics panel's rows, by name
     # A Stop or Pause pressed and not yet acted on: the job fills it in for viewers from the run's

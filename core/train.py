@@ -30,7 +30,8 @@ from core.rundir import RunDir, default_root, writable_problem
 # What D's verdict on a grid image is: a probability of "real" for DCGAN's loss, a logit (above 0:
 # real) for the hinge loss, a critic's score (higher: more real) for WGAN-GP.
 VERDICT_KINDS = {"dcgan": "probability", "hinge": "logit", "wgan-gp": "score"}
-DIVERGED_LOGS = 40    # consecutive log points with D winning outright before we warn
+DIVERGED_LOGS = 40
+MAX_STEPS_WHILE_PAUSED = 100   # one Step press at most: a class watches each one    # consecutive log points with D winning outright before we warn
 
 # Grids come often while the picture changes fastest, then at the configured interval.
 EARLY_GRID_STEPS, EARLY_GRID_EVERY = 200, 10
@@ -165,7 +166,8 @@ class Loop:
         state = {**training.checkpoint_state(), "elapsed": self.report.elapsed()}
         self.run_dir.save_checkpoint(state)
         meta = {"spec": training.G.spec.to_dict(), "config": self.config.to_dict(), "step": self.step_count,
-                "preset": self.config.preset, "format": "blink-generator-v1"}
+                "preset": self.config.preset, "format": "blink-generator-v1",
+                "class_names": training.class_names}
         self.run_dir.save_generator(state.get("G_ema", state["G"]), meta)
 
     # ---- the loop --------------------------------------------------------------------------
@@ -229,11 +231,37 @@ class Loop:
             raise Stop("paused", f"Paused at step {self.step_count}.")
         if decision == "pause":
             self._status("paused", f"Paused at step {self.step_count}.")
-            paused_at = time.perf_counter()
+            paused_at, stepping = time.perf_counter(), 0.0
             decision = self.control.wait_while_paused()
-            self.report.paused(time.perf_counter() - paused_at)
+            while decision == "step":
+                started = time.perf_counter()
+                self._step_while_paused(self.run_dir.read_step_count())
+                stepping += time.perf_counter() - started
+                decision = self.control.wait_while_paused()
+            self.report.paused(time.perf_counter() - paused_at - stepping)
         self._stop_for(decision)
         self._status("running", "Training...")
+
+    def _step_while_paused(self, count: int) -> None:
+        """A paused run's "Step": exactly `count` generator updates (each with its critic updates),
+        every one logged, with the grid and D's verdicts before and after; then paused again."""
+        before = self.step_count
+        count = min(max(count, 1), MAX_STEPS_WHILE_PAUSED, self.config.steps - before)
+        if count <= 0:
+            self.run_dir.request("pause")
+            self._status("paused", f"Paused at step {before}, the run's last: there is nothing left to step.")
+            return
+        if not self.run_dir.has_grid(before):
+            self.save_grid()
+        for _ in range(count):
+            tensors = self.training.step()
+            self.rt.read_later(self._on_values, {"step": _as_tensor(self.step_count, tensors), **tensors})
+            self.rt.mark_step()
+            self.report.stepped(self.step_count)
+        self.save_grid()
+        self.run_dir.request("pause")   # the step request is done with: the run stays paused
+        updates = "1 generator update" if count == 1 else f"{count} generator updates"
+        self._status("paused", f"Paused at step {self.step_count}: stepped {updates} from step {before}.", before)
 
     def _stop_for(self, decision: str) -> None:
         if decision == "gone":
@@ -251,9 +279,10 @@ class Loop:
             message = f"Training failed while {what} at step {self.step_count}: {describe(exc)}."
             raise Stop("failed", failure_message(self.run_dir, message, saved_step=self.saved_step)) from exc
 
-    def _status(self, state: str, message: str) -> None:
+    def _status(self, state: str, message: str, stepped_from: int = 0) -> None:
         self._work("writing the status", lambda: self.report.write(
-            state, message, self.step_count, self.saved_step, self.warning, self.training.gan_step.data_seconds))
+            state, message, self.step_count, self.saved_step, self.warning, self.training.gan_step.data_seconds,
+            stepped_from))
 
     def save_grid(self) -> None:
         """The fixed-noise grid, and what D believes about each of its images and of the real grid's."""

@@ -13,6 +13,7 @@ const logScale = element.querySelector(".live-log");
 const grid = element.querySelector(".live-grid img.fakes");
 const realGrid = element.querySelector(".live-grid img.reals");
 const showVerdicts = element.querySelector(".live-verdicts");
+const beforeGrid = element.querySelector(".live-grid img.before");
 // What D's verdict on an image is, and where "real" begins (core/train.py VERDICT_KINDS).
 const LEGENDS = {
   probability: "Frames: D's verdict on each image, the probability that it is real: green above 0.5 (D says real), red below.",
@@ -125,7 +126,7 @@ function fitGrid() {
   const whole = Math.floor(fit * dpr) / dpr;
   grid.style.width = `${Math.floor(grid.naturalWidth * (whole >= 0.85 * fit ? whole : fit))}px`;
   // The real images beside the fakes at the same scale: the same tiles, side by side in the mind.
-  realGrid.style.width = grid.style.width;
+  realGrid.style.width = beforeGrid.style.width = grid.style.width;
 }
 
 function mean(values) { return values.reduce((a, b) => a + b, 0) / values.length; }
@@ -166,6 +167,8 @@ function drawVerdicts() {
   if (verdicts) legend.textContent = LEGENDS[verdicts.kind] || "";
   frameTiles(grid, verdicts && verdicts.fake, verdicts || {});
   frameTiles(realGrid, verdicts && verdicts.real, verdicts || {});
+  const before = (lastMessage || {}).before;
+  frameTiles(beforeGrid, before && before.verdicts && before.verdicts.fake, (before && before.verdicts) || {});
 }
 
 function apply(message) {
@@ -181,6 +184,12 @@ function apply(message) {
   grid.hidden = !message.grid;
   if (message.real_grid && realGrid.getAttribute("src") !== message.real_grid) realGrid.setAttribute("src", message.real_grid);
   element.querySelector(".live-real").hidden = !message.real_grid;
+  const before = message.before;
+  element.querySelector(".live-before").hidden = !before;
+  if (before) {
+    element.querySelector(".before-step").textContent = before.step;
+    if (beforeGrid.getAttribute("src") !== before.grid) beforeGrid.setAttribute("src", before.grid);
+  }
   element.querySelector(".live-grid .placeholder").hidden = !!message.grid;
   drawCharts();
   element.querySelector(".live-diagnostics tbody").innerHTML = message.diagnostics
@@ -211,6 +220,7 @@ smoothing.addEventListener("input", () => { localStorage.setItem("blink-smoothin
 logScale.addEventListener("change", drawCharts);
 grid.addEventListener("load", () => { fitGrid(); drawVerdicts(); });
 realGrid.addEventListener("load", drawVerdicts);
+beforeGrid.addEventListener("load", drawVerdicts);
 showVerdicts.addEventListener("change", drawVerdicts);
 element.querySelector(".live-primer-link").addEventListener("click", (event) => {
   event.preventDefault();

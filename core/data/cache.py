@@ -5,7 +5,7 @@ Shared by every kind of dataset (sources.py, own.py), so it imports neither. Whe
     processed/<dataset>-v<N>.pt (+ .json)    a torchvision set, decoded once, uint8
     own/<fingerprint>-v<N>.pt (+ .json)      a user's folder or zip, decoded once
 The .pt holds the images (N, C, H, W) and labels (written and read by tensors.py); the .json its
-name, size and shape, so the UI can say what is ready without opening the tensors, nor torch.
+name, size, shape and class names, so the UI can say what is ready without opening the tensors, nor torch.
 """
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ too: guard_path (which folders may be read at all; links resolved once), list_im
 zip bombs, too many files, links never followed), and budgets that a small file cannot escape
 (bytes per image, pixels from the header, one decoding allowance per process, a time limit per
 preview). Decoded sets are cached under own/ (see cache.py), keyed by a fingerprint of the files.
+Images in subfolders are one class per subfolder (torchvision's ImageFolder layout: see
+image_classes), so a folder of cats and dogs trains class-conditional as MNIST does.
 torch only inside the loaders (load_own and the previews, which run in the trainer and the viewer-work
 process): the UI process checks, lists and counts images with this module and never imports torch.
 """
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from core.architecture import SPEC_LIMITS
 from core.data.cache import PREP_VERSION, DatasetError, availability, cache_file, file_lock, read_meta, uploads_dir
 from core.images import to_model_range
 
@@ -51,6 +54,13 @@ DEFAULT_MAX_MB = 200
 DECODE_BYTES_PER_PIXEL = 16
 DECODE_BUDGET_BYTES = MAX_IMAGE_BYTES + MAX_PIXELS * DECODE_BYTES_PER_PIXEL
 PREVIEW_SECONDS = 20.0                   # total decode time of one preview
+# A class subfolder needs this many images: fewer cannot show a conditional GAN what the class
+# looks like (it would copy them), and a folder that small is likelier a stray ("misc",
+# thumbnails) than a class. Refused with the folder's name rather than trained on.
+MIN_CLASS_IMAGES = 10
+# The most classes a generator file may describe (core/architecture.py): a run with more would
+# save a generator that no one could load.
+MAX_CLASSES = SPEC_LIMITS["classes"][1]
 _GREY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
 
 
@@ -238,6 +248,71 @@ def _too_many_files() -> DatasetError:
                         f"(a few thousand are plenty for this GAN).")
 
 
+# ==== classes: one per subfolder ================================================================
+@dataclass
+class Classes:
+    """What a listing's folders say about classes (image_classes)."""
+    names: list[str]          # the class subfolders, sorted: label i is names[i]; [] for no classes
+    labels: list[int]         # each listed image's label, in the listing's order; [] for no classes
+    loose: int = 0            # images beside subfolders of images: with any, the set has no classes
+
+
+def _parts(name: str) -> list[str]:
+    return [part for part in name.replace("\\", "/").split("/") if part]
+
+
+def image_classes(names: list[str]) -> Classes:
+    """One class per subfolder, as torchvision's ImageFolder reads root/cat/*.png, root/dog/*.png:
+    an image's class is the first folder of its path (deeper folders belong to that class), the
+    classes in sorted order of their names.
+
+    A folder that holds every image is a wrapper, not a class (a zip of photos/ holds
+    photos/cat/..., photos/dog/...): it is looked through, as often as it recurs. Images directly
+    in the top folder make the set unconditional, as every folder trained before classes did:
+    nothing of a set is ever dropped, and own_info says what would give it classes. One class is
+    no class either."""
+    parts = [_parts(name) for name in names]
+    while parts and all(len(p) > 1 for p in parts) and len({p[0] for p in parts}) == 1:
+        parts = [p[1:] for p in parts]
+    folders = sorted({p[0] for p in parts if len(p) > 1})
+    loose = sum(len(p) == 1 for p in parts)
+    if loose or len(folders) < 2:
+        return Classes([], [], loose if folders else 0)
+    index = {folder: i for i, folder in enumerate(folders)}
+    return Classes(folders, [index[p[0]] for p in parts])
+
+
+def check_classes(classes: Classes, counts, readable: bool = False) -> None:
+    """Refuse classes that cannot train: too many for a generator file, or one with fewer than
+    MIN_CLASS_IMAGES images (counts: images per class; readable: counted after decoding)."""
+    if len(classes.names) > MAX_CLASSES:
+        raise DatasetError(f"The images sit in {len(classes.names):,} subfolders, one class each; at most "
+                           f"{MAX_CLASSES:,} classes can train. Use fewer subfolders, or put every image in one "
+                           f"folder to train without classes.")
+    small = [(name, int(n)) for name, n in zip(classes.names, counts) if n < MIN_CLASS_IMAGES]
+    if small:
+        kind = "readable images" if readable else "images"
+        named = ", ".join(f"{name!r} ({n} {kind})" for name, n in small[:5])
+        more = f" and {len(small) - 5} more" if len(small) > 5 else ""
+        raise DatasetError(f"Each subfolder is a class, and a class needs at least {MIN_CLASS_IMAGES} images; "
+                           f"too few in {named}{more}. Add images there or remove those folders, or put every "
+                           f"image in one folder to train without classes.")
+
+
+def _listed_classes(listing: Listing) -> Classes:
+    """The listing's classes, checked on the listed files (before any decoding)."""
+    classes = image_classes(listing.names)
+    if classes.names:
+        check_classes(classes, np.bincount(classes.labels, minlength=len(classes.names)))
+    return classes
+
+
+def _classes_note(names: list[str], counts) -> str:
+    shown = ", ".join(f"{name} {n}" for name, n in zip(names[:8], counts))
+    more = f", and {len(names) - 8} more" if len(names) > 8 else ""
+    return f"{len(names)} classes, one per subfolder ({shown}{more}): trains class-conditional"
+
+
 # ==== reading and decoding within the budgets =================================================
 def _read_capped(f) -> bytes:
     """At most MAX_IMAGE_BYTES, whatever the file's size claimed: a file may grow after a check."""
@@ -347,13 +422,28 @@ def _cache_path(listing: Listing) -> str:
     return cache_file("own", listing.fingerprint)
 
 
+def _cached_meta(listing: Listing) -> dict | None:
+    """The meta of the listing's decoded set, if there is one with labels where its folders say:
+    a set cached before class subfolders gave labels has no class_names, and is decoded again
+    (its files are overwritten, under the same name)."""
+    meta = read_meta(_cache_path(listing))
+    return meta if meta is not None and "class_names" in meta else None
+
+
+def _load_cached(listing: Listing, title: str) -> ImageSet | None:
+    from core.data.tensors import load_cached
+    return load_cached(_cache_path(listing), title) if _cached_meta(listing) else None
+
+
 def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
-    """A folder or zip of PNG/JPEG images -> 64x64 (RGB, or 1 channel if all are grey), cached."""
-    from core.data.tensors import ImageSet, load_cached, save_cached
+    """A folder or zip of PNG/JPEG images -> 64x64 (RGB, or 1 channel if all are grey), cached.
+    With class subfolders (image_classes) the set has labels and class names."""
+    from core.data.tensors import ImageSet, save_cached
     listing = list_images(path, max_mb)
+    classes = _listed_classes(listing)
     title = f"own images ({os.path.basename(listing.path.rstrip(os.sep)) or listing.path})"
     cache = _cache_path(listing)
-    cached = load_cached(cache, title)
+    cached = _load_cached(listing, title)
     if cached is not None:
         return cached
     with contextlib.ExitStack() as stack:
@@ -361,13 +451,20 @@ def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
             stack.enter_context(file_lock(cache))  # replicas wait for the first to decode
         except OSError:                  # a read-only cache only costs speed next time
             pass
-        cached = load_cached(cache, title)
+        cached = _load_cached(listing, title)
         if cached is not None:
             return cached
         arrays, greys, bad = decode_many(listing.names, listing.reader())
         if not arrays:
             raise _nothing_usable(listing, len(bad))
-        decoded = ImageSet(stack_images(arrays, grey=all(greys)), title, skipped=len(bad), ignored=listing.ignored)
+        labels = None
+        if classes.names:   # decode_many keeps the listing's order, less the unreadable
+            unreadable = set(bad)
+            labels = np.array([label for name, label in zip(listing.names, classes.labels) if name not in unreadable],
+                              dtype=np.int64)
+            check_classes(classes, np.bincount(labels, minlength=len(classes.names)), readable=True)
+        decoded = ImageSet(stack_images(arrays, grey=all(greys)), title, labels, skipped=len(bad),
+                           ignored=listing.ignored, class_names=classes.names)
         try:
             save_cached(cache, decoded)
         except OSError:
@@ -377,28 +474,38 @@ def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
 
 
 def own_info(path: str, max_mb: int = DEFAULT_MAX_MB) -> dict:
-    """dataset_info for a folder or zip: the cached set's size, or what a listing found (no decoding)."""
+    """dataset_info for a folder or zip: the cached set's size, or what a listing found (no decoding);
+    with its classes, or why its subfolders are none."""
     try:
         listing = list_images(path, max_mb)
+        classes = _listed_classes(listing)
     except DatasetError as exc:
         return availability(False, None, None, OWN_RESOLUTION, str(exc))
-    meta = read_meta(_cache_path(listing))
+    if classes.loose:
+        classes_note = (f" {classes.loose} image(s) sit in the top folder beside subfolders of images, so the set "
+                        f"trains without classes; for one class per subfolder, move those into subfolders.")
+    elif classes.names:
+        counts = np.bincount(classes.labels, minlength=len(classes.names))
+        classes_note = f" {_classes_note(classes.names, counts)}."
+    else:
+        classes_note = ""
+    meta = _cached_meta(listing)
     if meta:
         return availability(True, meta["size"], meta["channels"], meta["resolution"],
                             f"{meta['size']} images ready ({meta['skipped']} unreadable skipped, "
-                            f"{meta['ignored']} other files ignored).", True)
+                            f"{meta['ignored']} other files ignored).{classes_note}", True)
     if not listing.names:
         return availability(False, 0, None, OWN_RESOLUTION, str(_nothing_usable(listing, 0)))
     return availability(True, len(listing.names), None, OWN_RESOLUTION,
                         f"{len(listing.names)} PNG/JPEG files found ({listing.ignored} other files ignored); "
-                        f"they are resized and centre-cropped to 64x64 once, unreadable ones are skipped.")
+                        f"they are resized and centre-cropped to 64x64 once, unreadable ones are skipped."
+                        f"{classes_note}")
 
 
 def preview_own(path: str, n: int, rng: random.Random, max_mb: int = DEFAULT_MAX_MB) -> np.ndarray:
     """n images of a folder or zip: from its cache if decoded already, else decoding only those n."""
-    from core.data.tensors import load_cached
     listing = list_images(path, max_mb)
-    cached = load_cached(_cache_path(listing), "")
+    cached = _load_cached(listing, "")
     return preview_listing(listing, n, rng) if cached is None else cached.sample(n, rng)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -23,12 +23,16 @@ from core.rundir import write_atomic
 class ImageSet:
     """A preprocessed dataset: uint8 images (N, C, H, W), optional labels, a display name.
 
+    class_names: what each label stands for (class i is class_names[i]), where the set says: a
+    folder's class subfolders do, the torchvision sets' digits and classes are left unnamed ([]).
+
     Loaders may hand over numpy arrays: they become tensors sharing the arrays' memory."""
     images: torch.Tensor
     name: str
     labels: torch.Tensor | None = None
     skipped: int = 0          # unreadable image files left out (own images)
     ignored: int = 0          # files that are not PNG/JPEG, not used (own images)
+    class_names: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self.images = torch.as_tensor(self.images)
@@ -71,7 +75,8 @@ def save_cached(path: str, image_set: ImageSet) -> None:
     write_atomic(path, save_tensors)
     meta = {"name": image_set.name, "skipped": image_set.skipped, "ignored": image_set.ignored,
             "size": int(images.shape[0]), "channels": int(images.shape[1]),
-            "resolution": int(images.shape[-1]), "version": PREP_VERSION}
+            "resolution": int(images.shape[-1]), "class_names": list(image_set.class_names),
+            "version": PREP_VERSION}
     write_atomic(path[:-3] + ".json", json.dumps(meta).encode())
 
 
@@ -85,4 +90,4 @@ def load_cached(path: str, name: str) -> ImageSet | None:
     except Exception:                # a damaged cache file is rebuilt, not fatal
         return None
     return ImageSet(state["images"], meta.get("name", name), state.get("labels"),
-                    meta.get("skipped", 0), meta.get("ignored", 0))
+                    meta.get("skipped", 0), meta.get("ignored", 0), meta.get("class_names", []))

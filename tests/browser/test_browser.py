@@ -7,7 +7,7 @@ context per person, since pages of one context share its connection limit per ho
 - the host presses Start, students watch (one on a phone), every live panel updates from the one
   watcher, and the host lands on the Sample tab at the end;
 - the lesson as a teacher and a phone see it: before Start an estimate; after Start the grid is the
-  big thing on both screens; Stop is heard between log steps and leaves the room on the grid; a
+  big thing on both screens; a paused run steps one update with the grid before it shown; Stop is heard between log steps and leaves the room on the grid; a
   phone opens the primer on this run's losses; the
   Sample tab names its generator and draws the digit asked for; a refused zip leaves the form usable."""
 import io
@@ -225,6 +225,14 @@ def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_k
     # (the status comes at log steps; the early grids, every 10 steps, show the run moving)
     host.wait_for_function("/[/]([2-9]\\d|\\d{3,})$/.test(document.querySelector('#live .live').dataset.grid)",
                            timeout=240_000)
+    # Pause, then Step: one generator update, the grid before it shown under the new one, both framed.
+    host.get_by_role("button", name="Pause", exact=True).click()
+    expect(host.locator("#live .live[data-state='paused']")).to_have_count(1, timeout=120_000)
+    paused_at = int(host.locator("#live .live").get_attribute("data-step"))
+    host.get_by_role("button", name="Step", exact=True).click()
+    expect(host.locator("#live .live-before .before-step")).to_have_text(str(paused_at), timeout=60_000)
+    expect(host.locator("#live .live")).to_have_attribute("data-step", str(paused_at + 1))
+    expect(phone.locator("#live .live-before .verdict")).to_have_count(60, timeout=30_000)
     host.get_by_role("button", name="Stop", exact=True).click()
     expect(host.locator("#blink-message")).to_contain_text("Stopping", timeout=30_000)
     for page in (host, phone):

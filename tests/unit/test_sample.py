@@ -250,6 +250,54 @@ def test_cli_writes_a_truncated_grid_png(tmp_path):
     assert S.main(["--run", SHIPPED, "--psi", "9", "--out", out]) == 2
 
 
+def test_cli_writes_any_number_of_samples_in_chunks_as_one_batch_would(tmp_path, shipped, capsys):
+    generator, _ = shipped
+    many, few = str(tmp_path / "many.npy"), str(tmp_path / "few.npy")
+    assert S.main(["--run", SHIPPED, "--n", "3000", "--seed", "5", "--out", many]) == 0
+    assert S.main(["--run", SHIPPED, "--n", "64", "--seed", "5", "--out", few]) == 0
+    images = np.load(many)
+    assert images.shape == (3000, 1, 28, 28) and images.dtype == np.float32 and images.std() > 0.1
+    np.testing.assert_allclose(images[:64], np.load(few), atol=1e-6)
+    # Written S.SAMPLE_CHUNK at a time, yet sample i is what one batch of all 3,000 makes, whatever the chunks.
+    assert len(images) > 2 * S.SAMPLE_CHUNK
+    z, labels = S.latents(5, 3000, generator.z_dim), S.seed_labels(generator, 5, 3000)
+    np.testing.assert_allclose(images[1000:1100], S.generate(generator, z[1000:1100], labels[1000:1100]), atol=1e-6)
+    np.testing.assert_allclose(np.concatenate(list(S.sample_chunks(generator, 5, 3000, chunk=700))), images, atol=1e-6)
+    # A zip past 1,000 samples numbers them with four digits, so its names sort in order.
+    archive_path = str(tmp_path / "many.zip")
+    assert S.main(["--run", SHIPPED, "--n", "1100", "--seed", "5", "--out", archive_path]) == 0
+    with zipfile.ZipFile(archive_path) as archive:
+        names = archive.namelist()
+        assert names == sorted(names) == [f"seed5_{i:04d}.png" for i in range(1100)]
+        last = np.asarray(Image.open(io.BytesIO(archive.read(names[-1]))))
+    assert np.array_equal(last, to_uint8(images[1099:1100])[0, ..., 0])   # lossless
+    # One grid image keeps its limit, and says what to write instead; --help says every limit.
+    capsys.readouterr()
+    assert S.main(["--run", SHIPPED, "--n", str(S.MAX_GRID_SAMPLES + 1), "--out", str(tmp_path / "g.png")]) == 2
+    assert "1,024 for a .png grid (write a .npy or .zip for more)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        S.main(["--help"])
+    assert "up to 1,000,000 into .npy or .zip" in " ".join(capsys.readouterr().out.split())
+
+
+def test_cli_refuses_a_folder_it_cannot_write_and_a_npy_its_disk_cannot_hold(tmp_path, mount, capsys):
+    assert S.main(["--run", SHIPPED, "--n", "4", "--out", str(tmp_path / "nowhere" / "x.npy")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    disk = mount("small", "size=1m")
+    assert S.main(["--run", SHIPPED, "--n", "3000", "--out", os.path.join(disk, "many.npy")]) == 2
+    assert "needs 9 MB and its disk has 1 MB free" in capsys.readouterr().err and os.listdir(disk) == []
+
+
+def test_class_names_in_a_generator_description_are_one_per_class(tmp_path):
+    generator = Generator(GeneratorSpec(16, 1, 28, 8, classes=3))
+    for names in (["cat", "dog"], ["cat", "cat", "dog"], ["cat", "dog", 7], "cat dog eel"):
+        weights, meta = save_generator_pair(str(tmp_path / "g"), generator, class_names=names)
+        with pytest.raises(S.GeneratorFileError, match="class_names must be 3 different names"):
+            S.load_generator(weights, meta)
+    weights, meta = save_generator_pair(str(tmp_path / "g"), generator, class_names=["cat", "dog", "eel"])
+    assert S.class_names(S.load_generator(weights, meta)[1]) == ["cat", "dog", "eel"]
+
+
 def test_conditional_generator_seeds_pick_classes_and_interpolation_blends_them(tmp_path):
     torch.manual_seed(0)
     generator = Generator(GeneratorSpec(16, 1, 28, 8, classes=10))

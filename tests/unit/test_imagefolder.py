@@ -1,0 +1,172 @@
+"""A folder or zip of images in class subfolders (torchvision's ImageFolder layout) trains
+class-conditional, and its class names reach the status, the generator and core.sample.
+
+Real images made here (a colour per class), the real loaders and cache, one real CLI run.
+Every test runs with an empty private cache (BLINK_DATA_DIR) and BLINK_OFFLINE=1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from core import data
+from core.data.own import MIN_CLASS_IMAGES
+from tests.filehelpers import png_bytes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Sorted names, so label i is CLASSES[i]; each class's images are mostly its channel.
+CLASSES = {"blue": 2, "green": 1, "red": 0}
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    root.mkdir()
+    monkeypatch.setenv("BLINK_DATA_DIR", str(root))
+    monkeypatch.setenv("BLINK_OFFLINE", "1")
+    return root
+
+
+def coloured(channel: int, seed: int) -> bytes:
+    """A small noisy PNG whose colour is mostly `channel`."""
+    pixels = np.random.default_rng(seed).integers(0, 40, (12, 12, 3)).astype(np.uint8)
+    pixels[:, :, channel] += 200
+    return png_bytes(Image.fromarray(pixels))
+
+
+def class_files(per_class: int = MIN_CLASS_IMAGES, prefix: str = "") -> dict[str, bytes]:
+    return {f"{prefix}{name}/{i:02d}.png": coloured(channel, 10 * channel + i)
+            for name, channel in CLASSES.items() for i in range(per_class)}
+
+
+def write_folder(folder, files: dict[str, bytes]) -> str:
+    for name, payload in files.items():
+        os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(payload)
+    return str(folder)
+
+
+def write_zip(path, files: dict[str, bytes]) -> str:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, payload in files.items():
+            archive.writestr(name, payload)
+    return str(path)
+
+
+def assert_classes_by_colour(loaded) -> None:
+    assert loaded.class_names == list(CLASSES)
+    assert loaded.labels.dtype == torch.int64 and len(loaded.labels) == len(loaded)
+    assert torch.bincount(loaded.labels).tolist() == [MIN_CLASS_IMAGES] * len(CLASSES)
+    for label, channel in enumerate(CLASSES.values()):
+        brightest = loaded.images[loaded.labels == label].float().mean((0, 2, 3)).argmax()
+        assert brightest == channel, (label, brightest)
+
+
+# ==== the layout ==============================================================================
+def test_class_subfolders_give_labels_and_names_and_the_cache_keeps_them(cache, tmp_path):
+    folder = write_folder(tmp_path / "colours", class_files())
+    info = data.dataset_info("folder", folder)
+    assert info["available"] and "3 classes, one per subfolder (blue 10, green 10, red 10)" in info["message"]
+    assert_classes_by_colour(data.load("folder", folder))
+    # Loaded again from the decoded cache: the same labels and names, and the UI sees them.
+    again = data.load("folder", folder)
+    assert_classes_by_colour(again)
+    assert data.dataset_info("folder", folder)["cached"]
+    # A cache written before class subfolders gave labels has no class names: decoded again, not reused.
+    meta_file = next((cache / "own").glob("*.json"))
+    meta = json.loads(meta_file.read_text())
+    del meta["class_names"]
+    meta_file.write_text(json.dumps(meta))
+    assert not data.dataset_info("folder", folder)["cached"]
+    assert_classes_by_colour(data.load("folder", folder))
+
+
+def test_a_zip_of_the_same_classes_in_a_wrapper_folder_gives_the_same_set(cache, tmp_path):
+    folder = write_folder(tmp_path / "colours", class_files())
+    archive = write_zip(tmp_path / "colours.zip", class_files(prefix="colours/"))
+    from_zip, from_folder = data.load("folder", archive), data.load("folder", folder)
+    assert_classes_by_colour(from_zip)
+    assert torch.equal(from_zip.images, from_folder.images) and torch.equal(from_zip.labels, from_folder.labels)
+
+
+def test_a_flat_folder_and_images_beside_subfolders_train_without_classes(cache, tmp_path):
+    flat = write_folder(tmp_path / "flat", {f"{i}.png": coloured(i % 3, i) for i in range(12)})
+    loaded = data.load("folder", flat)
+    assert loaded.labels is None and loaded.class_names == [] and len(loaded) == 12
+    # Two images in the top folder beside the class folders: nothing is dropped, and the note says why no classes.
+    mixed = write_folder(tmp_path / "mixed", {**class_files(), "stray.png": coloured(0, 99), "x.png": coloured(1, 98)})
+    loaded = data.load("folder", mixed)
+    assert loaded.labels is None and len(loaded) == 3 * MIN_CLASS_IMAGES + 2
+    note = data.dataset_info("folder", mixed)["message"]
+    assert "2 image(s) sit in the top folder beside subfolders of images" in note
+
+
+def test_a_class_with_too_few_images_is_refused_by_name(cache, tmp_path):
+    files = class_files()
+    for i in range(3, MIN_CLASS_IMAGES):
+        del files[f"green/{i:02d}.png"]
+    folder = write_folder(tmp_path / "colours", files)
+    refusal = fr"at least {MIN_CLASS_IMAGES} images; too few in 'green' \(3 images\)"
+    with pytest.raises(data.DatasetError, match=refusal):
+        data.load("folder", folder)
+    info = data.dataset_info("folder", folder)
+    assert not info["available"] and "'green' (3 images)" in info["message"]
+    # Enough files listed, but some unreadable: counted again after decoding.
+    files = class_files()
+    files["red/00.png"] = b"\x89PNG broken"
+    with pytest.raises(data.DatasetError, match=r"too few in 'red' \(9 readable images\)"):
+        data.load("folder", write_zip(tmp_path / "broken.zip", files))
+
+
+def test_the_trainer_is_class_conditional_on_a_class_folder_unless_told_off(cache, tmp_path):
+    from core import devices
+    from core.config import TrainConfig
+    from core.resume import resolved_for
+    from core.training import build_training
+    folder = write_folder(tmp_path / "colours", class_files())
+    info = devices.probe("cpu")
+    for conditional, classes, names in (("auto", 3, list(CLASSES)), ("off", 0, [])):
+        config, _ = resolved_for(TrainConfig(dataset="folder", data_path=folder, preset="fast", batch_size=8,
+                                             steps=2, device="cpu", conditional=conditional), "cpu")
+        training = build_training(config, info)
+        assert (training.classes, training.class_names, training.G.spec.classes) == (classes, names, classes)
+
+
+# ==== a real run, its status, its generator, core.sample ========================================
+def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generator_and_sample(cache, tmp_path, capsys):
+    from app.sample_tab import FOLLOW, SampleTab
+    from core import sample as S
+    folder = write_folder(tmp_path / "colours", class_files())
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "core.train", "--dataset", "folder", "--data-path", folder,
+                           "--preset", "fast", "--batch-size", "8", "--steps", "4", "--log-every", "2",
+                           "--grid-every", "4", "--checkpoint-every", "4", "--quality-every", "0", "--device", "cpu",
+                           "--run-dir", str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "done", (status["message"], done.stderr[-2000:])
+    assert status["classes"] == 3 and status["class_names"] == list(CLASSES)
+    meta = json.loads((run / "generator.json").read_text())
+    assert meta["spec"]["classes"] == 3 and meta["class_names"] == list(CLASSES)
+    # --label by name draws that class: the same images as by its index.
+    by_name, by_index = str(tmp_path / "green.npy"), str(tmp_path / "one.npy")
+    assert S.main(["--run", str(run), "--label", "green", "--n", "4", "--out", by_name]) == 0
+    assert S.main(["--run", str(run), "--label", "1", "--n", "4", "--out", by_index]) == 0
+    assert np.load(by_name).shape == (4, 3, 64, 64) and np.array_equal(np.load(by_name), np.load(by_index))
+    capsys.readouterr()
+    assert S.main(["--run", str(run), "--label", "purple", "--n", "4", "--out", by_name]) == 2
+    assert "'purple' is not one of this generator's classes: blue, green, red" in capsys.readouterr().err
+    # The Sample tab's class pickers show the names; their values stay the indices.
+    shown = SampleTab(lambda: str(run)).shown(FOLLOW, 0, 4, "seed")
+    pickers = [update for update in shown.values() if isinstance(update, dict) and "choices" in update
+               and update.get("info") == "3 classes"]
+    assert len(pickers) == 3
+    assert all(picker["choices"][1:] == [("blue", "0"), ("green", "1"), ("red", "2")] for picker in pickers)
