@@ -52,6 +52,8 @@ def _checked_class(cls: type) -> type:
         def preprocess(self, payload):
             if isinstance(self, gr.Checkbox) and not isinstance(payload, (bool, type(None))):
                 raise refused(bad_value_message(self, payload), title="Check the value")   # Gradio takes any truthy thing
+            if isinstance(self, gr.Number) and payload is not None and not isinstance(payload, (int, float)):
+                raise refused(bad_value_message(self, payload), title="Check the value")   # unrounded, Gradio passes anything
             try:
                 return cls.preprocess(self, payload)
             except Exception:   # Gradio's own words (and its gr.Errors) name no field

@@ -13,6 +13,7 @@ drive the app; /live/status serves scripts that wait for changes.
 from __future__ import annotations
 
 import hmac
+import math
 import os
 import re
 import threading
@@ -217,10 +218,36 @@ def estimate_note(config: TrainConfig, info: devices.DeviceInfo, runs_root: str)
     per_step = config.batch_size * n_critic / speed   # the batch is global: split over the devices
     note = f"About **{views.duration(per_step * config.steps)}** for {config.steps:,} steps on this {info.kind.upper()} ({source})."
     if per_step > CRAWL_SECONDS_PER_STEP:
-        note += (f"  \n⚠️ About {per_step:.1f} s a step at batch {config.batch_size}: the curves and grids will "
-                 f"crawl. A smaller batch (128 on a CPU) shows learning much sooner.")
+        note += "  \n⚠️ " + crawl_warning(config, info, preset, n_critic, speed, per_step)
     return note
 
+
+def crawl_warning(config: TrainConfig, info: devices.DeviceInfo, preset: str, n_critic: int, speed: float,
+                  per_step: float) -> str:
+    """Why these settings crawl, and changes that would not, worked out from the same speed: never
+    a batch that crawls too (the walk saw a batch-128 run told to use batch 128)."""
+    work = f" ({n_critic} critic updates of {config.batch_size} images each)" if n_critic > 1 else ""
+    warning = f"About {per_step:.1f} s a step at batch {config.batch_size}{work}: the curves and grids will crawl."
+    fixes = []
+    # The largest power of two (less what does not split over the devices) under the crawl line.
+    batch = 2 ** math.floor(math.log2(max(speed * CRAWL_SECONDS_PER_STEP / n_critic, 1)))
+    batch -= batch % info.devices
+    if batch and batch * n_critic / speed <= CRAWL_SECONDS_PER_STEP:
+        fixes.append(f"batch {batch} (about {batch * n_critic / speed:.1f} s a step)")
+    if n_critic > 1:
+        quicker = [g.label for g in gans.GAN_TYPES if g.defaults.get("n_critic", 1) == 1]
+        fixes.append(f"a GAN type with one critic update a step ({', '.join(quicker)})")
+    if info.kind == "cpu" and preset != "fast":
+        fixes.append("the fast model size")
+    if not fixes:
+        return warning
+    return warning + " Learning shows much sooner with " + " or ".join(fixes) + "."
+
+
+def whole_number_box(value, **options) -> gr.Number:
+    """A number box for a whole-number field, passed on as typed: Gradio's precision=0 would round
+    "2.5" to 2 before the server's check (core/config.py whole_number) could refuse it by name."""
+    return gr.Number(value=value, precision=None, **options)
 
 
 # Wait after each wrong host key: slow enough that guessing gets nowhere, short for a typo.
@@ -420,18 +447,18 @@ class TrainTab:
                 self.key = gr.Textbox(label="Host key", type="password", value="", visible=bool(self.host_key),
                                       placeholder="only the host needs this", scale=2)
                 self.start_button = gr.Button("Start", variant="primary")
-                self.pause_button = gr.Button("Pause")
+                self.pause_button = gr.Button("Pause", elem_id="blink-pause")
                 self.resume_button = gr.Button("Resume")
                 # While paused: one generator update (or ten) at a time, the grid before and after.
                 self.step_button = gr.Button("Step", elem_id="blink-step")
                 self.step_ten_button = gr.Button("10 steps", elem_id="blink-step-10")
-                self.stop_button = gr.Button("Stop", variant="stop")
+                self.stop_button = gr.Button("Stop", variant="stop", elem_id="blink-stop")
             self.message = gr.Markdown(elem_id="blink-message", elem_classes=["blink-host-only"])
             with gr.Column(elem_id="blink-more", elem_classes=["blink-host-only"]):
                 self.estimate_text = gr.Markdown(elem_id="estimate")
                 self._lay_out_more_choices()
                 self.share = gr.Markdown(elem_id="share-link")
-                self.resume_steps = gr.Number(value=0, precision=0, label="Resume to step (0: the run's own length)")
+                self.resume_steps = whole_number_box(value=0, label="Resume to step (0: the run's own length)")
             # The students' link and QR code: at the top of the live panel, where a room can scan it.
             self.join = gr.HTML(elem_id="join-link", elem_classes=["blink-host-only"])
             self.live = gr.HTML(LIVE_PANEL, js_on_load=_static("live.js"), css_template=_static("live.css"),
@@ -451,13 +478,13 @@ class TrainTab:
                 self.preset = gr.Dropdown(list(PRESETS), value="auto", label=spec("preset")["label"],
                                           info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
             with gr.Row():
-                self.batch_size = gr.Number(value=TrainConfig.batch_size, precision=0, label=spec("batch_size")["label"],
-                                            info=batch_size_note(self.info))
+                self.batch_size = whole_number_box(value=TrainConfig.batch_size, label=spec("batch_size")["label"],
+                                                   info=batch_size_note(self.info))
                 self.precision = gr.Radio(precision_choices(self.info), value=devices.default_precision(self.info.kind),
                                           label=spec("precision")["label"],
                                           info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
                 self.device = gr.Dropdown(list(DEVICES), value="auto", label=spec("device")["label"])
-                self.steps = gr.Number(value=TrainConfig.steps, precision=0, label=spec("steps")["label"])
+                self.steps = whole_number_box(value=TrainConfig.steps, label=spec("steps")["label"])
 
     def _lay_out_more_choices(self) -> None:
         """What the main choices mean on this device, own images, and the advanced settings: below Start."""
@@ -476,14 +503,13 @@ class TrainTab:
                 label=spec("conditional")["label"], info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
                                      "class-conditional GAN by default: digits appear in about half the steps")
             with gr.Row():
-                self.log_every = gr.Number(value=TrainConfig.log_every, precision=0, label=spec("log_every")["label"],
-                                           info="loss points and status updates (Stop and Pause are heard within a second)")
-                self.grid_every = gr.Number(value=TrainConfig.grid_every, precision=0,
-                                            label=spec("grid_every")["label"])
-                self.checkpoint_every = gr.Number(value=TrainConfig.checkpoint_every, precision=0,
-                                                  label=spec("checkpoint_every")["label"])
-                self.seed = gr.Number(value=TrainConfig.seed, precision=0, label=spec("seed")["label"],
-                                      info="the same seed and settings start the same run; another seed, another run")
+                self.log_every = whole_number_box(value=TrainConfig.log_every, label=spec("log_every")["label"],
+                                                  info="loss points and status updates (Stop and Pause are heard within a second)")
+                self.grid_every = whole_number_box(value=TrainConfig.grid_every, label=spec("grid_every")["label"])
+                self.checkpoint_every = whole_number_box(value=TrainConfig.checkpoint_every,
+                                                         label=spec("checkpoint_every")["label"])
+                self.seed = whole_number_box(value=TrainConfig.seed, label=spec("seed")["label"],
+                                             info="the same seed and settings start the same run; another seed, another run")
         self.query_form = [self.dataset, self.gan, self.preset, self.batch_size, self.precision, self.steps,
                            self.device]   # QUERY_FIELDS order
 
@@ -498,8 +524,12 @@ class TrainTab:
         estimate_inputs = [self.gan, self.preset, self.batch_size, self.device, self.steps]
         gr.on([blocks.load] + [c.change for c in estimate_inputs], self.estimate, estimate_inputs, self.estimate_text,
               api_visibility="private", show_progress="hidden")
-        self.stop_button.click(self.stop, self.key, self.message, api_name="stop", concurrency_limit=None)
-        self.pause_button.click(self.pause, self.key, self.message, api_name="pause", concurrency_limit=None)
+        # The live panel says "stopping..." / "pausing..." on the click (live.js); refused, it says the run's status again.
+        status_again = "() => document.querySelector('#live .live').dispatchEvent(new Event('blink-refused'))"
+        self.stop_button.click(self.stop, self.key, self.message, api_name="stop", concurrency_limit=None).failure(
+            None, None, None, js=status_again, api_visibility="private")
+        self.pause_button.click(self.pause, self.key, self.message, api_name="pause", concurrency_limit=None).failure(
+            None, None, None, js=status_again, api_visibility="private")
         self.step_button.click(self.step_one, self.key, self.message, api_name="step", concurrency_limit=None)
         self.step_ten_button.click(self.step_ten, self.key, self.message, api_name="step_10", concurrency_limit=None)
         self.resume_button.click(self.resume, [self.resume_steps, self.key], self.message, api_name="resume")

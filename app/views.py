@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from core import gans
 from core.status import Status
@@ -84,28 +85,77 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
     return line + ("\n\n" + "  \n".join(extras) if extras else "")
 
 
+# The Diagnostics panel's rows, in words: what each of the trainer's measures (core/report.py) is.
+DIAGNOSTIC_LABELS = {
+    "compiles": "XLA graph compilations", "graph_executions": "XLA graph runs",
+    "compile_seconds": "Time compiling XLA graphs (left out of the speed and the time left)",
+    "fallback_ops": "Operations XLA ran on the host instead (CPU fallback)",
+    "matmul_precision": "XLA's precision for fp32 matrix products",
+    "batch_shards": "Each device's share of a batch", "data_wait_share": "Share of the time spent waiting for data",
+    "data_load_seconds": "Loading the dataset took", "first_step_seconds": "The first step took",
+    "unreadable_images_skipped": "Unreadable images skipped",
+}
+# Only an XLA run has graphs, compilations and host fallbacks to count.
+XLA_ONLY = ("compiles", "graph_executions", "compile_seconds", "fallback_ops", "matmul_precision")
+NUMBER_FORMATS = {"fp32": "fp32 (32-bit floating point)", "bf16": "bf16 (16-bit brain floating point)",
+                  "fp16": "fp16 (16-bit floating point, with a loss scaler)"}
+
+
+def devices_in_words(status: Status) -> str:
+    """How many devices train, said so that "1 device" beside "CPU (2 cores)" is not a puzzle."""
+    if status.device_kind == "cpu":
+        cores = re.search(r"\((\d+) cores?\)", status.device or "")
+        count = int(cores.group(1)) if cores else 0
+        spread = "both its cores" if count == 2 else f"all {count} of its cores" if count > 2 else "its core"
+        return f"1 device: the CPU, which spreads each step's work over {spread}"
+    return status.layout or f"{status.devices} device" + ("s" if status.devices != 1 else "")
+
+
+def shares_in_words(shapes: list) -> str:
+    """[[32, 1, 28, 28], ...] -> '32 images of 1x28x28 (channels x height x width) on each of 4 devices'."""
+    if not shapes:
+        return "none"
+    first = shapes[0]
+    images = f"{first[0]} image{'s' if first[0] != 1 else ''} of {'x'.join(map(str, first[1:]))} (channels x height x width)"
+    if len(shapes) == 1:
+        return f"{images}, on the one device"
+    if all(shape == first for shape in shapes):
+        return f"{images} on each of {len(shapes)} devices"
+    return "; ".join("x".join(map(str, shape)) for shape in shapes)
+
+
+def diagnostic_value(key: str, value) -> str:
+    if key == "batch_shards":
+        return shares_in_words(value)
+    if key == "data_wait_share":
+        return f"{value:.1%}"
+    if key.endswith("_seconds"):
+        return f"{value} s"
+    if isinstance(value, list):   # operation names
+        return ", ".join(map(str, value)) or "none"
+    return str(value)
+
+
 def diagnostics_rows(status: Status) -> list[list[str]]:
-    """The run's diagnostics as rows [what, value], for the Diagnostics part of the live panel."""
+    """The run's diagnostics as rows [what, value] in words, for the Diagnostics part of the live panel."""
     diag = dict(status.diagnostics)
-    rows = [("device", status.device), ("devices", status.layout or status.devices),
-            ("precision", status.precision),
-            ("model preset", f"{status.preset} ({status.preset_reason})"),
-            ("labels", f"class-conditional on the dataset's {status.classes} classes" if status.classes
+    rows = [("Trains on", status.device), ("Devices", devices_in_words(status)),
+            ("Number format", NUMBER_FORMATS.get(status.precision, status.precision)),
+            ("Model size", f"{status.preset} ({status.preset_reason})"),
+            ("Labels", f"class-conditional on the dataset's {status.classes} classes" if status.classes
              else "unconditional"),
-            ("steps/s", status.steps_per_second), ("elapsed s", status.elapsed)]
+            ("Speed", f"{status.steps_per_second:g} steps a second" if status.steps_per_second else None),
+            ("Time training", duration(status.elapsed) if status.elapsed else None)]
     if diag.get("memory_total"):
-        rows.append(("device memory", f"{diag.pop('memory_used') / 2**30:.2f} / {diag.pop('memory_total') / 2**30:.2f} GiB"))
-    labels = {"compiles": "XLA graph compilations", "fallback_ops": "ops run on the host (CPU fallback)",
-              "data_wait_share": "share of time waiting for data", "data_load_seconds": "dataset load s",
-              "first_step_seconds": "first step s", "graph_executions": "XLA graph executions",
-              "batch_shards": "each device's piece of a batch (from its sharding)",
-              "compile_seconds": "XLA compile s (left out of speed and ETA)",
-              "matmul_precision": "XLA fp32 mat-mul precision"}
+        rows.append(("Device memory used",
+                     f"{diag.pop('memory_used') / 2**30:.2f} of {diag.pop('memory_total') / 2**30:.2f} GiB"))
+    xla = status.device_kind in ("tpu", "xla-cpu")
     for key, value in diag.items():
-        if isinstance(value, list):   # op names, or shapes ([[32, 1, 28, 28], ...])
-            value = ", ".join("x".join(map(str, v)) if isinstance(v, list) else v for v in value) or "none"
-        rows.append((labels.get(key, key), value))
-    return [[k, "" if v is None else str(v)] for k, v in rows]
+        if value is None or (key in XLA_ONLY and not xla):
+            continue
+        # A measure the panel has no words for yet still reads as words, not as a field name.
+        rows.append((DIAGNOSTIC_LABELS.get(key, key.replace("_", " ").capitalize()), diagnostic_value(key, value)))
+    return [[k, str(v)] for k, v in rows if v is not None]
 
 
 def join_html(page_url: str) -> str:

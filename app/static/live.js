@@ -46,6 +46,21 @@ function smoothed(points, weight) {
   return points.map(([x, y]) => { num = weight * num + (1 - weight) * y; den = weight * den + (1 - weight); return [x, num / den]; });
 }
 
+function roundTicks(lo, hi) {
+  // Round numbers, 1, 2 or 5 times a power of ten (whole, as steps are): the widest such spacing
+  // that still puts three ticks on the axis (an axis one step wide gets its two ends).
+  const count = (s) => Math.floor(hi / s) - Math.ceil(lo / s) + 1;
+  let spacing = 1;
+  for (let power = 1; power <= hi; power *= 10)
+    for (const m of [1, 2, 5]) if (count(m * power) >= 3) spacing = m * power;
+  const ticks = [];
+  for (let t = Math.ceil(lo / spacing) * spacing; t <= hi; t += spacing) ticks.push(t);
+  return ticks;
+}
+
+// A step count short enough to sit under the axis: 250000 reads as 250k, 1000000 as 1M.
+const stepLabel = (t) => (t >= 1e6 && t % 1e6 === 0 ? `${t / 1e6}M` : t >= 1e4 && t % 1e3 === 0 ? `${t / 1e3}k` : String(t));
+
 function yRange(lists, f) {
   // The untrained nets' first points would set the scale for the whole run: leave them out.
   let values = [];
@@ -85,24 +100,35 @@ function drawChart(svg, name, keys, names) {
     html += `<line x1="${L}" y1="${sy(y)}" x2="${W - R}" y2="${sy(y)}" class="gridline"/>`
       + `<text x="${L - 6}" y="${sy(y) + 5}" text-anchor="end" class="tick">${fmt(y, spacing)}</text>`;
   }
-  html += `<text x="${L}" y="${H - 22}" class="tick">${x0}</text>`
-    + `<text x="${W - R}" y="${H - 22}" text-anchor="end" class="tick">${x1}</text>`
-    + `<text x="${(L + W - R) / 2}" y="${H - 4}" text-anchor="middle" class="axis-name">step</text>`
+  for (const step of roundTicks(x0, x1)) {
+    // Centred under its step, but kept inside the chart at either end.
+    const x = sx(step), anchor = x > W - R - 30 ? "end" : x < L + 30 ? "start" : "middle";
+    html += `<line x1="${x}" y1="${T}" x2="${x}" y2="${H - B + 5}" class="gridline"/>`
+      + `<text x="${x}" y="${H - 22}" text-anchor="${anchor}" class="tick x-tick">${stepLabel(step)}</text>`;
+  }
+  html += `<text x="${(L + W - R) / 2}" y="${H - 4}" text-anchor="middle" class="axis-name">step</text>`
     + `<text transform="translate(16 ${(T + H - B) / 2}) rotate(-90)" text-anchor="middle" class="axis-name">`
     + `${Y_AXES[name] || "value"}${useLog ? " (log)" : ""}</text>`;
+  const bold = {};     // the line drawn bold: smoothed when smoothing is on
   for (const key of present) {
     const color = COLORS[keys.indexOf(key) % COLORS.length], points = series[key];
+    bold[key] = smoothed(points, weight);
     if (points.length === 1) {
       html += `<circle cx="${sx(points[0][0])}" cy="${sy(points[0][1])}" r="5" fill="${color}"/>`;
       continue;
     }
     const line = (p) => p.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" ");
     if (weight) html += `<polyline points="${line(points)}" fill="none" stroke="${color}" stroke-width="1.5" opacity="0.25"/>`;
-    html += `<polyline points="${line(smoothed(points, weight))}" fill="none" stroke="${color}" stroke-width="2.5"/>`;
+    html += `<polyline points="${line(bold[key])}" fill="none" stroke="${color}" stroke-width="2.5"/>`;
   }
   svg.innerHTML = html;
-  legend.innerHTML = present.map((k) => `<span style="color:${COLORS[keys.indexOf(k) % COLORS.length]}">&#9632; `
-    + `${names[k]}</span> ${fmt(series[k][series[k].length - 1][1])}`).join(" &nbsp; ");
+  // The number is where the bold line ends; with smoothing on, the newest raw value stands beside it, named.
+  legend.innerHTML = present.map((k) => {
+    const raw = series[k][series[k].length - 1][1], shown = bold[k][bold[k].length - 1][1];
+    return `<span class="legend-item"><span style="color:${COLORS[keys.indexOf(k) % COLORS.length]}">&#9632; `
+      + `${names[k]}</span> <span class="shown">${fmt(shown)}</span>`
+      + (weight && series[k].length > 1 ? ` <span class="raw">(smoothed; raw ${fmt(raw)})</span>` : "") + "</span>";
+  }).join(" ");
 }
 
 function drawCharts() {
@@ -229,6 +255,21 @@ element.querySelector(".live-primer-link").addEventListener("click", (event) => 
   primer.scrollIntoView({ behavior: "smooth", block: "start" });
 });
 window.addEventListener("resize", fitGrid);
+
+// Stop and Pause say so on the click, before the server answers: on a busy machine its answer and
+// the trainer's next status can take seconds. The next push replaces the word; a refusal (a wrong
+// host key) puts the last pushed status back (ui.py, the buttons' failure events).
+const PENDING = { "blink-stop": ["stopping...", ["running", "compiling", "paused"]],
+                  "blink-pause": ["pausing...", ["running", "compiling"]] };
+document.addEventListener("click", (event) => {
+  const button = event.target.closest && event.target.closest("#blink-stop, #blink-pause");
+  const [word, states] = button ? PENDING[button.id] : [null, []];
+  const state = element.querySelector(".live-status b");
+  if (word && state && states.includes(panel.dataset.state)) state.textContent = word;
+}, true);
+panel.addEventListener("blink-refused", () => {
+  if (lastMessage) element.querySelector(".live-status").innerHTML = lastMessage.status_html;
+});
 
 const source = new EventSource("live/events");
 source.onmessage = (event) => apply(JSON.parse(event.data));

@@ -3,11 +3,16 @@ context per person, since pages of one context share its connection limit per ho
 - reached by a network address, the host's page tops the live panel with the students' link and
   a QR code a seat can scan, folded with a click;
 - a projector's first minute: the main choices and Start fit 1280x720 before any run; a page
-  load and the Sample tab leave the UI process without torch;
+  load and the Sample tab leave the UI process without torch; on each screen (projector, host,
+  phone) the crawl warning offers a batch that does not crawl, and "steps 2.5" and "seed 1.5" are
+  refused naming the field (from the page and the named API), not rounded into a run;
 - the host presses Start, students watch (one on a phone), every live panel updates from the one
   watcher, and the host lands on the Sample tab at the end;
 - the lesson as a teacher and a phone see it: before Start an estimate; after Start the grid is the
-  big thing on both screens; a paused run steps one update with the grid before it shown; Stop is heard between log steps and leaves the room on the grid; a
+  big thing on every screen; a paused run steps one update with the grid before it shown; Stop says
+  "stopping..." on the click, is heard between log steps and leaves the room on the grid; on the
+  projector, the host's screen and a phone the log-scale box shows its state, the legend's number is
+  the line's (smoothed, the raw one named), the step axis has round ticks, the diagnostics use words; a
   phone opens the primer on this run's losses; the
   Sample tab names its generator and draws the digit asked for; a refused zip leaves the form usable."""
 import io
@@ -53,9 +58,50 @@ def live_stats(app) -> dict:
         return json.load(answer)
 
 
+# The three screens of a lesson: a projector, the host's own screen, and a phone.
+PROJECTOR = dict(viewport={"width": 1280, "height": 720})
+HOST_SCREEN = dict(viewport={"width": 1440, "height": 900})
+PHONE = dict(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+SCREENS = {"projector": PROJECTOR, "host": HOST_SCREEN, "phone": PHONE}
+
+
+def refused_on_the_page(page, field, value: str, message: str) -> None:
+    """Type `value` into `field`, press Start, and see the project's refusal (naming the field) on screen."""
+    from playwright.sync_api import expect
+    field.fill(value)
+    field.press("Tab")
+    page.get_by_role("button", name="Start", exact=True).click()
+    refusal = page.get_by_text(message, exact=True)
+    expect(refusal).to_be_visible(timeout=60_000)
+    expect(refusal).to_be_in_viewport()
+
+
+def check_the_form_before_any_run(page, name: str) -> None:
+    """The walk's form findings, on one screen: the crawl warning offers settings that do not crawl
+    (it told a batch-128 WGAN-GP run to use batch 128), and "steps 2.5" and "seed 1.5" are refused
+    naming the field, not rounded into a run."""
+    from playwright.sync_api import expect
+    estimate, settings, more = page.locator("#estimate"), page.locator("#blink-settings"), page.locator("#blink-more")
+    expect(estimate).to_contain_text(re.compile("About|Time estimate"), timeout=120_000)
+    settings.get_by_label("GAN type", exact=True).click()
+    page.get_by_role("option", name="WGAN-GP").click()
+    expect(settings.get_by_label("Batch size", exact=True)).to_have_value("128")
+    expect(estimate).to_contain_text("at batch 128", timeout=30_000)
+    warning = estimate.inner_text()
+    offered = [int(b) for b in re.findall(r"with batch (\d+)", warning)]
+    assert "will crawl" in warning and offered and all(b < 128 for b in offered), (name, warning)
+    settings.get_by_label("GAN type", exact=True).click()
+    page.get_by_role("option", name="DCGAN (non-saturating)").click()
+    steps = settings.get_by_label("Training length (steps)", exact=True)
+    refused_on_the_page(page, steps, "2.5", "Training length (steps) must be a whole number (got 2.5).")
+    steps.fill("50")
+    page.get_by_text("Advanced: labels; how often to log, draw a grid and save").click()
+    refused_on_the_page(page, more.get_by_label("Seed", exact=True), "1.5", "Seed must be a whole number (got 1.5).")
+
+
 def test_a_page_load_and_the_sample_tab_leave_the_ui_process_without_torch(app, person):
     from playwright.sync_api import expect
-    page = person(viewport={"width": 1280, "height": 720})   # a projector, before the module's first run
+    page = person(**PROJECTOR)   # before the module's first run
     page.goto(app.url)
     # The first minute of a lesson: the main choices and Start fit the screen, no scrolling.
     start = page.get_by_role("button", name="Start", exact=True)
@@ -71,6 +117,22 @@ def test_a_page_load_and_the_sample_tab_leave_the_ui_process_without_torch(app, 
     expect(page.locator("#dataset-preview img")).to_have_count(1, timeout=120_000)
     page.get_by_role("tab", name="Sample").click()
     expect(page.locator("#sample-caption")).to_contain_text("Generator:", timeout=120_000)
+
+    # The form on each screen (a phone too: a host may start a run from one); the refusals start no run.
+    for name, screen in SCREENS.items():
+        form = person(**screen)
+        form.goto(app.url)
+        check_the_form_before_any_run(form, name)
+    # The named API refuses the same fractions, naming the field: nothing rounds them on the way.
+    from gradio_client.exceptions import AppError
+    client = app.client()
+    form = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto", batch_size=128, precision="fp32",
+                device="cpu", steps=50, seed=0)
+    for field, value, message in (("steps", 2.5, "Training length (steps) must be a whole number (got 2.5)."),
+                                  ("seed", 1.5, "Seed must be a whole number (got 1.5).")):
+        with pytest.raises(AppError, match=re.escape(message)):
+            client.predict(**{**form, field: value}, api_name="/start")
+    assert not [n for n in os.listdir(app.runs_root) if os.path.isdir(os.path.join(app.runs_root, n))]   # no run
     assert not torch_loaded(app.process.pid)
 
 
@@ -170,15 +232,80 @@ def grid_box(page) -> dict:
     return page.locator("#live .live-grid img.fakes").bounding_box()
 
 
-def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_keeps_the_form(app, person, tmp_path):
+def blue_share(png: bytes) -> float:
+    """The share of an element's screenshot that is the page's blue (a ticked box's fill)."""
+    with Image.open(io.BytesIO(png)) as image:
+        pixels = np.asarray(image.convert("RGB")).astype(int)
+    return float(((pixels[..., 2] - pixels[..., 0] > 80) & (pixels[..., 2] > 150)).mean())
+
+
+def debiased_ema(values: list[float], weight: float) -> float:
+    """live.js's smoothing: a trailing moving average, debiased at the start (its last point)."""
+    num = den = 0.0
+    for value in values:
+        num, den = weight * num + (1 - weight) * value, weight * den + (1 - weight)
+    return num / den
+
+
+def check_the_charts_and_diagnostics(page, name: str, run_path: str, stopped: int) -> None:
+    """The walk's live-panel findings, on one screen, on a stopped run (nothing moves)."""
+    from playwright.sync_api import expect
+    # The log-scale box shows whether it is ticked (Gradio's page had styled the boxes away).
+    box = page.locator("#live .live-log")
+    box.scroll_into_view_if_needed()
+    assert not box.is_checked()
+    unticked = blue_share(box.screenshot())
+    box.check()
+    box.evaluate("e => e.blur()")   # no focus ring: the box alone shows the difference
+    ticked = blue_share(box.screenshot())
+    assert ticked > 0.3 > unticked, (name, ticked, unticked)
+    expect(page.locator("#live svg[data-chart='losses'] .axis-name").last).to_contain_text("(log)")
+    box.uncheck()
+
+    # The legend's number is where the bold (smoothed) line ends, with the raw value named beside it.
+    events = [json.loads(line) for line in open(os.path.join(run_path, "events.jsonl"))]
+    loss_d = [round(e["loss_d"], 5) for e in events if "loss_d" in e]
+    item = page.locator("#live .live-chart:has(svg[data-chart='losses']) .legend-item", has_text="D loss")
+    weight = float(page.locator("#live .live-smoothing").input_value())
+    assert weight > 0 and len(loss_d) > 1, (weight, loss_d)
+    shown = float(item.locator(".shown").inner_text())
+    raw = float(re.fullmatch(r"\(smoothed; raw (\S+)\)", item.locator(".raw").inner_text()).group(1))
+    assert abs(shown - debiased_ema(loss_d, weight)) < 2e-3 and abs(raw - loss_d[-1]) < 2e-3, (name, shown, raw, loss_d)
+    page.locator("#live .live-smoothing").fill("0")   # no smoothing: the line and its number are the raw values
+    expect(item.locator(".raw")).to_have_count(0)
+    assert abs(float(item.locator(".shown").inner_text()) - loss_d[-1]) < 2e-3, name
+
+    # The step axis has round-number ticks between the first and last step, apart and inside the chart.
+    ticks = page.locator("#live svg[data-chart='losses'] text.x-tick")
+    steps = [int(t) for t in ticks.all_text_contents()]
+    gaps = {b - a for a, b in zip(steps, steps[1:])}
+    assert len(steps) >= 3 and len(gaps) == 1 and 1 <= steps[0] and steps[-1] <= stopped, (name, steps)
+    assert re.fullmatch(r"[125]0*", str(gaps.pop())), (name, steps)
+    boxes, chart = [t.bounding_box() for t in ticks.all()], page.locator("#live svg[data-chart='losses']").bounding_box()
+    assert all(a["x"] + a["width"] < b["x"] for a, b in zip(boxes, boxes[1:])), (name, boxes)
+    assert chart["x"] <= boxes[0]["x"] and boxes[-1]["x"] + boxes[-1]["width"] <= chart["x"] + chart["width"], name
+
+    # The diagnostics in words: no field names, and "1 device" beside "CPU (N cores)" explained.
+    page.locator("#live .live-diagnostics summary").click()
+    rows = dict(tuple(row.locator("td").all_inner_texts()) for row in page.locator("#live .live-diagnostics tr").all())
+    assert rows["Trains on"].startswith("CPU (") and "1 device: the CPU" in rows["Devices"], (name, rows)
+    assert re.search(r"\bcores?\b", rows["Devices"]), (name, rows)
+    for what, value in rows.items():
+        assert not re.search(r"[a-z]_[a-z]", what + " " + value), (name, what, value)
+
+
+def test_grid_fills_three_screens_stop_is_heard_between_log_steps_and_a_bad_zip_keeps_the_form(app, person, tmp_path):
     from playwright.sync_api import expect
     bad_zip = tmp_path / "photos.zip"
     bad_zip.write_bytes(b"this is not a zip file")
-    host = person(viewport={"width": 1366, "height": 768})
-    phone = person(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    host = person(**HOST_SCREEN)
+    projector = person(**PROJECTOR)   # the host's page on the room's projector
+    phone = person(**PHONE)
     host.goto(app.url)
+    projector.goto(app.url)
     phone.goto(app.url + "?view=watch")
-    for page in (host, phone):
+    screens = {"host": host, "projector": projector, "phone": phone}
+    for page in screens.values():
         expect(page.locator("#live .live[data-version]")).to_have_count(1, timeout=60_000)
     earlier = shown_run(host)
 
@@ -206,11 +333,11 @@ def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_k
     log_every.press("Tab")
     host.get_by_role("button", name="Start", exact=True).click()
 
-    # The grid is the big thing on both screens, in view without scrolling; the form folds.
-    for page in (host, phone):
+    # The grid is the big thing on every screen, in view without scrolling; the form folds.
+    for page in screens.values():
         wait_for_new_run(page, earlier)
-    page_width = {"host": 1366, "phone": 390}
-    for name, page, least in (("host", host, 560), ("phone", phone, 300)):
+    page_width = {name: SCREENS[name]["viewport"]["width"] for name in screens}
+    for name, page, least in (("host", host, 560), ("projector", projector, 480), ("phone", phone, 300)):
         page.wait_for_function("document.querySelector('#live .live-grid img.fakes').naturalWidth > 0")
         box, viewport = grid_box(page), page.viewport_size
         assert box["width"] >= least, (name, box)
@@ -233,20 +360,26 @@ def test_grid_fills_both_screens_stop_is_heard_between_log_steps_and_a_bad_zip_k
     expect(host.locator("#live .live-before .before-step")).to_have_text(str(paused_at), timeout=60_000)
     expect(host.locator("#live .live")).to_have_attribute("data-step", str(paused_at + 1))
     expect(phone.locator("#live .live-before .verdict")).to_have_count(60, timeout=30_000)
-    host.get_by_role("button", name="Stop", exact=True).click()
+    # Stop says "stopping..." on the click itself: read in the same script as the click, before
+    # any answer from the server can have come.
+    said = host.evaluate("() => { document.querySelector('#blink-stop').click();"
+                         " return document.querySelector('#live .live-status b').textContent; }")
+    assert said == "stopping...", said
     expect(host.locator("#blink-message")).to_contain_text("Stopping", timeout=30_000)
-    for page in (host, phone):
+    for page in screens.values():
         expect(page.locator("#live .live[data-state='stopped']")).to_have_count(1, timeout=120_000)
     panel = host.locator("#live .live")
     stopped = int(panel.get_attribute("data-step"))
     assert 0 < stopped < LOG_EVERY, stopped          # not at a log step: between them
     assert panel.get_attribute("data-grid").endswith(f"/{stopped}")
+    for name, page in screens.items():
+        check_the_charts_and_diagnostics(page, name, os.path.join(app.runs_root, shown_run(host)), stopped)
 
     # A Stop is not the end of the lesson: both pages stay on the grid (only a finished run moves
     # them to Sample). The host opens Sample, whose caption names the generator it shows: the live
     # run's, saved at the stopped step.
     host.wait_for_timeout(2000)   # time for a tab switch to happen, were it to
-    for page in (host, phone):
+    for page in screens.values():
         expect(page.get_by_role("tab", name="Train")).to_have_attribute("aria-selected", "true")
 
     # What D believes, on both screens: a frame and a number on each of the 60 fakes (10 digits, 6

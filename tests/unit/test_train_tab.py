@@ -2,6 +2,7 @@
 
 What a browser or script sees of these goes through the app in tests/app/test_app.py; here each
 handler's own rule is checked, with the project's own message (no Gradio widget stands in front)."""
+import re
 from urllib.parse import parse_qsl, urlsplit
 
 import gradio as gr
@@ -53,6 +54,17 @@ def test_bad_numbers_are_refused_naming_the_field_and_its_range(tab):
     assert refusal(tab, batch_size="lots").startswith(f"{label} must be a whole number")
     assert refusal(tab, seed=-1) == f"Seed must be between 0 and {2**31 - 1:,} (got -1)."
     assert tab.config_from_form(**FORM, seed=12).seed == 12
+
+
+def test_a_fraction_where_a_whole_number_is_meant_is_refused_not_rounded(tab):
+    """The walk's "steps 2.5" and "seed 1.5": each box hands the value on as typed (a Number with
+    precision=0 would round it to 2 first), and the form refuses it naming the field."""
+    for name in ("batch_size", "steps", "log_every", "grid_every", "checkpoint_every", "seed"):
+        assert getattr(tab, name).preprocess(2.5) == 2.5, name
+    assert tab.resume_steps.preprocess(2.5) == 2.5
+    assert refusal(tab, steps=tab.steps.preprocess(2.5)) == "Training length (steps) must be a whole number (got 2.5)."
+    assert refusal(tab, seed=tab.seed.preprocess(1.5)) == "Seed must be a whole number (got 1.5)."
+    assert tab.config_from_form(**{**FORM, "steps": tab.steps.preprocess(40.0)}).steps == 40   # 40.0 is whole
 
 
 def test_an_unknown_device_is_refused_with_the_choices(tab):
@@ -116,6 +128,25 @@ def test_the_estimate_warns_that_a_huge_batch_on_a_cpu_will_crawl(tab):
     assert quick.startswith("About") and "crawl" not in quick
     assert tab.estimate("dcgan", "auto", 0, "cpu", 1000) == ""     # invalid settings: Start says what to change
     assert tab.estimate("dcgan", "auto", low, "quantum", 1000) == ""
+
+
+def suggested_batches(warning: str) -> list[int]:
+    """The batches a crawl warning offers instead ("... with batch 64 (about 0.6 s a step)")."""
+    return [int(b) for b in re.findall(r"with batch (\d+)", warning)]
+
+
+@pytest.mark.parametrize("gan, batch", [("wgan-gp", 128), ("dcgan", 4096), ("wgan-gp", 4096)])
+def test_a_crawl_warning_offers_a_batch_that_does_not_crawl(tab, gan, batch):
+    """The walk saw a batch-128 WGAN-GP run told to "use batch 128": the batch it offers must be
+    smaller than the one chosen, and must itself get no warning."""
+    warning = tab.estimate(gan, "auto", batch, "cpu", 1000)
+    assert f"at batch {batch}" in warning and "will crawl" in warning, warning
+    offered = suggested_batches(warning)
+    assert len(offered) == 1 and offered[0] < batch, warning
+    assert "crawl" not in tab.estimate(gan, "auto", offered[0], "cpu", 1000)
+    if gan == "wgan-gp":   # its five critic updates a step are what crawl: the one-update types are named
+        assert "5 critic updates of" in warning and "one critic update a step (DCGAN" in warning, warning
+    assert "crawl" not in tab.estimate("dcgan", "auto", 128, "cpu", 1000)   # the default run does not crawl
 
 
 def test_the_preview_comes_back_from_the_viewer_work_process_as_plain_values(tab):
