@@ -54,6 +54,35 @@ SEED_MAX = 2**31 - 1
 FOLLOW, SHIPPED = "follow", "shipped"   # a viewer's choice of generator, besides a run's name
 SEED_CLASS = "seed"        # a class picker's "no class chosen": the seed decides (seed mod the class count)
 UNCONDITIONAL_NOTE = "This generator is unconditional (trained without labels): it has no classes to ask for."
+NO_TIMELAPSE = "No timelapse"
+# The Sample tab's outputs sized for a projector (issue 27): each image as wide as its block and as
+# tall as the live grid may be while presenting (72% of the window: app/static/live.js fitGrid), so
+# none is smaller than the live grid on the same screen. Gradio's own rule (scale-down) never
+# enlarges: a 28 px digit stayed 28 px. Pixelated, so small tiles scale up crisp. The image takes
+# its block's border and padding (and on a phone most of its section's), so there too it is as wide
+# as the live grid. The label (which generator made it) stands above the image, not over it: over a
+# strip it hid the strip. The page adds this to its CSS (app/ui.py PAGE_CSS).
+SAMPLE_CSS = """
+.block.sample-output { padding: 0; border-width: 0; }
+.block.sample-output > label[data-testid="block-label"] { position: static; }
+.block.sample-output .image-container { height: auto; }
+.block.sample-output .image-frame { width: 100%; height: auto; }
+.block.sample-output .image-frame img { width: 100%; height: auto; max-height: 72vh; object-fit: contain;
+  image-rendering: pixelated; }
+@media (max-width: 640px) { .block.sample-section { padding-left: 4px; padding-right: 4px; } }
+"""
+# Enter in a slider's number box sets the value as leaving the box does (Gradio's slider reads a
+# typed number on blur only), so the output that follows the slider follows a typed number too.
+ENTER_SETS_SLIDER_JS = """
+if (!window.blinkEnterSetsSlider) {
+  window.blinkEnterSetsSlider = true;
+  document.addEventListener("keydown", (event) => {
+    const box = event.target;
+    if (event.key === "Enter" && box.matches && box.matches(".sample-slider input[type=number]"))
+      box.dispatchEvent(new FocusEvent("blur"));
+  });
+}
+"""
 
 
 def _work(fn, *args, title: str | None = None):
@@ -92,6 +121,12 @@ def _float(value, name: str, low: float, high: float) -> float:
     return number
 
 
+def class_word(label: int, names: list[str]) -> str:
+    """A class as a caption says it: by name where the generator names its classes, else its index
+    (MNIST's digits are their indices)."""
+    return repr(names[label]) if label < len(names) else str(label)
+
+
 def generator_spec(directory: str):
     """(spec, meta) of the generator in `directory`, from its small JSON file: what a handler
     checks (classes, step) before any work is queued."""
@@ -116,6 +151,15 @@ def first_checkpoint(run: RunDir) -> str:
     except (OSError, ValueError):
         return "?"
     return str(min(config.checkpoint_every, config.steps))
+
+
+def first_grid(run: RunDir) -> str:
+    """The step of a run's first fixed-noise grid."""
+    try:
+        config = run.read_config()
+    except (OSError, ValueError):
+        return "?"
+    return str(min(config.grid_every, config.steps))
 
 
 # Returned files kept: the newest KEEP_OUTPUTS always, more than can be in flight (app.py queues 4
@@ -286,29 +330,31 @@ class SampleTab:
 
     # ---- seeds ------------------------------------------------------------------------------
     def _seeds(self, view, seed, count, class_choice, most: int):
-        """The checked inputs of a grid or zip: (directory, spec, seed, count, class or None)."""
+        """The checked inputs of a grid or zip: (directory, spec, class names, seed, count, class or None)."""
         seed, count = _int(seed, "Seed", 0, SEED_MAX), _int(count, "Count", 1, most)
         directory = self.current_dir(view)
         spec, meta = generator_spec(directory)
-        return directory, spec, seed, count, self.asked_class(class_choice, spec, "Class")
+        return directory, spec, class_names(meta), seed, count, self.asked_class(class_choice, spec, "Class")
 
     def sample(self, view, seed, count, class_choice=SEED_CLASS):
-        directory, spec, seed, count, label = self._seeds(view, seed, count, class_choice, MAX_GRID)
+        directory, spec, names, seed, count, label = self._seeds(view, seed, count, class_choice, MAX_GRID)
         columns = min(grid_columns(spec.classes, self.columns_default), count)
         grid, step = _work(sample_work.sample_grid, directory, seed, count, label, columns)
         caption = f"Generator: {self.describe(view, directory, step)}. {count} samples, seed {seed}."
         if label is not None:
-            caption += f" Every sample is class {label}."
+            caption += f" Every sample is class {class_word(label, names)}."
         elif spec.classes:
             caption += (f" Class-conditional: each column is one class, starting from class "
-                        f"{seed % spec.classes} (seed mod {spec.classes}).")
+                        f"{class_word(seed % spec.classes, names)} (seed mod {spec.classes}).")
         return grid, caption
 
     def download_samples(self, view, seed, count, class_choice=SEED_CLASS):
-        directory, _, seed, count, label = self._seeds(view, seed, count, class_choice, MAX_ZIP)
+        """The zip's path, and which generator drew it (for its label: _name_generator)."""
+        directory, _, _, seed, count, label = self._seeds(view, seed, count, class_choice, MAX_ZIP)
         name = f"seed{seed}" + ("" if label is None else f"-class{label}")
-        return _work(sample_work.samples_zip, directory, seed, count, label,
-                     self.outputs.path(f"blink-{name}-{count}.zip"))
+        path, step = _work(sample_work.samples_zip, directory, seed, count, label,
+                           self.outputs.path(f"blink-{name}-{count}.zip"))
+        return path, self.describe(view, directory, step)
 
     def shown(self, view, seed, count, class_choice):
         """Everything that depends on which generator the viewer sees: the follow box, the picker
@@ -324,9 +370,15 @@ class SampleTab:
                 self.class_b: _class_picker("The seed's class", spec.classes, names),
                 self.grid: grid, self.caption: caption}
 
-    def pick_generator(self, picked, seed=0, count=64, class_choice=SEED_CLASS):
-        """The viewer picked a run (or the shipped generator): they stop following the live run."""
-        view = str(picked or SHIPPED)
+    def pick_generator(self, picked, seed=0, count=64, class_choice=SEED_CLASS, view=FOLLOW):
+        """The viewer picked a run (or the shipped generator): they stop following the live run.
+
+        Gradio reports leaving the picker (Escape, a click elsewhere) as an input even when nothing
+        was picked: then the viewer's generator stays, and the picker shows it again."""
+        view = view or FOLLOW
+        if picked in (None, "") or str(picked) == view:
+            return {self.pick: gr.update(value=None if view == FOLLOW else view)}
+        view = str(picked)
         return {**self.shown(view, seed, count, class_choice), self.view: view}
 
     def follow_live_run(self, follow, picked=None, seed=0, count=64, class_choice=SEED_CLASS):
@@ -347,15 +399,17 @@ class SampleTab:
         return directory, (seed_a, seed_b), steps, mode, classes
 
     def interpolate(self, view, seed_a, seed_b, steps, mode, class_a=SEED_CLASS, class_b=SEED_CLASS):
-        return _work(sample_work.interpolation_strip,
-                     *self._interpolation(view, seed_a, seed_b, steps, mode, class_a, class_b))
+        """The strip, and which generator drew it."""
+        checked = self._interpolation(view, seed_a, seed_b, steps, mode, class_a, class_b)
+        strip, step = _work(sample_work.interpolation_strip, *checked)
+        return strip, self.describe(view, checked[0], step)
 
     def interpolation_gif(self, view, seed_a, seed_b, steps, mode, class_a=SEED_CLASS, class_b=SEED_CLASS):
         directory, (a, b), steps, mode, classes = self._interpolation(view, seed_a, seed_b, steps, mode,
                                                                       class_a, class_b)
-        path = _work(sample_work.interpolation_gif, directory, (a, b), steps, mode, classes,
-                     self.outputs.path(f"blink-{mode}-{a}-to-{b}.gif"))
-        return path, path
+        path, step = _work(sample_work.interpolation_gif, directory, (a, b), steps, mode, classes,
+                           self.outputs.path(f"blink-{mode}-{a}-to-{b}.gif"))
+        return path, path, self.describe(view, directory, step)
 
     # ---- directions, truncation and neighbours ----------------------------------------------
     def _explored(self, view, seed, psi, amounts):
@@ -372,15 +426,16 @@ class SampleTab:
         done = _work(sample_work.explored_image, directory, seed, psi, amounts)
         moved = ", ".join(f"PC{i + 1} {a:+.1f}" for i, a in enumerate(amounts) if a) or "no direction moved"
         share = ", ".join(f"{r:.0%}" for r in done["variance"])
-        caption = (f"Seed {seed}, psi {psi:.2f}, {moved}. The 5 directions carry {share} of the first block's "
-                   f"variance (step {done['step']}).")
+        caption = (f"Generator: {self.describe(view, directory, done['step'])}. Seed {seed}, psi {psi:.2f}, "
+                   f"{moved}. The 5 directions carry {share} of the first block's variance.")
         return done["image"], caption
 
     def neighbours(self, view, seed, psi, k, *amounts):
         k = _int(k, "Neighbours", 1, MAX_NEIGHBOURS)
         directory, seed, psi, amounts = self._explored(view, seed, psi, amounts)
         found = _work(sample_work.neighbours, directory, seed, psi, amounts, k, self.run_config(directory))
-        caption = (f"Left: the generated image. Then its {len(found['distances'])} nearest of {found['pool']:,} "
+        caption = (f"Generator: {self.describe(view, directory, found['step'])}. "
+                   f"Left: the generated image. Then its {len(found['distances'])} nearest of {found['pool']:,} "
                    f"{found['dataset']} training images by pixel distance "
                    f"(L2: {', '.join(f'{d:.1f}' for d in found['distances'])}). Near-copies would mean memorisation.")
         return found["strip"], caption
@@ -398,15 +453,33 @@ class SampleTab:
     # ---- timelapse ----------------------------------------------------------------------------
     def grids_shown(self, view) -> tuple[RunDir, list[tuple[int, str]]]:
         """The run whose grids the viewer sees (the live one, even before its first generator, or the
-        pick) and its (step, PNG) grids."""
-        run = self.current_run() if (view or FOLLOW) == FOLLOW else None
+        pick) and its (step, PNG) grids; refused, saying why, when there are none."""
+        following = (view or FOLLOW) == FOLLOW
+        run = self.current_run() if following else None
         if run is None or not os.path.isdir(os.path.join(run.path, "grids")):
-            run = run_of(self.current_dir(view))
+            directory = self.current_dir(view)
+            run = run_of(directory)
         grids = run.grids() if run else []
+        if run is None:
+            with self.upload_lock:
+                uploaded = following and directory == self.upload_dir
+            whose = "an uploaded generator" if uploaded else "the shipped generator"
+            raise refused(f"No training grids yet: the timelapse plays a run's fixed-noise grids, and {whose} "
+                          "has none. Pick a run, or train one.", title=NO_TIMELAPSE)
         if not grids:
-            raise refused("No training grids yet: the timelapse shows a run's fixed-noise grids "
-                          "(the shipped generator has none).")
+            raise refused(f"No training grids yet: run {run.name} has drawn none (the first comes at step "
+                          f"{first_grid(run)}).", title=NO_TIMELAPSE)
         return run, grids
+
+    @staticmethod
+    def _from_grids(run: RunDir, fn, *args):
+        """_work(fn, *args) on a run's grid files, which may go between listing and reading them
+        (the run was deleted to make room): then the refusal says so, not a bare file error."""
+        try:
+            return _work(fn, *args)
+        except FileNotFoundError:
+            raise refused(f"Run {run.name}'s grids are gone from this server (old runs are deleted to make "
+                          "room): pick another run, or train one.", title=NO_TIMELAPSE)
 
     def timelapse(self, view):
         run, grids = self.grids_shown(view)
@@ -419,32 +492,39 @@ class SampleTab:
         key = (run.path, tuple(s for s, _ in frames))
         written = self.timelapse_written
         if written.get("key") != key or not self.outputs.reuse(written["path"]):
-            path = _work(sample_work.timelapse_gif, frames, self.outputs.path(f"{run.name}-timelapse.gif"))
+            path = self._from_grids(run, sample_work.timelapse_gif, frames,
+                                    self.outputs.path(f"{run.name}-timelapse.gif"))
             self.timelapse_written = written = {"key": key, "path": path}
         first_step = grids[0][0]
         return {self.timelapse_gif: written["path"],
                 self.step_slider: gr.Slider(minimum=first_step, maximum=max(newest_step, first_step + 1),
                                             value=newest_step, step=1, label="Grid at step", interactive=True),
-                self.step_grid: _work(sample_work.read_png, newest_path),
-                self.timelapse_caption: (f"{len(grids)} grids, step {first_step} to {newest_step} (run {run.name}); "
-                                         f"showing step {newest_step}.")}
+                self.step_grid: self._from_grids(run, sample_work.read_png, newest_path),
+                self.timelapse_caption: (f"Run {run.name}'s fixed-noise grids: {len(grids)} grids, step {first_step} "
+                                         f"to {newest_step}; showing step {newest_step}.")}
 
     def grid_at(self, view, step):
-        step = _float(step, "Step", 0, 10**9)
-        _, grids = self.grids_shown(view)
+        step = _float(step, "Grid at step", 0, 10**9)
+        run, grids = self.grids_shown(view)
         chosen, path = min(grids, key=lambda g: (abs(g[0] - step), -g[0]))   # nearest logged grid
-        return (_work(sample_work.read_png, path),
-                f"Grid at step {chosen} (of {len(grids)} logged, newest {grids[-1][0]}).")
+        return (self._from_grids(run, sample_work.read_png, path),
+                f"Run {run.name}'s grid at step {chosen} (of {len(grids)} logged, newest {grids[-1][0]}).")
 
     # ---- generator files -----------------------------------------------------------------------
     def download_generator(self, view):
+        """Copies of the generator's two files, and which generator they are."""
         directory = self.current_dir(view)
         files = list(generator_files(directory))
         if not all(os.path.exists(f) for f in files):
             raise refused("No generator has been saved yet.")
         # Copied into this tab's own output folder: Gradio serves only files under the temp folder
         # or the app's folder, and BLINK_RUNS_DIR may be anywhere (a /data disk, a private TMPDIR).
-        return _work(sample_work.copy_files, files, [self.outputs.path(os.path.basename(f)) for f in files])
+        copies = _work(sample_work.copy_files, files, [self.outputs.path(os.path.basename(f)) for f in files])
+        try:   # the step of the copy handed out, not of a newer checkpoint saved meanwhile
+            step = read_spec(copies[1])[1].get("step", "?")
+        except GeneratorFileError:
+            step = "?"
+        return copies, self.describe(view, directory, step)
 
     def upload_generator(self, files, key=""):
         if self.require_host:   # the generator everyone on the server samples from: the host's to change
@@ -492,11 +572,25 @@ class SampleTab:
             self._render_generator_files()
             self.shown_outputs = [self.follow, self.pick, self.digit, self.class_a, self.class_b, self.grid,
                                   self.caption]
-            self.pick.input(self.pick_generator, [self.pick, self.seed, self.count, self.digit],
+            # The viewer's choice goes last: a State is no parameter of the named API.
+            self.pick.input(self.pick_generator, [self.pick, self.seed, self.count, self.digit, self.view],
                             [self.view, *self.shown_outputs], api_name="choose_generator")
             self.follow.input(self.follow_live_run, [self.follow, self.pick, self.seed, self.count, self.digit],
                               [self.view, *self.shown_outputs], api_name="follow_live_run")
+            gr.HTML("", js_on_load=ENTER_SETS_SLIDER_JS, apply_default_css=False, container=False, padding=False)
         return blocks
+
+    @staticmethod
+    def _name_generator(event, made_by: gr.State, *outputs) -> None:
+        """Once `event` succeeded, each of its outputs' labels says which generator made it (`made_by`,
+        which the event's handler set). A step of its own: an output updated with a label reaches a
+        script through the named API as a dict, not as the plain file or image it was."""
+        labels = [output.label for output in outputs]
+
+        def name(who):
+            updates = [gr.update(label=f"{label}. Generator: {who}") for label in labels]
+            return updates if len(updates) > 1 else updates[0]
+        event.success(name, made_by, list(outputs), api_visibility="private", show_progress="hidden")
 
     def show_on(self, triggers) -> None:
         """Refresh what depends on the viewer's generator on these events (page open, tab opened, run end)."""
@@ -513,63 +607,78 @@ class SampleTab:
                                     allow_custom_value=True, label="Or pick a generator",
                                     info="runs on this server that saved one, newest first")
         with gr.Row():
-            self.seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
-            self.count = gr.Slider(1, MAX_GRID, value=64, step=1, label="Count")
+            self.seed = gr.Number(value=0, precision=None, label="Seed", minimum=0)
+            self.count = gr.Slider(1, MAX_GRID, value=64, step=1, label="Count", elem_classes=["sample-slider"])
             self.digit = gr.Dropdown([("Every class, one per column", SEED_CLASS)], value=SEED_CLASS,
                                      allow_custom_value=True, label="Class", info="of a class-conditional generator")
             sample_button = gr.Button("Sample", variant="primary")
             zip_button = gr.Button("Download samples (zip of PNGs)")
         self.caption = gr.Markdown(elem_id="sample-caption")
-        self.grid = gr.Image(label="Samples", format="png", type="numpy", interactive=False, elem_id="sample-grid")
-        samples_zip = gr.File(label="Samples (zip)")
+        self.grid = gr.Image(label="Samples", format="png", type="numpy", interactive=False, elem_id="sample-grid",
+                             elem_classes=["sample-output"])
+        samples_zip = gr.File(label="Samples (zip)", elem_id="sample-zip")
+        zip_made_by = gr.State("")
 
         self.sample_inputs = [self.view, self.seed, self.count, self.digit]
         sample_button.click(self.sample, self.sample_inputs, [self.grid, self.caption], api_name="sample")
         self.digit.input(self.sample, self.sample_inputs, [self.grid, self.caption], api_visibility="private")
-        zip_button.click(self.download_samples, self.sample_inputs, samples_zip, api_name="download_samples")
+        self.count.release(self.sample, self.sample_inputs, [self.grid, self.caption], api_visibility="private",
+                           trigger_mode="always_last")
+        self._name_generator(zip_button.click(self.download_samples, self.sample_inputs, [samples_zip, zip_made_by],
+                                              api_name="download_samples"), zip_made_by, samples_zip)
 
     def _render_interpolation(self) -> None:
-        with gr.Accordion("Interpolate between two seeds", open=True):
+        with gr.Accordion("Interpolate between two seeds", open=True, elem_classes=["sample-section"]):
             with gr.Row():
-                seed_a = gr.Number(value=1, precision=0, label="Seed A", minimum=0)
-                seed_b = gr.Number(value=2, precision=0, label="Seed B", minimum=0)
-                strip_steps = gr.Slider(2, MAX_STRIP, value=10, step=1, label="Steps")
+                seed_a = gr.Number(value=1, precision=None, label="Seed A", minimum=0)
+                seed_b = gr.Number(value=2, precision=None, label="Seed B", minimum=0)
+                strip_steps = gr.Slider(2, MAX_STRIP, value=10, step=1, label="Steps", elem_classes=["sample-slider"])
                 mode = gr.Radio(["linear", "spherical"], value="spherical", label="Interpolation")
                 self.class_a, self.class_b = [
                     gr.Dropdown([("The seed's class", SEED_CLASS)], value=SEED_CLASS, allow_custom_value=True,
                                 label=f"Class {end}", info="morph one class into another") for end in "AB"]
                 interpolate_button = gr.Button("Interpolate")
                 gif_button = gr.Button("Make GIF")
-            strip = gr.Image(label="Interpolation", format="png", type="numpy", interactive=False)
+            strip = gr.Image(label="Interpolation", format="png", type="numpy", interactive=False,
+                             elem_id="sample-strip", elem_classes=["sample-output"])
             with gr.Row():
-                gif_preview = gr.Image(label="Interpolation (animated)", type="filepath", interactive=False)
-                gif_file = gr.File(label="Interpolation GIF")
+                gif_preview = gr.Image(label="Interpolation (animated)", type="filepath", interactive=False,
+                                       elem_id="sample-gif", elem_classes=["sample-output"])
+                gif_file = gr.File(label="Interpolation GIF", elem_id="sample-gif-file")
 
         inputs = [self.view, seed_a, seed_b, strip_steps, mode, self.class_a, self.class_b]
-        interpolate_button.click(self.interpolate, inputs, strip, api_name="interpolate")
-        gif_button.click(self.interpolation_gif, inputs, [gif_preview, gif_file], api_name="interpolation_gif")
+        strip_made_by, gif_made_by = gr.State(""), gr.State("")
+        self._name_generator(interpolate_button.click(self.interpolate, inputs, [strip, strip_made_by],
+                                                      api_name="interpolate"), strip_made_by, strip)
+        self._name_generator(strip_steps.release(self.interpolate, inputs, [strip, strip_made_by],
+                                                 api_visibility="private", trigger_mode="always_last"),
+                             strip_made_by, strip)
+        self._name_generator(gif_button.click(self.interpolation_gif, inputs, [gif_preview, gif_file, gif_made_by],
+                                              api_name="interpolation_gif"), gif_made_by, gif_preview, gif_file)
 
     def _render_directions(self) -> None:
-        with gr.Accordion("Directions, truncation and nearest real images", open=True):
+        with gr.Accordion("Directions, truncation and nearest real images", open=True, elem_classes=["sample-section"]):
             gr.Markdown("Five directions found by PCA of the generator's first-layer features (GANSpace), "
                         "in standard deviations of the latent. Psi < 1 pulls the latent toward the mean: "
                         "more typical, less varied.")
             with gr.Row():
-                explore_seed = gr.Number(value=0, precision=0, label="Explore seed", minimum=0)
-                psi = gr.Slider(0.0, 2.0, value=1.0, step=0.05, label="Truncation psi")
-                k = gr.Slider(1, MAX_NEIGHBOURS, value=6, step=1, label="Neighbours")
-            sliders = [gr.Slider(-DIRECTION_RANGE, DIRECTION_RANGE, value=0.0, step=0.1, label=f"Direction {i + 1}")
-                       for i in range(N_DIRECTIONS)]
+                explore_seed = gr.Number(value=0, precision=None, label="Explore seed", minimum=0)
+                psi = gr.Slider(0.0, 2.0, value=1.0, step=0.05, label="Truncation psi", elem_classes=["sample-slider"])
+                k = gr.Slider(1, MAX_NEIGHBOURS, value=6, step=1, label="Neighbours", elem_classes=["sample-slider"])
+            sliders = [gr.Slider(-DIRECTION_RANGE, DIRECTION_RANGE, value=0.0, step=0.1, label=f"Direction {i + 1}",
+                                 elem_classes=["sample-slider"]) for i in range(N_DIRECTIONS)]
             with gr.Row():
                 explore_button = gr.Button("Render")
                 reset_button = gr.Button("Reset directions")
                 neighbours_button = gr.Button("Nearest real images")
-            with gr.Row():
-                explored = gr.Image(label="Explored image", format="png", type="numpy", interactive=False)
-                neighbour_strip = gr.Image(label="Nearest training images", format="png", type="numpy",
-                                           interactive=False)
-            explore_caption = gr.Markdown()
-            neighbour_caption = gr.Markdown()
+            # One below the other: the neighbours' strip is wide, and beside the image it would be
+            # narrower than the live grid.
+            explore_caption = gr.Markdown(elem_id="explore-caption")
+            explored = gr.Image(label="Explored image", format="png", type="numpy", interactive=False,
+                                elem_id="sample-explored", elem_classes=["sample-output"])
+            neighbour_caption = gr.Markdown(elem_id="neighbour-caption")
+            neighbour_strip = gr.Image(label="Nearest training images", format="png", type="numpy",
+                                       interactive=False, elem_id="sample-neighbours", elem_classes=["sample-output"])
 
         inputs, outputs = [self.view, explore_seed, psi, *sliders], [explored, explore_caption]
         explore_button.click(self.explore, inputs, outputs, api_name="explore")
@@ -583,17 +692,19 @@ class SampleTab:
                                 [neighbour_strip, neighbour_caption], api_name="neighbours")
 
     def _render_timelapse(self) -> None:
-        with gr.Accordion("Training timelapse", open=False):
+        with gr.Accordion("Training timelapse", open=False, elem_classes=["sample-section"]):
             gr.Markdown("The run's fixed-noise grids, oldest to newest, playing as a loop (a GIF: its download "
                         "button keeps it; no MP4, that would need ffmpeg). The slider stops at one step.")
             timelapse_button = gr.Button("Load timelapse")
-            self.timelapse_caption = gr.Markdown()
-            with gr.Row():
-                self.timelapse_gif = gr.Image(label="Timelapse (animated)", type="filepath", interactive=False)
-                with gr.Column():
-                    self.step_slider = gr.Slider(0, 1, value=1, step=1, label="Grid at step")
-                    self.step_grid = gr.Image(label="Grid at the chosen step", format="png", type="numpy",
-                                              interactive=False)
+            self.timelapse_caption = gr.Markdown(elem_id="timelapse-caption")
+            # One below the other, each as wide as the live grid. The slider waits for the run's
+            # grids: before them its range means nothing.
+            self.timelapse_gif = gr.Image(label="Timelapse (animated)", type="filepath", interactive=False,
+                                          elem_id="sample-timelapse", elem_classes=["sample-output"])
+            self.step_slider = gr.Slider(0, 1, value=1, step=1, label="Grid at step", interactive=False,
+                                         elem_classes=["sample-slider"])
+            self.step_grid = gr.Image(label="Grid at the chosen step", format="png", type="numpy",
+                                      interactive=False, elem_id="sample-step-grid", elem_classes=["sample-output"])
 
         timelapse_button.click(self.timelapse, self.view,
                                [self.timelapse_gif, self.step_slider, self.step_grid, self.timelapse_caption],
@@ -602,10 +713,11 @@ class SampleTab:
                                  api_name="grid_at", trigger_mode="always_last")
 
     def _render_generator_files(self) -> None:
-        with gr.Accordion("Generator files", open=False):
+        with gr.Accordion("Generator files", open=False, elem_classes=["sample-section"]):
             with gr.Row():
                 download_button = gr.Button("Download generator")
-                files = gr.File(label="Generator (safetensors + config JSON)", file_count="multiple")
+                files = gr.File(label="Generator (safetensors + config JSON)", file_count="multiple",
+                                elem_id="generator-files")
             with gr.Row():
                 uploaded = gr.File(label="Upload a generator (generator.safetensors + generator.json)",
                                    file_count="multiple", file_types=[".safetensors", ".json"], type="filepath")
@@ -615,6 +727,8 @@ class SampleTab:
                                        type="password", value="", visible=self.host_key_set)
             upload_status = gr.Markdown()
 
-        download_button.click(self.download_generator, self.view, files, api_name="download_generator")
+        files_made_by = gr.State("")
+        self._name_generator(download_button.click(self.download_generator, self.view, [files, files_made_by],
+                                                   api_name="download_generator"), files_made_by, files)
         upload_button.click(self.upload_generator, [uploaded, generator_key], upload_status, api_name="upload_generator")
         back_button.click(self.use_run_generator, generator_key, upload_status, api_name="use_run_generator")

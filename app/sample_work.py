@@ -127,35 +127,38 @@ def sample_grid(directory: str, seed: int, count: int, label: int | None, column
     return grid_image(images, columns=columns), meta.get("step", "?")
 
 
-def samples_zip(directory: str, seed: int, count: int, label: int | None, path: str) -> str:
+def samples_zip(directory: str, seed: int, count: int, label: int | None, path: str) -> tuple[str, object]:
+    """A zip of the samples' PNGs, and the step of the generator that drew them."""
     from core import sample as sampling
-    images, _ = _samples(directory, seed, count, label)
-    return sampling.write_samples_zip(images, path, prefix=f"seed{seed}")
+    images, meta = _samples(directory, seed, count, label)
+    return sampling.write_samples_zip(images, path, prefix=f"seed{seed}"), meta.get("step", "?")
 
 
 # ---- interpolation ----------------------------------------------------------------------------
 def _interpolation(directory: str, seeds: tuple[int, int], steps: int, mode: str, classes: tuple[int, int]):
-    """Images along seeds[0] -> seeds[1], the class weights moving from classes[0] to classes[1]."""
+    """Images along seeds[0] -> seeds[1], the class weights moving from classes[0] to classes[1];
+    the generator's step."""
     import torch
     from core import sample as sampling
-    (generator, _), _ = _generators.get(directory)
+    (generator, meta), _ = _generators.get(directory)
     z = sampling.interpolation_latents(*seeds, steps, generator.z_dim, mode)
     labels = sampling.blended_labels(generator, *classes, torch.linspace(0, 1, steps))
-    return sampling.generate(generator, z, labels)
+    return sampling.generate(generator, z, labels), meta.get("step", "?")
 
 
 def interpolation_strip(directory: str, seeds: tuple[int, int], steps: int, mode: str,
-                        classes: tuple[int, int]) -> np.ndarray:
-    return grid_image(_interpolation(directory, seeds, steps, mode, classes), columns=steps)
+                        classes: tuple[int, int]) -> tuple[np.ndarray, object]:
+    images, step = _interpolation(directory, seeds, steps, mode, classes)
+    return grid_image(images, columns=steps), step
 
 
 def interpolation_gif(directory: str, seeds: tuple[int, int], steps: int, mode: str, classes: tuple[int, int],
-                      path: str) -> str:
-    images = _interpolation(directory, seeds, steps, mode, classes)
+                      path: str) -> tuple[str, object]:
+    images, step = _interpolation(directory, seeds, steps, mode, classes)
     frames = list(to_uint8(images))
     frames = frames + frames[-2:0:-1]      # there and back, so the loop has no jump
     write_atomic(path, gif_bytes(frames, duration_ms=90, scale=_scale(images.shape[-1])))
-    return path
+    return path, step
 
 
 # ---- directions, truncation and neighbours -----------------------------------------------------
@@ -190,9 +193,10 @@ def _training_pool(run_config: dict | None, resolution: int, channels: int):
 
 def neighbours(directory: str, seed: int, psi: float, amounts: list[float], k: int, run_config: dict | None) -> dict:
     """The explored image beside its k nearest training images (of run_config's dataset, written
-    by the server; None: the bundled MNIST), their L2 distances, the pool's size and name."""
+    by the server; None: the bundled MNIST), their L2 distances, the pool's size and name, the
+    generator's step."""
     from core import sample as sampling
-    image, _, _ = _explored(directory, seed, psi, amounts)
+    image, meta, _ = _explored(directory, seed, psi, amounts)
     try:
         pool, dataset = _training_pool(run_config, image.shape[-1], image.shape[0])
     except DatasetError as exc:   # e.g. the run's dataset is absent offline: its advice, not a blank failure
@@ -204,7 +208,7 @@ def neighbours(directory: str, seed: int, psi: float, amounts: list[float], k: i
     strip = grid_image(np.concatenate([image[None], real]), columns=len(idx) + 1)
     up = max(1, _scale(image.shape[-1]) // 2)
     return {"strip": strip.repeat(up, 0).repeat(up, 1), "distances": [float(d) for d in dist],
-            "pool": len(pool), "dataset": dataset}
+            "pool": len(pool), "dataset": dataset, "step": meta.get("step", "?")}
 
 
 # ---- timelapse ----------------------------------------------------------------------------------

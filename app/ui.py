@@ -68,6 +68,8 @@ body.blink-presenting #blink-controls, body.blink-presenting #blink-message { or
 body.blink-presenting #join-link, body.blink-presenting #live { order: -1; }
 body.blink-presenting .blink-intro { display: none !important; }
 """
+PAGE_CSS += sample_tab.SAMPLE_CSS   # the Sample tab's outputs, sized for a projector
+
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 
 

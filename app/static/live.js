@@ -144,9 +144,9 @@ function drawCharts() {
 function fitGrid() {
   // As big as the panel's width and the window's height allow, in whole device pixels per image
   // pixel (crisp, even digits) unless that would waste more than 15% of the room's screen.
-  if (!grid.naturalWidth) return;
-  const dpr = window.devicePixelRatio || 1;
   const width = grid.closest(".live-grid").clientWidth;
+  if (!grid.naturalWidth || !width) return;   // hidden (the Sample tab is open): fit when it shows
+  const dpr = window.devicePixelRatio || 1;
   const height = Math.max(window.innerHeight * (panel.classList.contains("presenting") ? 0.72 : 0.5), 160);
   const fit = Math.min(width / grid.naturalWidth, height / grid.naturalHeight);
   const whole = Math.floor(fit * dpr) / dpr;
@@ -255,6 +255,8 @@ element.querySelector(".live-primer-link").addEventListener("click", (event) => 
   primer.scrollIntoView({ behavior: "smooth", block: "start" });
 });
 window.addEventListener("resize", fitGrid);
+// The panel shown again (back from the Sample tab) after a resize while it was hidden.
+new ResizeObserver(fitGrid).observe(grid.closest(".live-grid"));
 
 // Stop and Pause say so on the click, before the server answers: on a busy machine its answer and
 // the trainer's next status can take seconds. The next push replaces the word; a refusal (a wrong

@@ -2,10 +2,15 @@
 
 The page's widgets carry their own limits, so a check that only a script reaches is tested here,
 where nothing stands between the input and the project's own refusal. The tab samples the shipped
-generator: its runs folder is empty.
+generator: its runs folder is empty. `named_tab`'s server has one run, whose generator is the
+shipped one with its classes named (as a folder's class subfolders name them), and two grids.
 """
+import json
 import os
 import re
+import shutil
+
+import numpy as np
 
 import gradio as gr
 import pytest
@@ -16,6 +21,8 @@ from app.sample_tab import (DIRECTION_RANGE, FOLLOW, KEEP_OUTPUTS, MAX_GRID, MAX
                             MAX_ZIP, SEED_MAX, SHIPPED, OutputFolders, SampleTab)
 from app.ui import DeviceCache, TrainTab
 from core import sample as sampling
+from core.config import TrainConfig
+from core.rundir import RunDir
 
 HOST_KEY = "the-host-key"
 SHIPPED_CLASSES = sampling.read_spec(os.path.join(SHIPPED_GENERATOR, "generator.json"))[0].classes
@@ -31,6 +38,34 @@ def tab(tmp_path, device_cache):
     job = Job(runs_root=str(tmp_path))
     host = TrainTab(job, LiveFeed(job), device_cache, HOST_KEY)   # the page's own host check, as build_app wires it
     yield SampleTab(job.generator_dir, runs=job.runs_with_generators, require_host=host.require_host, host_key_set=True)
+    job.shutdown()
+
+
+CLASS_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+NAMED_STEP = 200
+
+
+def run_with_named_classes(root: str) -> RunDir:
+    """A run whose generator is the shipped one saved at NAMED_STEP with CLASS_NAMES, and its grids."""
+    run = RunDir.create(TrainConfig(steps=NAMED_STEP, grid_every=100, checkpoint_every=NAMED_STEP), root)
+    shutil.copy(os.path.join(SHIPPED_GENERATOR, "generator.safetensors"), run.path)
+    with open(os.path.join(SHIPPED_GENERATOR, "generator.json")) as f:
+        meta = {**json.load(f), "class_names": CLASS_NAMES, "step": NAMED_STEP}
+    with open(os.path.join(run.path, "generator.json"), "w") as f:
+        json.dump(meta, f)
+    for step in (100, NAMED_STEP):
+        run.save_grid(np.zeros((4, 1, 28, 28), np.float32), step)
+    return run
+
+
+@pytest.fixture
+def named_tab(tmp_path):
+    """(tab, run): the Sample tab of a server whose current run is run_with_named_classes."""
+    root = str(tmp_path / "named")          # not `tab`'s runs folder: that one stays empty
+    run = run_with_named_classes(root)
+    job = Job(runs_root=root)               # attaches the newest run, as a restarted server does
+    yield SampleTab(job.generator_dir, run_dir=lambda: job.run.path if job.run else None,
+                    runs=job.runs_with_generators), run
     job.shutdown()
 
 
@@ -132,3 +167,65 @@ def test_outputs_younger_than_the_serving_time_stay_up_to_the_hard_limit():
     newer = outputs.path("one-more.zip")
     assert not os.path.exists(made[0]) and all(os.path.exists(p) for p in made[1:])
     assert os.path.isdir(os.path.dirname(newer))
+
+
+def test_every_output_names_the_generator_that_made_it(named_tab):
+    """Not only the main caption: the zip, the strip and GIF and the generator's files (whose labels
+    the page sets from the second value), the directions and the neighbours say whose they are; the
+    timelapse and a grid at a step, the run's own, name the run."""
+    tab, run = named_tab
+    who = f"run {run.name} at step {NAMED_STEP}, the live run's newest checkpoint"
+    assert f"Generator: {who}." in tab.sample(FOLLOW, 0, 4)[1]
+    zipped, made_by = tab.download_samples(FOLLOW, 0, 4, "7")
+    assert made_by == who and zipped.endswith("blink-seed0-class7-4.zip") and os.path.exists(zipped)
+    strip, made_by = tab.interpolate(FOLLOW, 1, 2, 3, "linear")
+    assert made_by == who and strip.shape[:2] == (32, 3 * 30 + 2)
+    preview, gif, made_by = tab.interpolation_gif(FOLLOW, 1, 2, 3, "linear")
+    assert made_by == who and preview == gif and gif.endswith(".gif")
+    files, made_by = tab.download_generator(FOLLOW)
+    assert made_by == who and sorted(map(os.path.basename, files)) == ["generator.json", "generator.safetensors"]
+    assert f"Generator: {who}." in tab.explore(FOLLOW, 0, 1.0, *NO_DIRECTION)[1]
+    assert f"Generator: {who}." in tab.neighbours(FOLLOW, 0, 1.0, 2, *NO_DIRECTION)[1]
+    assert f"Run {run.name}'s fixed-noise grids: 2 grids" in tab.timelapse(FOLLOW)[tab.timelapse_caption]
+    assert f"Run {run.name}'s grid at step 100" in tab.grid_at(FOLLOW, 90)[1]
+    # Another viewer's pick of the shipped generator is said in its outputs too.
+    assert tab.interpolate(SHIPPED, 1, 2, 3, "linear")[1].startswith("the shipped generator")
+
+
+def test_captions_call_a_named_class_by_its_name_and_a_digit_by_its_index(named_tab, tab):
+    named, _ = named_tab
+    assert "Every sample is class 'seven'." in named.sample(FOLLOW, 0, 4, "7")[1]
+    assert "each column is one class, starting from class 'three' (seed mod 10)" in named.sample(FOLLOW, 3, 10)[1]
+    # MNIST's digits (the shipped generator names none) stay digits.
+    assert "Every sample is class 7." in tab.sample(FOLLOW, 0, 4, "7")[1]
+    assert "starting from class 3 (seed mod 10)" in tab.sample(FOLLOW, 3, 10)[1]
+
+
+def test_leaving_the_generator_picker_without_a_pick_changes_nothing(named_tab):
+    """Escape, or a click elsewhere, reaches the server as an input of the picker's value (none,
+    or the generator already shown): the viewer keeps their generator and no work is done."""
+    tab, run = named_tab
+    for picked, view in ((None, FOLLOW), ("", FOLLOW), (SHIPPED, SHIPPED), (run.name, run.name)):
+        assert tab.pick_generator(picked, 0, 4, "seed", view) == {tab.pick: gr.update(
+            value=None if view == FOLLOW else view)}, (picked, view)
+    # A real pick still moves this viewer to it.
+    picked = tab.pick_generator(SHIPPED, 0, 4, "seed", FOLLOW)
+    assert picked[tab.view] == SHIPPED and "the shipped generator" in picked[tab.caption]
+
+
+def test_a_timelapse_refusal_says_what_went_wrong(named_tab, tmp_path):
+    tab, run = named_tab
+    with pytest.raises(gr.Error, match="No training grids yet: .* and the shipped generator has none"):
+        tab.timelapse(SHIPPED)
+    # A grid that goes between listing and reading (the run deleted to make room; here a dangling link).
+    os.symlink(str(tmp_path / "gone.png"), os.path.join(run.path, "grids", "step_000050.png"))
+    with pytest.raises(gr.Error, match=f"Run {run.name}'s grids are gone from this server"):
+        tab.grid_at(FOLLOW, 50)
+    with pytest.raises(gr.Error, match="Grid at step must be between 0"):
+        tab.grid_at(FOLLOW, -1)
+    # A live run before its first grid says when that comes.
+    for _, path in run.grids():
+        os.remove(path)
+    with pytest.raises(gr.Error, match=f"No training grids yet: run {run.name} has drawn none "
+                                       "\\(the first comes at step 100\\)"):
+        tab.timelapse(FOLLOW)
