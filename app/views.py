@@ -11,7 +11,8 @@ LOSS_SERIES = {"loss_d": "D loss", "loss_g": "G loss"}
 QUALITY_PREFIX = "quality_"
 # The distance each meter reports (lower is better): one curve on one scale.
 QUALITY_DISTANCES = {"quality_fd": "Frechet distance (MNIST classifier features)",
-                     "quality_swd": "sliced Wasserstein distance x1e3"}
+                     "quality_swd": "patch distance: how unlike the real images' small patches (edges, colours, "
+                                    "textures, at 2-3 scales) the fakes' are (sliced Wasserstein x1e3)"}
 HEALTHY_QUALITY = "Healthy: falls fast in the first few hundred steps, then slowly. A rise: the samples got worse."
 
 
@@ -33,7 +34,7 @@ def quality_summary(events: list[dict]) -> str:
         parts.append(f"{int(last['quality_classes'])}/10 digit classes")
     if "quality_label_match" in last:
         parts.append(f"{last['quality_label_match']:.0%} drawn as the digit asked for")
-    for key, label in (("quality_fd", "FD"), ("quality_swd", "SWD")):
+    for key, label in (("quality_fd", "FD"), ("quality_swd", "patch distance")):
         if isinstance(last.get(key), (int, float)) and math.isfinite(last[key]):
             parts.append(f"{label} {last[key]:.1f}")
     return f"quality at step {last['step']}: " + ", ".join(parts)
@@ -74,6 +75,8 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
     line = " · ".join(parts)
     message = status.message
     extras = [message] if message and message not in ("Training...",) else []
+    if status.phase:   # what is happening, in words (core/phase.py)
+        extras.insert(0, f"**Now:** {status.phase}")
     quality = quality_summary(events or [])
     if quality:
         extras.append(quality)

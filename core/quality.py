@@ -12,11 +12,16 @@ Two meters, neither needs a download:
                (the FID recipe with a 64-d MNIST feature instead of Inception; lower is better).
     confident  share of samples the classifier calls with p > 0.9 (what a person calls "a digit").
     classes    digits that make up at least 1% of the confident samples (10 = no missing modes).
+    spread     how varied the samples are: their features' spread over the real digits' (`spread`).
   `recognizable(values)` is the product's "digits have appeared" criterion on these values.
 - Anything else (CIFAR, CelebA, own images, Fashion-MNIST, which the digit classifier does not
   understand): sliced Wasserstein distance between 7x7 patches of a Laplacian pyramid of
   generated and real images (Karras et al. 2018, ProGAN), reported per level and as the mean
-  (`swd`, x1e3 as in the paper; lower is better).
+  (`swd`, x1e3 as in the paper; lower is better), and `spread` of the images at 8x8.
+
+`spread` is the mean per-dimension standard deviation of the samples' features (the classifier's,
+or the images' own pixels at 8x8) divided by the real images': about 1 when the fakes vary as much
+as real images do, near 0 when they all look alike (mode collapse; core/phase.py reads it).
 
 Every meter draws its latents once from a fixed CPU generator, so two measurements of one run
 differ only because G changed, and the same latents are used on every device. Real-image
@@ -165,6 +170,19 @@ def recognizable(values: dict) -> bool:
             and values.get("classes", 0.0) >= RECOGNIZABLE["classes"])
 
 
+def spread(features: torch.Tensor | np.ndarray, real_std: np.ndarray) -> float:
+    """The samples' per-dimension standard deviation over the real images', averaged over the
+    dimensions where the real images vary at all."""
+    std = np.asarray(features, dtype=np.float64).reshape(len(features), -1).std(0)
+    varied = real_std > 1e-6
+    return float((std[varied] / real_std[varied]).mean()) if varied.any() else 0.0
+
+
+def _spread_pixels(images: torch.Tensor) -> torch.Tensor:
+    """Images at 8x8: their layout and colours, without the detail that noise also varies in."""
+    return F.adaptive_avg_pool2d(images.float(), 8).flatten(1)
+
+
 # ------------------------------------------------------------------------------------------
 # Meters
 # ------------------------------------------------------------------------------------------
@@ -243,6 +261,7 @@ class MnistMeter:
         real = _reference_subset(torch.as_tensor(real_images), n_real)
         features, probs = classify(self.net, real)
         self.reference = Gaussian(features)
+        self.real_std = features.std(0)
         self.real_scores = _digit_scores(probs)
         self._latents: dict[int, torch.Tensor] = {}
 
@@ -262,7 +281,8 @@ class MnistMeter:
         """fd / confident / classes; with `asked` (the classes a conditional G was given) also
         label_match: the share of samples the classifier calls as the class that was asked for."""
         features, probs = classify(self.net, images)
-        values = {"fd": frechet_distance(self.reference, features), **_digit_scores(probs)}
+        values = {"fd": frechet_distance(self.reference, features), **_digit_scores(probs),
+                  "spread": spread(features, self.real_std)}
         if asked is not None:
             values["label_match"] = float((probs.argmax(1) == asked.numpy()).mean())
         return values
@@ -352,6 +372,7 @@ class SwdMeter:
         dirs = torch.randn(dim, n_directions, generator=gen)
         self.directions = dirs / dirs.norm(dim=0, keepdim=True)
         self.real_desc = self._descriptors(real)
+        self.real_std = _spread_pixels(real).numpy().std(0)
         self._latents: dict[int, torch.Tensor] = {}
 
     def _descriptors(self, images: torch.Tensor) -> list[torch.Tensor]:
@@ -374,6 +395,7 @@ class SwdMeter:
         per_level = [1e3 * sliced_wasserstein(r, d, self.directions) for r, d in zip(self.real_desc, desc)]
         values = {f"swd_{self.resolution >> i}px": v for i, v in enumerate(per_level)}
         values["swd"] = float(np.mean(per_level))
+        values["spread"] = spread(_spread_pixels(x[: self.n_images]), self.real_std)
         return values
 
     def measure(self, G: nn.Module, device) -> dict[str, float]:

@@ -96,9 +96,10 @@ class Reporter:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
     def write(self, state: str, message: str, step: int, saved_step: int, warning: str,
-              data_seconds: float, stepped_from: int = 0) -> None:
-        """The run's status at `step`. warning: the loop's own (D has won); a nearly full device
-        memory replaces it. data_seconds: time the steps waited for batches so far."""
+              data_seconds: float, stepped_from: int = 0, phase: str = "") -> None:
+        """The run's status at `step`. warning: the loop's own (core/phase.py: D has won, mode
+        collapse); a nearly full device memory replaces it. data_seconds: time the steps waited for
+        batches so far. phase: core.phase.Phase.line(), what is happening in words."""
         cfg, rt = self.config, self.rt
         if state == "running" and rt.is_xla and self.steady is None:
             # XLA compiles until the steps are steady (see stepped): say so rather than show a stalled run.
@@ -135,4 +136,5 @@ class Reporter:
             images_per_second=round(speed * images_per_step, 1) if speed else None,
             seconds_left=round(remaining, 1) if remaining is not None else None,
             elapsed=round(self.elapsed(), 2), warning=warning, diagnostics=diagnostics,
-            saved_step=saved_step, notice=rt.info.notice, chunk=self.chunk, stepped_from=stepped_from)
+            saved_step=saved_step, notice=rt.info.notice, chunk=self.chunk, stepped_from=stepped_from,
+            phase=phase)

@@ -35,7 +35,8 @@ class Status:
     images_per_second: float | None = None
     seconds_left: float | None = None
     elapsed: float = 0.0              # training seconds, earlier sessions of a resumed run included
-    warning: str = ""                 # a problem the run goes on with (D has won, memory nearly full)
+    warning: str = ""                 # a problem the run goes on with (D has won, mode collapse, memory nearly full)
+    phase: str = ""                   # what is happening, in words (core/phase.py): noise, blobs, ... digits; D winning
     notice: str = ""                  # about the device (e.g. why a requested one fell back)
     stepped_from: int = 0             # > 0 while paused after a Step: the step it started from (grids before/after)
     chunk: int = 0                    # > 0: the run trains in chunks (ZeroGPU) and is in this one

@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from core.config import ConfigError, TrainConfig, validate
 from core.control import Control
 from core.failures import describe, divergence_message, failure_message, log_traceback
+from core.phase import Phase
 from core.report import Reporter
 from core.resume import ResumeRefused, checkpoint_problem, prepare_resume, resolved_for
 from core.rundir import RunDir, default_root, writable_problem
@@ -30,8 +31,7 @@ from core.rundir import RunDir, default_root, writable_problem
 # What D's verdict on a grid image is: a probability of "real" for DCGAN's loss, a logit (above 0:
 # real) for the hinge loss, a critic's score (higher: more real) for WGAN-GP.
 VERDICT_KINDS = {"dcgan": "probability", "hinge": "logit", "wgan-gp": "score"}
-DIVERGED_LOGS = 40
-MAX_STEPS_WHILE_PAUSED = 100   # one Step press at most: a class watches each one    # consecutive log points with D winning outright before we warn
+MAX_STEPS_WHILE_PAUSED = 100   # one Step press at most: a class watches each one
 
 # Grids come often while the picture changes fastest, then at the configured interval.
 EARLY_GRID_STEPS, EARLY_GRID_EVERY = 200, 10
@@ -143,7 +143,10 @@ class Loop:
             report.elapsed_before = state.get("elapsed", 0.0)
         self.last_values: dict = {}
         self.values_finite = True
-        self.d_wins_streak = 0
+        # The phase line and the warnings (D has won, mode collapse): core/phase.py's rules over the
+        # run's values; a resumed run (or the next chunk) starts from the events it logged.
+        self.phase = Phase(self.config.gan, conditional=training.classes > 0,
+                           events=run.read_events()[0] if resume else (), measured=self.config.quality_every > 0)
         self.warning = ""
         # The quality meter is built at its first measurement, not here: its real-image features
         # would delay the first loss point on the page.
@@ -212,20 +215,18 @@ class Loop:
         step = int(values.pop("step"))
         self.values_finite = all(math.isfinite(v) for v in values.values())
         self.last_values = values
-        if self.config.gan == "dcgan":
-            self.d_wins_streak = self.d_wins_streak + 1 if d_has_won(values) else 0
         event = {"step": step, "time": round(self.report.elapsed(), 3), **_rounded(values)}
         if self.rt.is_xla:   # the graph counters, read after this step's graph ran
             event.update(xla_compiles=self.rt.compile_count(), xla_executions=self.rt.execution_count(),
                          xla_transfers=self.rt.host_transfers())
         self._work("writing the loss log", lambda: self.run_dir.append_event(event))
+        self.phase.add(event)
 
     def _after_log(self) -> None:
         diverged = divergence_message(self.last_values, self.step_count, self.saved_step, self.config.precision)
         if diverged:
             raise Stop("failed", diverged)
-        if self.d_wins_streak == DIVERGED_LOGS:
-            self.warning = D_WINS_WARNING
+        self.warning = self.phase.warning()
         decision = self.control.decision()
         if decision == "pause" and self.chunk_deadline is not None:   # the GPU is given back while paused
             raise Stop("paused", f"Paused at step {self.step_count}.")
@@ -282,7 +283,7 @@ class Loop:
     def _status(self, state: str, message: str, stepped_from: int = 0) -> None:
         self._work("writing the status", lambda: self.report.write(
             state, message, self.step_count, self.saved_step, self.warning, self.training.gan_step.data_seconds,
-            stepped_from))
+            stepped_from, phase=self.phase.line()))
 
     def save_grid(self) -> None:
         """The fixed-noise grid, and what D believes about each of its images and of the real grid's."""
@@ -311,8 +312,10 @@ class Loop:
             with torch.random.fork_rng(devices=[]):
                 self.quality = quality.for_dataset(self.config.dataset, training.dataset, training.resolution)
         values = self.quality.measure(training.G_sampled, self.rt.device)
-        self.run_dir.append_event({"step": self.step_count, "time": round(self.report.elapsed(), 3),
-                                   **{f"quality_{k}": v for k, v in _rounded(values).items()}})
+        event = {"step": self.step_count, "time": round(self.report.elapsed(), 3),
+                 **{f"quality_{k}": v for k, v in _rounded(values).items()}}
+        self.run_dir.append_event(event)
+        self.phase.add(event)
 
     def finish(self, state: str, message: str) -> None:
         if state != "failed":   # a failed run keeps its last good checkpoint, not the weights it failed with
@@ -322,18 +325,6 @@ class Loop:
         self._status(state, message)
         if state != "paused":   # a paused chunk's request stays: the app waits on it to go on
             self.run_dir.clear_request()
-
-
-# ---- rules on the logged values (pure: unit-tested without a Loop) -----------------------
-D_WINS_WARNING = ("The discriminator has won outright for a long stretch (D(x)~1, D(G(z))~0): the generator "
-                  "gets no useful gradient. Consider restarting with WGAN-GP or hinge loss.")
-
-
-def d_has_won(values: dict) -> bool:
-    """A non-saturating D that calls the real images real and the fakes fake, outright (D(x), D(G(z))
-    are probabilities only for that loss: the caller asks for dcgan runs only)."""
-    return "d_real" in values and values["d_real"] > 0.99 and values["d_fake"] < 0.01
-
 
 
 def grid_due(step: int, cfg: TrainConfig) -> bool:

@@ -105,6 +105,10 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     # The quality curve got its early point (step 50) and one at the end (the shipped MNIST classifier).
     quality = [e for e in events if "quality_fd" in e]
     assert [e["step"] for e in quality] == [50, 120] and all(math.isfinite(q["quality_fd"]) for q in quality)
+    # The phase line is core/phase.py's rules over this run's own events, written by its trainer.
+    from core.phase import Phase
+    assert status["phase"] == Phase("dcgan", True, events).line() and status["phase"].split(":")[0] in (
+        "blobs", "strokes", "digits")
     # Grids every 10 steps early on, then every 100 and at the end, each kept (never overwritten).
     grid_files = sorted(os.listdir(os.path.join(run_path, "grids")))   # each with D's verdicts, and the real grid
     steps = (1, *range(10, 121, 10))

@@ -402,14 +402,6 @@ def test_a_final_checkpoint_that_fails_is_reported_and_the_last_good_one_kept(tm
     assert torch.load(run / "checkpoint.pt", weights_only=False)["step"] == 3
 
 
-def test_d_has_won_only_when_it_calls_both_batches_outright():
-    from core.train import d_has_won
-    assert d_has_won({"loss_d": 0.01, "d_real": 0.999, "d_fake": 0.001})
-    assert not d_has_won({"d_real": 0.999, "d_fake": 0.02})      # fakes still fool it sometimes
-    assert not d_has_won({"d_real": 0.98, "d_fake": 0.001})
-    assert not d_has_won({"wasserstein": 5.0, "gp": 0.1})         # a critic reports no probabilities
-
-
 def test_divergence_message_names_the_values_what_is_kept_and_what_to_change():
     from core.failures import divergence_message
     assert divergence_message({"loss_d": 0.7, "loss_g": 1.2}, 15, 10, "fp32") is None

@@ -102,6 +102,15 @@ def test_confident_share_and_classes(meter, test_digits):
 
 
 @needs_classifier
+def test_the_spread_is_one_for_real_digits_and_falls_as_they_come_to_look_alike(meter, test_digits):
+    images, _, _ = test_digits
+    assert 0.9 < meter.score_samples(images[:1000])["spread"] < 1.1
+    few = meter.score_samples(np.repeat(images[:10], 100, axis=0))["spread"]
+    one = meter.score_samples(np.repeat(images[:1], 1000, axis=0))["spread"]
+    assert one == 0.0 < few
+
+
+@needs_classifier
 def test_label_match_is_the_share_drawn_as_the_asked_class(meter, test_digits):
     """A conditional G is also judged on following its labels: real digits asked for their own
     class match ~always, asked for a shifted class almost never."""
@@ -214,8 +223,11 @@ def test_swd_real_vs_real_small_and_noise_large():
     same = meter.score_samples(real[256:])
     noise = meter.score_samples(torch.rand(256, 3, 32, 32, generator=gen) * 2 - 1)
     flat = meter.score_samples(torch.zeros(256, 3, 32, 32) + torch.rand(256, 3, 1, 1, generator=gen) * 2 - 1)
-    assert set(same) == {"swd", "swd_32px", "swd_16px"}
+    assert set(same) == {"swd", "swd_32px", "swd_16px", "spread"}
     assert noise["swd"] > 3 * same["swd"], (same, noise)
+    # The spread: real images vary as real images do; one image repeated does not vary at all.
+    assert 0.8 < same["spread"] < 1.2
+    assert meter.score_samples(real[256:257].expand(256, -1, -1, -1))["spread"] == 0.0
     assert flat["swd"] > 3 * same["swd"], (same, flat)
 
 
