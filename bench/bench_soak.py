@@ -58,6 +58,7 @@ ACTIONS = {"sample": 20, "grid_at": 12, "explore": 12, "interpolate": 10, "uploa
            "preview_dataset": 8, "download_samples": 6, "neighbours": 6, "interpolation_gif": 5,
            "timelapse": 4, "download_generator": 3, "upload_not_a_zip": 1, "upload_too_many_entries": 1}
 HOSTILE = {"upload_not_a_zip", "upload_too_many_entries"}   # a refusal with a message is the right answer
+BUSY = "The sampler is busy"   # app/viewer_work.py's refusal when too many requests wait
 
 
 # ---- the client process --------------------------------------------------------------------
@@ -65,7 +66,7 @@ class Skip(Exception):
     """The live app has no such endpoint, or it needs an argument this bench does not know."""
 
 
-def client_main(url: str, workers: int, out: str, max_entries: int) -> None:
+def client_main(url: str, workers: int, out: str, max_entries: int, think: float) -> None:
     """Runs in its own process; writes per-kind counts, latencies and messages to `out` on SIGTERM."""
     if os.environ.get("BLINK_BENCH_CLIENTS") != "normal":
         deprioritise_clients()
@@ -77,7 +78,8 @@ def client_main(url: str, workers: int, out: str, max_entries: int) -> None:
     scratch = tempfile.mkdtemp(prefix="soak-client-")
     api = {name: ep["parameters"] for name, ep in
            Client(url, verbose=False).view_api(return_format="dict", print_info=False)["named_endpoints"].items()}
-    result = {kind: {"done": 0, "refused": 0, "errors": 0, "seconds": [], "messages": []} for kind in ACTIONS}
+    result = {kind: {"done": 0, "refused": 0, "busy": 0, "errors": 0, "seconds": [], "messages": []}
+              for kind in ACTIONS}
     skipped: dict[str, str] = {}
     hostile_files: dict[str, str] = {}
 
@@ -150,6 +152,8 @@ def client_main(url: str, workers: int, out: str, max_entries: int) -> None:
         rng, mine = random.Random(index), {}
         client = Client(url, verbose=False)
         while not stop.is_set():
+            if think:   # a student looks at what came back before the next click
+                stop.wait(rng.expovariate(1 / think))
             kinds = [k for k in ACTIONS if k not in skipped]
             if not kinds:
                 return
@@ -181,6 +185,8 @@ def client_main(url: str, workers: int, out: str, max_entries: int) -> None:
                 row["seconds"].append(time.time() - t0)
                 if kind in HOSTILE and message:
                     row["refused"] += 1
+                elif message and BUSY in message:   # the sampler's queue was full: said at once
+                    row["busy"] += 1
                 elif kind in HOSTILE or message:   # a hostile file accepted is an error too
                     row["errors"] += 1
                 else:
@@ -302,6 +308,20 @@ def describe_run_end(rows: list[dict], steps: int) -> str:
     return text + f", advancing (last step change {final['time'] - moved[-1]:.0f} s before the end)"
 
 
+def viewer_work_cpu(app: RunningApp) -> dict[int, float]:
+    """CPU seconds of each child of the UI but the running trainer: the viewer-work process (and
+    the idle standby trainer)."""
+    trainer = status(app.url).get("pid")
+    seconds = {}
+    for pid in children_of(app.process.pid):
+        if pid != trainer:
+            try:
+                seconds[pid] = cpu_seconds(pid)
+            except OSError:   # gone meanwhile
+                pass
+    return seconds
+
+
 def start_run(app: RunningApp, key: str, steps: int) -> str:
     """Press Start with the page's defaults and `steps`, through the live /start's own names."""
     client = app.client()
@@ -327,15 +347,15 @@ def print_endpoints(app: RunningApp) -> None:
 def table(report: dict) -> None:
     cell = lambda v, f="{:.3f}": "-" if v is None else f.format(v)   # noqa: E731
     soak, base, caps = report["soak"], report["baseline"], report["caps"]
-    print(f"\nSoak: {report['seconds']:.0f} s, {report['workers']} workers, one client process "
+    print(f"\nSoak: {report['seconds']:.0f} s, {report['workers']} workers (think {report['think']} s), one client process "
           f"(clients at {report['client_priority']} priority); run of {report['steps']} steps on bundled MNIST")
-    print("\n| action | done | refused (expected) | errors | p50 s | p95 s | first messages |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| action | done | refused (expected) | busy | errors | p50 s | p95 s | first messages |")
+    print("|---|---|---|---|---|---|---|---|")
     for kind, row in report["actions"].items():
-        print(f"| {kind} | {row['done']} | {row['refused']} | {row['errors']} | {cell(row['p50_s'], '{:.2f}')} | "
+        print(f"| {kind} | {row['done']} | {row['refused']} | {row['busy']} | {row['errors']} | {cell(row['p50_s'], '{:.2f}')} | "
               f"{cell(row['p95_s'], '{:.2f}')} | {' / '.join(row['messages']) or '-'} |")
     for kind, why in report["skipped"].items():
-        print(f"| {kind} | skipped: {why} | | | | | |")
+        print(f"| {kind} | skipped: {why} | | | | | | |")
     ui, trainer = soak["ui_rss_mb"], soak["trainer_rss_mb"]
     print("\n| figure | value | target |")
     print("|---|---|---|")
@@ -363,6 +383,7 @@ def table(report: dict) -> None:
     print(f"| /status calls failed | {soak['status_errors']} | 0 |")
     print(f"| UI CPU ms/s: no viewer / soak | {report['ui_cpu_ms_per_s']['baseline']:.0f} / "
           f"{report['ui_cpu_ms_per_s']['soak']:.0f} | |")
+    print(f"| viewer-work processes' CPU ms/s in the soak | {report['viewer_work_cpu_ms_per_s']:.0f} | |")
     print(f"| trainer steps/s: no viewer / soak (ratio) | {cell(base['steps_per_s'], '{:.2f}')} / "
           f"{cell(soak['steps_per_s'], '{:.2f}')} ({cell(report['trainer_ratio'])}) | |")
     print(f"| the run at the end | {report['run_end']} | finished, or running and advancing |")
@@ -370,11 +391,13 @@ def table(report: dict) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
-        client_main(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))
+        client_main(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), float(sys.argv[6]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=600.0, help="how long the viewers act")
     parser.add_argument("--workers", type=int, default=8, help="viewer threads in the client process")
+    parser.add_argument("--think", type=float, default=0.0,
+                        help="mean seconds a viewer looks at an answer before its next action (0: a flood)")
     parser.add_argument("--steps", type=int, default=0,
                         help=f"the run's steps (default: enough to outlast the soak at {RATE_CEILING} steps/s)")
     parser.add_argument("--uploads-mb", type=float, default=8.0,
@@ -413,15 +436,17 @@ def main() -> None:
 
         out = os.path.join(root, "clients.json")
         client = subprocess.Popen([sys.executable, __file__, "--client", app.url, str(args.workers), out,
-                                   str(data.MAX_FILES)], cwd=ROOT)
+                                   str(data.MAX_FILES), str(args.think)], cwd=ROOT)
         while not os.path.exists(out + ".ready"):
             if client.poll() is not None:
                 raise RuntimeError("the client process exited before its viewers started")
             time.sleep(0.5)
         sampler.phase = "soak"
         c2, t2 = cpu_seconds(app.process.pid), time.time()
+        w2 = viewer_work_cpu(app)
         time.sleep(args.seconds)
         c3, t3 = cpu_seconds(app.process.pid), time.time()
+        w3 = viewer_work_cpu(app)
         client.send_signal(signal.SIGTERM)
         client.wait(120)
         sampler.halt.set()
@@ -435,16 +460,17 @@ def main() -> None:
         actions = {}
         for kind, row in clients["kinds"].items():
             if kind not in clients["skipped"]:
-                actions[kind] = {**{k: row[k] for k in ("done", "refused", "errors", "messages")},
+                actions[kind] = {**{k: row[k] for k in ("done", "refused", "busy", "errors", "messages")},
                                  "p50_s": percentile(row["seconds"], 0.5), "p95_s": percentile(row["seconds"], 0.95)}
         report = {"bench": "soak", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": args.seconds,
-                  "workers": args.workers, "steps": steps, "load_average": os.getloadavg(),
+                  "workers": args.workers, "think": args.think, "steps": steps, "load_average": os.getloadavg(),
                   "client_priority": "normal" if os.environ.get("BLINK_BENCH_CLIENTS") == "normal" else "idle",
                   "caps": caps, "baseline": baseline, "soak": soak, "actions": actions,
                   "skipped": clients["skipped"], "run_end": run_end,
                   "trainer_ratio": (soak["steps_per_s"] / baseline["steps_per_s"]
                                     if baseline.get("steps_per_s") else None),
-                  "ui_cpu_ms_per_s": {"baseline": (c1 - c0) / (t1 - t0) * 1000, "soak": (c3 - c2) / (t3 - t2) * 1000}}
+                  "ui_cpu_ms_per_s": {"baseline": (c1 - c0) / (t1 - t0) * 1000, "soak": (c3 - c2) / (t3 - t2) * 1000},
+                  "viewer_work_cpu_ms_per_s": sum(w3.get(pid, 0) - w2.get(pid, 0) for pid in w3) / (t3 - t2) * 1000}
         line = json.dumps(report, default=float)
         print(line)
         if args.report:

@@ -1,4 +1,5 @@
-"""The viewer-work process: the work runs in another process, at idle priority, and survives a crash."""
+"""The viewer-work processes: the work runs in other processes, behind the trainer, a lane each for looks and
+for files, and survives a crash."""
 import os
 import shutil
 
@@ -14,10 +15,19 @@ def pool():
     viewer_work.shutdown()
 
 
-def test_work_runs_in_another_process_at_the_lowest_priority(pool):
+def test_work_runs_in_another_process_behind_the_trainer_a_worker_a_lane(pool, tmp_path):
     assert viewer_work.run(os.getpid) != os.getpid()
     ours = os.getpriority(os.PRIO_PROCESS, 0)
-    assert viewer_work.run(os.getpriority, os.PRIO_PROCESS, 0) == min(19, ours + viewer_work.WORKER_NICE)
+    assert viewer_work.run(os.getpriority, os.PRIO_PROCESS, 0) == min(19, ours + viewer_work.HEAVY_NICE)
+    quick = viewer_work._get_pool(True).submit(os.getpriority, os.PRIO_PROCESS, 0).result()
+    assert quick == min(19, ours + viewer_work.QUICK_NICE)
+    # A look at the generator goes to the quick lane's worker, a file to make to the heavy lane's.
+    from PIL import Image
+    from app import sample_work
+    Image.new("L", (4, 4)).save(tmp_path / "grid.png")
+    assert viewer_work.run(sample_work.read_png, str(tmp_path / "grid.png")).shape[:2] == (4, 4)
+    workers = {quick: pool._processes for quick, pool in viewer_work._pools.items()}
+    assert set(workers) == {True, False} and not set(workers[True]) & set(workers[False])
 
 
 def test_an_error_in_the_work_reaches_the_caller(pool):
@@ -47,3 +57,43 @@ def test_a_worker_killed_between_requests_costs_no_request(pool):
     os.kill(worker, signal.SIGKILL)
     time.sleep(2)   # the pool's manager thread sees the death and marks the pool broken
     assert viewer_work.run(os.getpid) not in (worker, os.getpid())
+
+
+def test_a_lane_takes_turns_in_order_rests_for_its_share_and_refuses_too_many_at_once():
+    """A lane's turns (no worker needed to see them)."""
+    import threading
+    import time
+    turns, order, threads = viewer_work._Turns(share=0.25), [], []
+    turns.take()                                 # a GIF in the worker while the room asks for more
+
+    def ask(name: str) -> None:
+        turns.take()
+        order.append((name, time.monotonic()))
+        turns.done(cpu_seconds=0.1)              # each took 0.1 s of CPU: the lane rests 0.3 s
+    for name in ("a", "b", "c"):
+        threads.append(threading.Thread(target=ask, args=(name,)))
+        threads[-1].start()
+        time.sleep(0.02)                         # in this order
+    turns.done(cpu_seconds=0.0)
+    for thread in threads:
+        thread.join(5)
+    assert [name for name, _ in order] == ["a", "b", "c"]
+    gaps = [later - earlier for (_, earlier), (_, later) in zip(order, order[1:])]
+    assert all(0.25 < gap < 1.0 for gap in gaps), gaps   # 0.1 s of CPU in 0.4 s: a quarter of a core
+
+    idle = viewer_work._Turns()
+    idle.take()
+    waiting = [threading.Thread(target=idle.take, daemon=True) for _ in range(viewer_work.MAX_WAITING)]
+    for thread in waiting:
+        thread.start()
+    deadline = time.monotonic() + 5
+    while len(idle._waiting) < viewer_work.MAX_WAITING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(viewer_work.Busy):
+        idle.take()
+
+
+def test_a_busy_worker_refuses_in_the_projects_words(pool, monkeypatch):
+    monkeypatch.setattr(viewer_work, "MAX_WAITING", 0)
+    with pytest.raises(gr.Error, match="The sampler is busy: 0 requests from this room are ahead of yours"):
+        viewer_work.run(os.getpid)
