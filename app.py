@@ -121,6 +121,7 @@ def main() -> None:
     job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, standby=True, chunk_runner=chunk_runner)
     demo = build_app(job, host_key=host_key)
     from app import viewer_work
+    viewer_work.rest_while(job.is_active)
     viewer_work.warm_up()
     # Closing the app ends its trainer (with a checkpoint) rather than leaving an orphan.
     atexit.register(job.shutdown)

@@ -17,12 +17,13 @@ values; it may keep module-level caches, which live in the worker. Two workers, 
 a student's look at the generator never waits behind a file being made (bench/README.md,
 "Viewer work beside training"): the quick lane (samples, strips, directions, grids of the run,
 the dataset preview) at nice 10, a sample in about half a second beside a training run; the heavy
-lane (zips, GIFs, neighbours, timelapses, uploads) at nice 19 and resting between requests, so
+lane (zips, GIFs, neighbours, timelapses, uploads) at nice 19 and, while a run trains, resting between requests, so
 that it takes at most HEAVY_SHARE of a core however many ask. In each lane requests take turns,
 so their memory is one request's however many viewers ask; more than MAX_WAITING waiting are told
 at once to try again. After each request a worker hands freed heap back to the system
-(malloc_trim): glibc otherwise keeps the peak of every decoded batch. The workers start with the
-app (warm_up): one started later, beside a busy trainer, would take its imports at nice 19.
+(malloc_trim): glibc otherwise keeps the peak of every decoded batch. A worker takes its imports
+at the app's own priority, before it lowers its own (at nice 19 beside a busy trainer they took
+minutes), and the quick lane's starts with the app (warm_up).
 """
 from __future__ import annotations
 
@@ -61,9 +62,10 @@ _pool_lock = threading.Lock()
 
 
 class _Turns:
-    """A lane's requests, one in its worker at a time, in the order they came; between turns the
-    lane rests in proportion to the CPU its last request took, so that it takes at most `share` of a
-    core however many ask. (The pool's own queue would take them all at once, and no rest.)"""
+    """A lane's requests, one in its worker at a time, in the order they came; between turns, while a
+    run trains (rest_while), the lane rests in proportion to the CPU its last request took, so that
+    it takes at most `share` of a core however many ask. (The pool's own queue would take them all
+    at once, and no rest.)"""
 
     def __init__(self, share: float = 1.0):
         self.share = share
@@ -89,7 +91,7 @@ class _Turns:
         """The request's turn is over; it took `cpu_seconds` of the worker's CPU."""
         with self._changed:
             self._serving = None
-            if self.share < 1.0:
+            if self.share < 1.0 and _training():
                 self._rest_until = time.monotonic() + cpu_seconds * (1.0 / self.share - 1.0)
             self._hand_on()
             self._changed.notify_all()   # resting: the waiters wait out the rest, then hand on
@@ -105,6 +107,14 @@ class Busy(Exception):
 
 
 _turns = {True: _Turns(), False: _Turns(HEAVY_SHARE)}   # by quick
+_training = lambda: True   # noqa: E731  (rest_while sets it)
+
+
+def rest_while(training) -> None:
+    """The heavy lane rests between requests only while `training()`: with no run beside it, a
+    room's files come as fast as the worker makes them."""
+    global _training
+    _training = training
 
 
 def _behind_the_trainer(app_pid: int, nice: int) -> None:
@@ -163,9 +173,10 @@ def _discard(pool: ProcessPoolExecutor) -> None:
 
 
 def warm_up() -> None:
-    """Start both workers now (imports take seconds), so no viewer's request waits for one."""
-    for quick in (True, False):
-        _get_pool(quick).submit(os.getpid)
+    """Start the quick lane's worker now (imports take seconds), so no student's first look waits
+    for one. The heavy lane's starts with its first request: a file may wait, and the app's start
+    (and every test's) does not pay for a second torch import."""
+    _get_pool(True).submit(os.getpid)
 
 
 def shutdown() -> None:

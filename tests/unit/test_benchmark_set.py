@@ -20,7 +20,7 @@ from tools.build_benchmark_set import GROUP_FOLDERS, INSTALL_COMMAND, missing_so
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGES = 200                       # 22 or 23 per group: above the loader's 10 per class
-STEPS, QUALITY_EVERY = 30, 10
+STEPS, QUALITY_EVERY = 12, 4
 
 pytestmark = pytest.mark.slow
 
