@@ -87,7 +87,7 @@ def samples_stage(quality: dict, first_swd: float | None) -> tuple[str, str]:
         if fd < FD_STROKES:
             return "strokes", "strokes: the samples are taking shape, and some already read as digits"
         if fd < FD_BLOBS:
-            return "blobs", "blobs: bright shapes where digits go, no strokes yet"
+            return "blobs", "blobs: bright shapes where digits go, their strokes still blurred"
         return "noise", NOISE_WORDS
     if "quality_swd" in quality and first_swd:
         share = quality["quality_swd"] / first_swd

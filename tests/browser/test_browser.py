@@ -201,6 +201,9 @@ def test_host_and_students_watch_one_run_then_sample_tab(app, person, tmp_path):
         final = panel_state(page)
         assert final["state"] == "done" and final["grid"] != before["grid"], (before, final)
     expect(host.locator("#live .live-status")).to_contain_text("done")
+    # What is happening, in words, on every screen (core/phase.py): the samples' stage at step 75.
+    for page in viewers:
+        expect(page.locator("#live .live-status")).to_contain_text(re.compile(r"Now: (blobs|strokes|digits): "))
 
     # One rendering per change for everyone: the watcher rendered each snapshot once and sent
     # it to each of the 4 pages (messages), so renders do not grow with the number of viewers.

@@ -83,8 +83,9 @@ def _start_long_run(client, app, min_step: int) -> int:
 @pytest.mark.slow
 def test_app_pause_resume_and_stop_on_four_devices(xla_app):
     """From the page: Start trains on 4 devices in one process, each holding a quarter of the batch;
-    Pause holds the step count, Resume trains on in the same trainer, and Stop ends the run with a
-    checkpoint of the step it stopped at."""
+    Pause holds the step count, "10 steps" trains exactly ten with the grid before and after and no
+    new compilation, Resume trains on in the same trainer, and Stop ends the run with a checkpoint
+    of the step it stopped at."""
     client = xla_app.client()
     trainer = _start_long_run(client, xla_app, min_step=4)
     status = client.predict(api_name="/status")
@@ -94,6 +95,15 @@ def test_app_pause_resume_and_stop_on_four_devices(xla_app):
     paused = _wait_status(client, lambda s: s["state"] == "paused", timeout=60, what="the pause")
     time.sleep(1.5)
     assert client.predict(api_name="/status")["step"] == paused["step"], "steps ran while paused"
+    # Step while paused: exactly ten updates on the 4 devices, the grid before and after, no new graph.
+    assert "Stepping 10 generator updates" in client.predict(key="", api_name="/step_10")
+    stepped = _wait_status(client, lambda s: s["state"] == "paused" and s["stepped_from"] == paused["step"],
+                           timeout=60, what="ten steps")
+    assert stepped["step"] == paused["step"] + 10
+    grids = os.listdir(os.path.join(xla_app.runs_root, stepped["run"], "grids"))
+    assert {f"step_{paused['step']:06d}.png", f"step_{stepped['step']:06d}.png"} <= set(grids)
+    assert stepped["diagnostics"]["compiles"] == paused["diagnostics"]["compiles"]
+    paused = stepped
     assert "Resum" in client.predict(resume_steps=0, key="", api_name="/resume")
     _wait_status(client, lambda s: s["state"] == "running" and s["step"] > paused["step"], timeout=60,
                  what="training to go on after Resume")
