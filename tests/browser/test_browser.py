@@ -158,9 +158,9 @@ def panel_state(page) -> dict:
 
 def test_host_and_students_watch_one_run_then_sample_tab(app, person, tmp_path):
     from playwright.sync_api import expect
-    host = person(viewport={"width": 1366, "height": 768})
-    students = [person(viewport={"width": 1280, "height": 800}) for _ in range(2)]
-    phone = person(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    host = person(**HOST_SCREEN)
+    students = [person(**PROJECTOR) for _ in range(2)]   # the room's screens and the projector
+    phone = person(**PHONE)
     host.goto(app.url)
     for page in students:
         page.goto(app.url)
