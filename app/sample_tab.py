@@ -153,15 +153,6 @@ def first_checkpoint(run: RunDir) -> str:
     return str(min(config.checkpoint_every, config.steps))
 
 
-def first_grid(run: RunDir) -> str:
-    """The step of a run's first fixed-noise grid."""
-    try:
-        config = run.read_config()
-    except (OSError, ValueError):
-        return "?"
-    return str(min(config.grid_every, config.steps))
-
-
 # Returned files kept: the newest KEEP_OUTPUTS always, more than can be in flight (app.py queues 4
 # at a time per event, and three events return files); younger ones too, for a viewer slow to
 # fetch its file after the reply (under the soak's flood a 16-file limit deleted a timelapse GIF
@@ -467,8 +458,8 @@ class SampleTab:
             raise refused(f"No training grids yet: the timelapse plays a run's fixed-noise grids, and {whose} "
                           "has none. Pick a run, or train one.", title=NO_TIMELAPSE)
         if not grids:
-            raise refused(f"No training grids yet: run {run.name} has drawn none (the first comes at step "
-                          f"{first_grid(run)}).", title=NO_TIMELAPSE)
+            raise refused(f"No training grids yet: run {run.name} has drawn none (the first comes with its "
+                          "first step).", title=NO_TIMELAPSE)
         return run, grids
 
     @staticmethod

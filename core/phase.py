@@ -113,34 +113,30 @@ def collapsed(recent_quality: list[dict], best_spread: float, most_classes: floa
                     for q in recent))
 
 
+def _halves(points: list[dict], key: str) -> tuple[float, float]:
+    """The means of `key` over the first and the second half of `points`."""
+    half = len(points) // 2
+    return (sum(p[key] for p in points[:half]) / half, sum(p[key] for p in points[half:]) / (len(points) - half))
+
+
 def d_winning(points: list[dict], gan: str) -> bool:
     """G's loss keeps climbing while D keeps telling real from fake (DCGAN and hinge)."""
-    if len(points) < WINDOW:
-        return False
-    half = WINDOW // 2
-    window = points[-WINDOW:]
-    early = sum(p["loss_g"] for p in window[:half]) / half
-    late = sum(p["loss_g"] for p in window[half:]) / half
-    if late - early <= G_LOSS_RISE * max(abs(early), SETTLED_SCALE):
-        return False
     apart = D_APART.get(gan)
-    if apart is None:
+    if apart is None or len(points) < WINDOW:
         return False
-    return all(p.get("d_real", 0.0) - p.get("d_fake", 0.0) > apart for p in window[half:])
+    window = points[-WINDOW:]
+    early, late = _halves(window, "loss_g")
+    return (late - early > G_LOSS_RISE * max(abs(early), SETTLED_SCALE)
+            and all(p.get("d_real", 0.0) - p.get("d_fake", 0.0) > apart for p in window[WINDOW // 2:]))
 
 
 def settled(points: list[dict], tolerance: float = SETTLED_CHANGE) -> bool:
     """Both losses' means over the last SETTLED_WINDOW points barely moved between its halves."""
     if len(points) < SETTLED_WINDOW:
         return False
-    half = SETTLED_WINDOW // 2
     window = points[-SETTLED_WINDOW:]
-    for key in ("loss_d", "loss_g"):
-        early = sum(p[key] for p in window[:half]) / half
-        late = sum(p[key] for p in window[half:]) / half
-        if abs(late - early) > max(tolerance * abs(early), SETTLED_SCALE):
-            return False
-    return True
+    return all(abs(late - early) <= max(tolerance * abs(early), SETTLED_SCALE)
+               for early, late in (_halves(window, key) for key in ("loss_d", "loss_g")))
 
 
 class Phase:
@@ -193,22 +189,19 @@ class Phase:
             return stage, NOISE_AGAIN_WORDS
         return stage, words
 
-    def problems(self) -> list[str]:
-        """What is going wrong, the cause first, each as a short phrase for the phase line."""
-        found = []
-        if self.won_streak >= WON_OUTRIGHT_LOGS:
-            found.append("D has won: it is sure of every image, and G learns nothing")
-        elif d_winning(list(self.points), self.gan):
-            found.append("D is winning: G's loss keeps climbing")
-        if self._collapsed():
-            found.append("the fakes all look alike (mode collapse)")
-        return found
-
     def line(self) -> str:
         """E.g. 'strokes: the samples are taking shape ... · D is winning: G's loss keeps climbing'.
-        A collapsed run's stage is left out: its words describe samples that differ."""
-        problems = self.problems()
-        words = "" if any("look alike" in p for p in problems) else self._stage()[1]
+        What goes wrong comes after the stage, the cause first; a collapsed run's stage is left out:
+        its words describe samples that differ."""
+        problems = []
+        if self.won_streak >= WON_OUTRIGHT_LOGS:
+            problems.append("D has won: it is sure of every image, and G learns nothing")
+        elif d_winning(list(self.points), self.gan):
+            problems.append("D is winning: G's loss keeps climbing")
+        collapsed_now = self._collapsed()
+        if collapsed_now:
+            problems.append("the fakes all look alike (mode collapse)")
+        words = "" if collapsed_now else self._stage()[1]
         parts = ([words] if words else []) + problems
         if not problems and self.is_settled:
             parts.append("the losses have settled: D and G are in balance, and the grid shows whether the "

@@ -25,32 +25,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.apphelpers import BROWSER_ARGS, CHROMIUM, RunningApp, needs_chromium, torch_loaded
+from tests.apphelpers import RunningApp, needs_chromium, torch_loaded
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
 LOG_EVERY = 1000
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-        yield launched
-        launched.close()
-
-
-@pytest.fixture
-def person(browser):
-    """person(**context options) -> a new page in a context of its own, closed after the test."""
-    contexts = []
-
-    def new_page(**options):
-        contexts.append(browser.new_context(**options))
-        return contexts[-1].new_page()
-    yield new_page
-    for context in contexts:
-        context.close()
 
 
 def live_stats(app) -> dict:

@@ -18,7 +18,7 @@ import pytest
 from app.job import SHIPPED_GENERATOR
 from core.config import TrainConfig
 from core.rundir import RunDir
-from tests.apphelpers import BROWSER_ARGS, CHROMIUM, needs_chromium
+from tests.apphelpers import needs_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
 STEP = 200
@@ -48,15 +48,6 @@ def APP_SETUP(folder) -> None:
     run.write_status("done", "Finished.", step=STEP, steps=STEP, gan="dcgan", classes=10, class_names=NAMES)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-        yield launched
-        launched.close()
-
-
 def live_grid_box(page) -> dict:
     # Drawn once the live panel has its grid and fitted it (app/static/live.js fitGrid).
     page.wait_for_function("((document.querySelector('#live .live-grid img.fakes') || {}).style || {}).width > ''",
@@ -83,12 +74,12 @@ def assert_as_large_as(page, live: dict, screen: str) -> None:
     assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"], screen
 
 
-def test_sample_outputs_are_as_large_as_the_live_grid_and_name_their_generator(app, browser):
+def test_sample_outputs_are_as_large_as_the_live_grid_and_name_their_generator(app, person):
     from playwright.sync_api import expect
     run = next(name for name in os.listdir(app.runs_root) if os.path.isdir(os.path.join(app.runs_root, name)))
     who = f"Generator: run {run} at step {STEP}"
     width, height = SCREENS["projector"]
-    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    page = person(viewport={"width": width, "height": height})
     page.goto(app.url)
     live = live_grid_box(page)
     make_every_output(page)
@@ -103,7 +94,7 @@ def test_sample_outputs_are_as_large_as_the_live_grid_and_name_their_generator(a
     assert_as_large_as(page, live, "host")
     # A student's phone, on the students' view.
     width, height = SCREENS["phone"]
-    phone = browser.new_context(viewport={"width": width, "height": height}, is_mobile=True, has_touch=True).new_page()
+    phone = person(viewport={"width": width, "height": height}, is_mobile=True, has_touch=True)
     phone.goto(app.url + "?view=watch")
     live = live_grid_box(phone)
     make_every_output(phone)

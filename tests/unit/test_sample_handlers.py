@@ -227,5 +227,5 @@ def test_a_timelapse_refusal_says_what_went_wrong(named_tab, tmp_path):
     for _, path in run.grids():
         os.remove(path)
     with pytest.raises(gr.Error, match=f"No training grids yet: run {run.name} has drawn none "
-                                       "\\(the first comes at step 100\\)"):
+                                       "\\(the first comes with its first step\\)"):
         tab.timelapse(FOLLOW)
