@@ -46,8 +46,15 @@ SCREENS = {"projector": PROJECTOR, "host": HOST_SCREEN, "phone": PHONE}
 def refused_on_the_page(page, field, value: str, message: str) -> None:
     """Type `value` into `field`, press Start, and see the project's refusal (naming the field) on screen."""
     from playwright.sync_api import expect
-    field.fill(value)
-    field.press("Tab")
+    # Typed again if the page's own load events, arriving late, re-drew the box with its old value
+    # (seen: Seed back at 0, and Start then began a run).
+    for _ in range(5):
+        field.fill(value)
+        field.press("Tab")
+        page.wait_for_timeout(300)
+        if field.input_value() == value:
+            break
+    expect(field).to_have_value(value)
     page.get_by_role("button", name="Start", exact=True).click()
     refusal = page.get_by_text(message, exact=True)
     expect(refusal).to_be_visible(timeout=60_000)
