@@ -31,8 +31,8 @@ from core import data, devices
 from core.rundir import FINAL_STATES, DiskRefused
 from core import gans
 from core.architecture import resolve_preset
-from core.config import (DATASET_CHOICES, DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError, TrainConfig, form_number, spec,
-                         validate, whole_number)
+from core.config import (AUGMENT_BELOW, DATASET_CHOICES, DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError,
+                         TrainConfig, form_number, spec, validate, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
 LIVE_PANEL = """
@@ -297,11 +297,13 @@ class TrainTab:
     def config_from_form(self, dataset, data_path, gan, preset, batch_size, precision, device, steps,
                          log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
                          checkpoint_every=TrainConfig.checkpoint_every,
-                         conditional=TrainConfig.conditional, seed=TrainConfig.seed) -> TrainConfig:
+                         conditional=TrainConfig.conditional, augment=TrainConfig.augment,
+                         seed=TrainConfig.seed) -> TrainConfig:
         """The form as a TrainConfig, validated once against the dataset's size and the device's caps."""
         try:
             config = TrainConfig(dataset=str(dataset), data_path=check_data_path(str(dataset), data_path), gan=str(gan),
-                                 preset=str(preset), conditional=str(conditional), batch_size=form_number(batch_size, "batch_size"),
+                                 preset=str(preset), conditional=str(conditional), augment=str(augment),
+                                 batch_size=form_number(batch_size, "batch_size"),
                                  precision=str(precision), device=str(device), steps=form_number(steps, "steps"),
                                  log_every=form_number(log_every, "log_every"),
                                  grid_every=form_number(grid_every, "grid_every"),
@@ -324,14 +326,14 @@ class TrainTab:
     def start(self, dataset, data_path, gan, preset, batch_size, precision, device, steps,
               log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
               checkpoint_every=TrainConfig.checkpoint_every, conditional=TrainConfig.conditional,
-              seed=TrainConfig.seed, key=""):
+              augment=TrainConfig.augment, seed=TrainConfig.seed, key=""):
         self.require_host(key)
         # Answered at once, before the settings are checked (a device probe can take seconds). A
         # trainer that has written its final status may take a moment to exit: job.start waits.
         if self.job.is_active() and self.job.snapshot().status.state not in FINAL_STATES:
             raise refused(self.job.busy_message(), title="A run is going")
         config = self.config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
-                                       log_every, grid_every, checkpoint_every, conditional, seed)
+                                       log_every, grid_every, checkpoint_every, conditional, augment, seed)
         try:
             run = self.job.start(config)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
@@ -478,7 +480,7 @@ class TrainTab:
                 self.data_path = gr.Textbox(label=spec("data_path")["label"], value="")
                 self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value="dcgan", label=spec("gan")["label"])
                 self.preset = gr.Dropdown(list(PRESETS), value="auto", label=spec("preset")["label"],
-                                          info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast native-size one on CPU")
+                                          info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast one on CPU (the data's size, at most 32x32)")
             with gr.Row():
                 self.batch_size = whole_number_box(value=TrainConfig.batch_size, label=spec("batch_size")["label"],
                                                    info=batch_size_note(self.info))
@@ -498,12 +500,17 @@ class TrainTab:
                     self.dataset_note = gr.Markdown(elem_id="dataset-note")
                     self.dataset_preview = gr.Image(label="Real images from the dataset", format="png",
                                                     type="numpy", interactive=False, elem_id="dataset-preview")
-        with gr.Accordion("Advanced: labels; how often to log, draw a grid and save; seed", open=False):
+        with gr.Accordion("Advanced: labels; augmentation; how often to log, draw a grid and save; seed", open=False):
             self.conditional = gr.Radio(
                 [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
                  ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
                 label=spec("conditional")["label"], info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
                                      "class-conditional GAN by default: digits appear in about half the steps")
+            self.augment = gr.Radio(
+                [(f"Auto: on for sets under {AUGMENT_BELOW:,} images", "auto"), ("On", "on"), ("Off", "off")],
+                value=TrainConfig.augment, label=spec("augment")["label"],
+                info="D sees every image, real and fake, randomly shifted, recoloured and with a square cut out, "
+                     "so that on a few hundred images it cannot learn them by heart (DiffAugment)")
             with gr.Row():
                 self.log_every = whole_number_box(value=TrainConfig.log_every, label=spec("log_every")["label"],
                                                   info="loss points and status updates (Stop and Pause are heard within a second)")
@@ -517,7 +524,8 @@ class TrainTab:
 
     def _wire_events(self, blocks: gr.Blocks) -> None:
         form = [self.dataset, self.data_path, self.gan, self.preset, self.batch_size, self.precision, self.device,
-                self.steps, self.log_every, self.grid_every, self.checkpoint_every, self.conditional, self.seed]
+                self.steps, self.log_every, self.grid_every, self.checkpoint_every, self.conditional, self.augment,
+                self.seed]
         # In the browser only: the last message goes at once, so a refusal is not shown beside it.
         self.start_button.click(None, None, self.message, js="() => ''", api_visibility="private")
         self.start_button.click(self.start, form + [self.key], self.message, api_name="start").success(

@@ -65,7 +65,9 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
     if status.chunk:   # trained in chunks (app/chunks.py): one GPU call each on ZeroGPU
         parts.append(f"chunk {status.chunk}")
     if status.preset:
-        parts.append(f"{status.preset} model" + (f", {status.classes} classes" if status.classes else ""))
+        parts.append(f"{status.preset} model" + (f" {status.resolution}x{status.resolution}" if status.resolution else "")
+                     + (f", {status.classes} classes" if status.classes else "")
+                     + (", augmented" if status.augment.startswith("on") else ""))
     if status.steps:
         parts.append(f"step {status.step} / {status.steps}")
     if status.images_per_second:
@@ -144,7 +146,10 @@ def diagnostics_rows(status: Status) -> list[list[str]]:
     diag = dict(status.diagnostics)
     rows = [("Trains on", status.device), ("Devices", devices_in_words(status)),
             ("Number format", NUMBER_FORMATS.get(status.precision, status.precision)),
-            ("Model size", f"{status.preset} ({status.preset_reason})"),
+            ("Model size", f"{status.preset} ({status.preset_reason})"
+             + (f", trained at {status.resolution}x{status.resolution}" if status.resolution else "")),
+            ("Augmentation of what D sees", f"{status.augment} (DiffAugment: colour, shifts, cut-out squares)"
+             if status.augment else None),
             ("Labels", f"class-conditional on the dataset's {status.classes} classes" if status.classes
              else "unconditional"),
             ("Speed", f"{status.steps_per_second:g} steps a second" if status.steps_per_second else None),

@@ -43,7 +43,7 @@ def _child_output(stdout: str) -> dict:
 
 
 def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: list[str] | None = None,
-                env: dict | None = None) -> dict:
+                env: dict | None = None, keep: str | None = None) -> dict:
     """Run the CLI trainer (`python -m core.train ARGS`) in a fresh process; return its events and timings.
 
     stop_when(event) -> True asks the run to stop (through the run directory, as the UI does),
@@ -51,10 +51,12 @@ def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: 
     flags (an experiment's wrapper in lab/); env: added to the child's environment.
     startup_seconds: from launch to the loop's start (the status's write time less its training
     seconds); vm_hwm_mb: the child's peak resident memory, from the kernel's account at exit.
+    keep: a new folder to train into and leave behind (its grids, generator and events), instead
+    of a temporary one.
     """
     from core.rundir import RunDir
     with tempfile.TemporaryDirectory(prefix="blink-bench-") as tmp:
-        run_dir = os.path.join(tmp, "run")
+        run_dir = keep or os.path.join(tmp, "run")
         launched = time.time()
         proc = subprocess.Popen([*(command or [sys.executable, "-m", "core.train"]), *args, "--run-dir", run_dir],
                                 cwd=ROOT, env={**os.environ, "BLINK_RUNS_DIR": tmp, **(env or {})},

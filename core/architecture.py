@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-# Network width per preset. "fast" is sized for a 2-core CPU at the data's native resolution
+# Network width per preset. "fast" is sized for a 2-core CPU at the data's resolution up to 32x32
 # (chosen with lab/tune_defaults.py, lab/README.md); "dcgan64" is the seed's DCGAN (ngf = ndf = 64 at 64x64).
 PRESET_WIDTH = {"fast": 32, "dcgan64": 64}
 
@@ -31,12 +31,19 @@ def resolve_preset(preset: str, device_kind: str) -> tuple[str, str]:
         return preset, "chosen by the user"
     if device_kind in ("tpu", "cuda"):
         return "dcgan64", f"auto: {device_kind.upper()} has the compute for the seed's 64x64 DCGAN"
-    return "fast", f"auto: a small DCGAN at the data's native size trains in minutes on a {device_kind.upper()}"
+    return "fast", f"auto: a small DCGAN at the data's size (at most 32x32) trains in minutes on a {device_kind.upper()}"
+
+
+# The most the CPU preset trains at. At 32x32 a 64x64 colour folder trains ~5x the steps a second
+# it does at 64x64 on a 2-core CPU and shows the set's shapes within 2 minutes, where at 64x64 it
+# shows blobs (bench/README.md, "Your own images on a CPU"); the page draws the grid in whole pixels.
+FAST_MAX_RESOLUTION = 32
 
 
 def model_resolution(preset: str, data_resolution: int) -> int:
-    """dcgan64 trains at 64x64 (the data is resized); fast trains at the data's own size."""
-    return 64 if preset == "dcgan64" else data_resolution
+    """dcgan64 trains at 64x64; fast at the data's own size up to 32x32 (MNIST's 28, CIFAR's 32;
+    CelebA and a user's 64x64 images at 32). The data is resized to it."""
+    return 64 if preset == "dcgan64" else min(data_resolution, FAST_MAX_RESOLUTION)
 
 
 @dataclass(frozen=True)

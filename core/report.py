@@ -58,7 +58,7 @@ class Reporter:
 
     def __init__(self, run, rt, config, *, trainer_pid: int, preset_reason: str, classes: int,
                  matmul_precision: str | None, data_load_seconds: float, images_skipped: int, chunk: int = 0,
-                 class_names: list[str] = ()):
+                 class_names: list[str] = (), resolution: int = 0, augment: str = ""):
         """run: the RunDir; rt: the trainer's core.devices.Runtime; config: the resolved TrainConfig.
         The keywords are facts of the run's setup that every status repeats."""
         self.run, self.rt, self.config = run, rt, config
@@ -67,6 +67,7 @@ class Reporter:
         self.data_load_seconds, self.images_skipped = data_load_seconds, images_skipped
         self.chunk = chunk          # > 0: the run trains in chunks and this session is that one
         self.class_names = list(class_names)   # what class i is, where the dataset names them; [] otherwise
+        self.resolution, self.augment = resolution, augment
         # Each device's piece of a batch, read from the batch's sharding once it exists (the loop sets it).
         self.batch_shards: list[list[int]] | None = None
         self.elapsed_before = 0.0   # training seconds of earlier sessions: a resumed run's checkpoint says
@@ -131,7 +132,7 @@ class Reporter:
             batch_size=cfg.batch_size,
             precision=cfg.precision, gan=cfg.gan,
             preset=cfg.preset, preset_reason=self.preset_reason, classes=self.classes,
-            class_names=self.class_names,
+            class_names=self.class_names, resolution=self.resolution, augment=self.augment,
             steps_per_second=round(speed, 3) if speed else None,
             images_per_second=round(speed * images_per_step, 1) if speed else None,
             seconds_left=round(remaining, 1) if remaining is not None else None,

@@ -29,6 +29,8 @@ class Status:
     gan: str = ""
     preset: str = ""                  # the model preset that runs (never "auto")
     preset_reason: str = ""
+    resolution: int = 0               # the size the model trains at (the grids' tiles)
+    augment: str = ""                 # whether D sees augmented images and why (core/config.py augments)
     classes: int = 0                  # > 0: class-conditional on that many classes
     class_names: list = field(default_factory=list)   # what class i is, where the dataset names them (class subfolders)
     steps_per_second: float | None = None     # None until measured (compilation left out)

@@ -95,6 +95,7 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
         training = build_training(config, info)
         report = Reporter(run, training.rt, config, trainer_pid=os.getpid(), preset_reason=preset_reason,
                           classes=training.classes, class_names=training.class_names,
+                          resolution=training.resolution, augment=training.augment_reason,
                           matmul_precision=training.matmul_precision,
                           data_load_seconds=training.data_load_seconds, images_skipped=training.dataset.skipped,
                           chunk=chunk.number if chunk else 0)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.architecture import grid_columns
-from core.config import TrainConfig, validate
+from core.config import TrainConfig, augments, validate
 from core.step import GanStep
 
 GRID_SIZE = 64        # the seed's 64 fixed noise vectors
@@ -50,6 +50,7 @@ class Training:
     # What each class is (class i is class_names[i]) where the dataset names them (a folder's
     # class subfolders); [] for unnamed classes (MNIST's digits are their indices) and unconditional runs.
     class_names: list = field(default_factory=list)
+    augment_reason: str = ""     # whether D sees augmented images (core/augment.py), and why
     matmul_precision: str | None = None
     data_load_seconds: float = 0.0
     step_count: int = 0
@@ -155,6 +156,7 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     info: core.devices.DeviceInfo; rt: its Runtime when the caller has one already."""
     import torch
     from core import data, devices, losses, models
+    from core.augment import Augmented
     from core.ema import WeightAverage
 
     rt = rt or devices.Runtime(info)
@@ -191,7 +193,10 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     fused = {"fused": True} if info.kind in ("cpu", "cuda") else {}
     opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas, **fused)
     opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
-    gan_step = GanStep(G, D, opt_g, opt_d, losses.make_loss(config.gan, config.gp_weight), rt,
+    augmenting, augment_reason = augments(config, len(images))
+    # D trains on augmented images (both D's and G's steps); the checkpoint and the verdicts keep D itself.
+    D_trained = Augmented(D) if augmenting else D
+    gan_step = GanStep(G, D_trained, opt_g, opt_d, losses.make_loss(config.gan, config.gp_weight), rt,
                        config.n_critic, config.z_dim, config.precision)
 
     # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device. A
@@ -205,6 +210,7 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
                     dataset=dataset, resolution=resolution, classes=classes, class_names=class_names,
                     fixed_noise=fixed_noise,
                     ema=WeightAverage(G, config.ema) if config.ema else None, matmul_precision=matmul_precision,
+                    augment_reason=augment_reason,
                     data_load_seconds=data_load_seconds, fixed_noise_device=fixed_noise.to(rt.device),
                     real_grid=real_grid)
 

@@ -80,7 +80,7 @@ def check_the_form_before_any_run(page, name: str) -> None:
     steps = settings.get_by_label("Training length (steps)", exact=True)
     refused_on_the_page(page, steps, "2.5", "Training length (steps) must be a whole number (got 2.5).")
     steps.fill("50")
-    page.get_by_text("Advanced: labels; how often to log, draw a grid and save").click()
+    page.get_by_text("Advanced: labels; augmentation; how often to log, draw a grid and save").click()
     refused_on_the_page(page, more.get_by_label("Seed", exact=True), "1.5", "Seed must be a whole number (got 1.5).")
 
 
@@ -315,7 +315,7 @@ def test_grid_fills_three_screens_stop_is_heard_between_log_steps_and_a_bad_zip_
     steps.fill("5000")
     steps.press("Tab")
     expect(host.locator("#estimate")).to_contain_text("for 5,000 steps on this CPU", timeout=30_000)
-    host.get_by_text("Advanced: labels; how often to log, draw a grid and save").click()
+    host.get_by_text("Advanced: labels; augmentation; how often to log, draw a grid and save").click()
     log_every = host.get_by_label("Log every (steps)")
     log_every.fill(str(LOG_EVERY))
     log_every.press("Tab")

@@ -154,13 +154,20 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "done", (status["message"], done.stderr[-2000:])
     assert status["classes"] == 3 and status["class_names"] == list(CLASSES)
+    # 64x64 images train at 32x32 on the CPU preset, D seeing them augmented (a small set).
+    assert status["resolution"] == 32 and status["augment"].startswith("on: ")
+    from app import views
+    from core.status import Status
+    seen = Status.from_dict(status)
+    assert "fast model 32x32, 3 classes, augmented" in views.status_line(seen)
+    assert dict(views.diagnostics_rows(seen))["Augmentation of what D sees"].startswith(f"on: {3 * MIN_CLASS_IMAGES} images is under")
     meta = json.loads((run / "generator.json").read_text())
     assert meta["spec"]["classes"] == 3 and meta["class_names"] == list(CLASSES)
     # --label by name draws that class: the same images as by its index.
     by_name, by_index = str(tmp_path / "green.npy"), str(tmp_path / "one.npy")
     assert S.main(["--run", str(run), "--label", "green", "--n", "4", "--out", by_name]) == 0
     assert S.main(["--run", str(run), "--label", "1", "--n", "4", "--out", by_index]) == 0
-    assert np.load(by_name).shape == (4, 3, 64, 64) and np.array_equal(np.load(by_name), np.load(by_index))
+    assert np.load(by_name).shape == (4, 3, 32, 32) and np.array_equal(np.load(by_name), np.load(by_index))
     capsys.readouterr()
     assert S.main(["--run", str(run), "--label", "purple", "--n", "4", "--out", by_name]) == 2
     assert "'purple' is not one of this generator's classes: blue, green, red" in capsys.readouterr().err

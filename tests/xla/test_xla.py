@@ -113,6 +113,9 @@ SHARED_RUN = ("--preset", "fast", "--steps", "16", "--log-every", "2", "--grid-e
 # Two critic updates per generator update, not WGAN-GP's five: the graph still loops over critic
 # updates with the penalty's double backward, and compiles and runs in two thirds of the time.
 CRITIC_UPDATES = {"wgan-gp": ("--n-critic", "2")}
+# MNIST is large enough to train without augmentation (core/config.py AUGMENT_BELOW): the hinge
+# runs turn it on, so its random shifts and cut-outs are proven to compile once over 4 devices.
+AUGMENTED = {"hinge": ("--augment", "on")}
 
 
 def _train_watching_states(run: str, flags: list[str], **env: str) -> list[str]:
@@ -151,7 +154,7 @@ def cli_run(tmp_path_factory):
         if key not in runs:
             run = str(tmp_path_factory.mktemp(f"{gan}-{devices}dev") / "run")
             flags = ["--device", "xla-cpu", "--gan", gan, "--batch-size", str(batch), "--precision", precision,
-                     *SHARED_RUN, *CRITIC_UPDATES.get(gan, ())]
+                     *SHARED_RUN, *CRITIC_UPDATES.get(gan, ()), *AUGMENTED.get(gan, ())]
             runs[key] = run, _train_watching_states(run, flags, CPU_NUM_DEVICES=str(devices))
         return runs[key]
     return get
@@ -201,6 +204,7 @@ def test_real_trainer_on_four_devices_compiles_once_and_never_falls_back(cli_run
     status, events = status_of(run), events_of(run)
     assert status["state"] == "done" and status["device_kind"] == "xla-cpu", status
     assert status["devices"] == 4 and "one process" in status["layout"], status
+    assert status["augment"].startswith("on" if gan in AUGMENTED else "off"), status["augment"]
     assert status["diagnostics"]["batch_shards"] == [[batch // 4, 1, 28, 28]] * 4, status["diagnostics"]
     compiles = {e["step"]: e["xla_compiles"] for e in events if "xla_compiles" in e}
     assert compiles[10] > 0 and compiles[16] == compiles[10], compiles

@@ -1,0 +1,96 @@
+"""DiffAugment (core/augment.py): what each augmentation does to an image, that G's gradient goes
+through it, and when a run turns it on (core/config.py augments)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.augment import Augmented, colour, cutout, diff_augment, translation
+from core.config import AUGMENT_BELOW, TrainConfig, augments
+
+
+def numbered(n: int = 16, side: int = 32) -> torch.Tensor:
+    """Images whose every pixel has its own value (never 0): where each came from can be read back."""
+    return torch.arange(1, n * 3 * side * side + 1, dtype=torch.float32).view(n, 3, side, side)
+
+
+def test_translation_moves_each_image_whole_pixels_within_an_eighth_and_brings_in_black():
+    torch.manual_seed(0)
+    x = numbered()
+    moved = translation(x)
+    shifts = set()
+    for before, after in zip(x, moved):
+        found = [(dy, dx) for dy in range(-4, 5) for dx in range(-4, 5)
+                 if torch.equal(after, shifted(before, dy, dx))]
+        assert len(found) == 1, "each image is its input moved by at most 4 of its 32 pixels"
+        shifts.add(found[0])
+    assert len(shifts) > 4   # each image its own shift
+
+
+def shifted(image: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
+    """image moved down dy and right dx pixels (negative: up, left), zeros where nothing was."""
+    out = torch.zeros_like(image)
+    _, h, w = image.shape
+    out[:, max(dy, 0):h + min(dy, 0), max(dx, 0):w + min(dx, 0)] = \
+        image[:, max(-dy, 0):h + min(-dy, 0), max(-dx, 0):w + min(-dx, 0)]
+    return out
+
+
+def test_cutout_blacks_out_one_square_of_half_the_side_in_every_channel_and_nothing_else():
+    torch.manual_seed(1)
+    x = numbered()
+    cut = cutout(x)
+    for before, after in zip(x, cut):
+        gone = after == 0
+        assert torch.equal(gone[0], gone[1]) and torch.equal(gone[0], gone[2])
+        rows, cols = gone[0].any(1).nonzero().flatten(), gone[0].any(0).nonzero().flatten()
+        assert 0 < len(rows) <= 16 and 0 < len(cols) <= 16
+        # One rectangle (a square clipped by the image's edges): every pixel in its span is cut.
+        assert gone[0][rows.min():rows.max() + 1, cols.min():cols.max() + 1].all()
+        assert int(gone[0].sum()) == len(rows) * len(cols)
+        assert len(rows) == 16 or rows.min() == 0 or rows.max() == 31
+        assert torch.equal(after[~gone], before[~gone])
+
+
+def test_colour_changes_each_image_by_its_own_amounts():
+    torch.manual_seed(2)
+    x = torch.rand(1, 3, 8, 8).expand(8, 3, 8, 8) * 2 - 1
+    changed = colour(x)
+    assert changed.shape == x.shape
+    assert len({round(float(image.mean()), 4) for image in changed}) == 8
+
+
+def test_gs_gradient_goes_through_the_augmentation_and_d_is_the_wrapped_one():
+    torch.manual_seed(3)
+    D = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(1))
+    fake = (torch.rand(4, 3, 16, 16) * 2 - 1).requires_grad_(True)
+    seen = Augmented(D)
+    seen(fake).sum().backward()
+    assert fake.grad is not None and fake.grad.abs().sum() > 0
+    assert [p for p in seen.parameters()] == [p for p in D.parameters()]
+    seen.requires_grad_(False)
+    assert not any(p.requires_grad for p in D.parameters())
+    # A conditional D gets its labels.
+    got = {}
+    Augmented(lambda x, labels: got.setdefault("labels", labels))(fake, torch.tensor([1, 2, 3, 4]))
+    assert got["labels"].tolist() == [1, 2, 3, 4]
+
+
+def test_the_same_seed_augments_the_same_way():
+    x = torch.rand(4, 3, 32, 32) * 2 - 1
+    torch.manual_seed(4)
+    first = diff_augment(x)
+    torch.manual_seed(4)
+    assert torch.equal(diff_augment(x), first)
+
+
+@pytest.mark.parametrize("setting, size, on, says", [
+    ("auto", AUGMENT_BELOW - 1, True, f"on: {AUGMENT_BELOW - 1:,} images is under {AUGMENT_BELOW:,}"),
+    ("auto", AUGMENT_BELOW, False, f"off: {AUGMENT_BELOW:,} images is at least {AUGMENT_BELOW:,}"),
+    ("auto", 10_000, False, "off: 10,000 images"),   # the bundled MNIST trains as it did
+    ("on", 60_000, True, "on: chosen by the user"),
+    ("off", 300, False, "off: chosen by the user"),
+])
+def test_a_run_augments_below_the_measured_size_unless_told(setting, size, on, says):
+    augmenting, why = augments(TrainConfig(augment=setting), size)
+    assert augmenting is on and why.startswith(says)
