@@ -27,8 +27,8 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "tpu", "xla-cpu", "cuda", "cpu")
 CONDITIONAL = ("auto", "off")   # auto: class-conditional when the dataset has labels
 AUGMENT = ("auto", "on", "off")   # auto: on for sets smaller than AUGMENT_BELOW
-# DiffAugment (core/augment.py) reached a quality target in fewer steps than no augmentation on
-# 300 images it ended a 1,000-step run ahead (44.7 vs 50.4); at 1,000 and 3,641 it was behind (bench/bench_augment.py).
+# DiffAugment (core/augment.py) measured against none (bench/bench_augment.py, 1,000 steps): on
+# 300 images it ended ahead (44.7 vs 50.4); at 1,000 and 3,641 it was behind.
 AUGMENT_BELOW = 500
 MAX_STEPS = 1_000_000           # a demo's longest run; also the most any step interval may be
 
