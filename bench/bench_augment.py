@@ -15,7 +15,7 @@ fakes' small patches against the set's) is read every --every steps. The table g
 and choice, the median over seeds of: the first step at which the meter is at or below --target,
 the meter at a few steps, and its best. Steps, not seconds: the runs go --parallel at a time, one
 torch thread each, so a step count is the figure that means the same on a busy machine.
-Augmentation costs ~7% of a step's time on the CPU; that is left out here (bench_colour.py times runs).
+What augmentation costs in time is left out here (bench_colour.py times runs).
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def resolve_preset(preset: str, device_kind: str) -> tuple[str, str]:
 
 # The most the CPU preset trains at. At 32x32 a 64x64 colour folder trains ~5x the steps a second
 # it does at 64x64 on a 2-core CPU and shows the set's shapes within 2 minutes, where at 64x64 it
-# shows blobs (bench/README.md, "Your own images on a CPU"); the page draws the grid in whole pixels.
+# shows blobs (lab/results/colour_64_vs_32_2026-12-03.jpg); the page draws the grid in whole pixels.
 FAST_MAX_RESOLUTION = 32
 
 

@@ -37,15 +37,19 @@ def colour(x: torch.Tensor) -> torch.Tensor:
     return (x - mean) * (_per_image(x) + 0.5) + mean
 
 
+def _along(values: torch.Tensor, dim: int) -> torch.Tensor:
+    """(N, size) values per image and row (dim 2) or column (dim 3), shaped to broadcast over images."""
+    shape = [values.size(0), 1, 1, 1]
+    shape[dim] = values.size(1)
+    return values.view(shape)
+
+
 def _shift_index(x: torch.Tensor, size: int, dim: int) -> torch.Tensor:
     """For each image, the padded row (dim 2) or column (dim 3) that each output one reads:
     moved by up to TRANSLATION of the side, 0 and size + 1 being the zero border."""
     most = int(size * TRANSLATION + 0.5)
     shift = torch.randint(-most, most + 1, (x.size(0), 1), device=x.device)
-    index = (torch.arange(size, device=x.device)[None] + shift + 1).clamp(0, size + 1)
-    shape = [x.size(0), 1, 1, 1]
-    shape[dim] = size
-    return index.view(shape)
+    return _along((torch.arange(size, device=x.device)[None] + shift + 1).clamp(0, size + 1), dim)
 
 
 def translation(x: torch.Tensor) -> torch.Tensor:
@@ -64,9 +68,7 @@ def cutout(x: torch.Tensor) -> torch.Tensor:
     def inside(size: int, cut: int, dim: int) -> torch.Tensor:
         start = torch.randint(0, size + (1 - cut % 2), (n, 1), device=x.device) - cut // 2
         where = torch.arange(size, device=x.device)[None]
-        shape = [n, 1, 1, 1]
-        shape[dim] = size
-        return ((where >= start) & (where < start + cut)).view(shape)
+        return _along((where >= start) & (where < start + cut), dim)
 
     return x * ~(inside(h, cut_h, 2) & inside(w, cut_w, 3))
 
