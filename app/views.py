@@ -148,7 +148,8 @@ def diagnostics_rows(status: Status) -> list[list[str]]:
             ("Number format", NUMBER_FORMATS.get(status.precision, status.precision)),
             ("Model size", f"{status.preset} ({status.preset_reason})"
              + (f", trained at {status.resolution}x{status.resolution}" if status.resolution else "")),
-            ("Augmentation of what D sees", f"{status.augment} (DiffAugment: colour, shifts, cut-out squares)"
+            ("Augmentation of what D sees", status.augment + (" (DiffAugment: colour, shifts, cut-out squares)"
+                                                              if status.augment.startswith("on") else "")
              if status.augment else None),
             ("Labels", f"class-conditional on the dataset's {status.classes} classes" if status.classes
              else "unconditional"),

@@ -72,8 +72,9 @@ def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = N
 
 
 
-def checkpoint_problem(state: dict, config: TrainConfig, device_kind: str) -> str | None:
-    """Why the trainer cannot continue `config` from this checkpoint (None: it can)."""
+def checkpoint_problem(state: dict, config: TrainConfig, device_kind: str, training) -> str | None:
+    """Why the trainer cannot continue `config` from this checkpoint (None: it can). training: the
+    core.training.Training built for `config`, whose nets the checkpoint's weights must fit."""
     if "conditional" not in state["config"]:
         # Saved before class-conditional training existed: unconditional, with the old defaults
         # (batch 64, lr 1e-3, z 100), which no longer resolve from this config.
@@ -83,4 +84,21 @@ def checkpoint_problem(state: dict, config: TrainConfig, device_kind: str) -> st
     # the preset 'auto', which is what became this config's preset.
     saved, _ = resolved_for(TrainConfig.from_dict(state["config"]), device_kind)
     changed = config.differences(saved)
-    return config_changed_message(changed) if changed else None
+    if changed:
+        return config_changed_message(changed)
+    if not _weights_fit(state, training):
+        # The same config builds other shapes when Blink changed what it builds: an own-images run
+        # of the fast preset trained at 64x64 before that preset trained at most 32x32.
+        size = f"{training.resolution}x{training.resolution}"
+        return (f"Cannot resume: this run's networks were saved at another size than this Blink builds for its "
+                f"config ({size}). Start a new run; its last generator is kept for sampling.")
+    return None
+
+
+def _weights_fit(state: dict, training) -> bool:
+    """Whether the checkpoint holds a weight of the same shape for every weight of G and D."""
+    for saved, net in ((state["G"], training.G), (state["D"], training.D)):
+        built = net.state_dict()
+        if set(saved) != set(built) or any(tuple(saved[k].shape) != tuple(v.shape) for k, v in built.items()):
+            return False
+    return True

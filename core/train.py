@@ -136,7 +136,7 @@ class Loop:
         self.saved_step = 0
         if resume:
             state = run.load_checkpoint()
-            problem = checkpoint_problem(state, self.config, self.rt.kind)
+            problem = checkpoint_problem(state, self.config, self.rt.kind, training)
             if problem:
                 raise Stop("failed", problem)
             training.load_checkpoint_state(state)

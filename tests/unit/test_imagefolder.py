@@ -177,3 +177,20 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
                and update.get("info") == "3 classes"]
     assert len(pickers) == 3
     assert all(picker["choices"][1:] == [("blue", "0"), ("green", "1"), ("red", "2")] for picker in pickers)
+    # A run an older Blink saved, when the fast preset trained this folder at 64x64: resuming it
+    # refuses in words, and keeps its checkpoint and generator.
+    from core import models
+    state = torch.load(run / "checkpoint.pt", weights_only=False)
+    config = json.loads((run / "config.json").read_text())
+    old_g, old_d = models.build(config["gan"], config["preset"], 3, 64, config["z_dim"], 3)
+    state.update(G=old_g.state_dict(), D=old_d.state_dict())
+    state.pop("G_ema", None)
+    torch.save(state, run / "checkpoint.pt")
+    kept = (run / "checkpoint.pt").read_bytes(), (run / "generator.safetensors").read_bytes()
+    resumed = subprocess.run([sys.executable, "-m", "core.train", "--resume", str(run), "--steps", "8"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    status = json.loads((run / "status.json").read_text())
+    assert resumed.returncode != 0 and status["state"] == "failed", (status, resumed.stderr[-2000:])
+    assert "saved at another size than this Blink builds for its config (32x32)" in status["message"]
+    assert "Start a new run" in resumed.stdout + resumed.stderr
+    assert ((run / "checkpoint.pt").read_bytes(), (run / "generator.safetensors").read_bytes()) == kept
