@@ -17,7 +17,8 @@ Two meters, neither needs a download:
 - Anything else (CIFAR, CelebA, own images, Fashion-MNIST, which the digit classifier does not
   understand): sliced Wasserstein distance between 7x7 patches of a Laplacian pyramid of
   generated and real images (Karras et al. 2018, ProGAN), reported per level and as the mean
-  (`swd`, x1e3 as in the paper; lower is better), and `spread` of the images at 8x8.
+  (`swd`, x1e3 as in the paper; lower is better), and `spread` of the images at 8x8 (for a
+  class-conditional G, within each class against that class's real images).
 
 `spread` is the mean per-dimension standard deviation of the samples' features (the classifier's,
 or the images' own pixels at 8x8) divided by the real images': about 1 when the fakes vary as much
@@ -176,6 +177,21 @@ def spread(features: torch.Tensor | np.ndarray, real_std: np.ndarray) -> float:
     std = np.asarray(features, dtype=np.float64).reshape(len(features), -1).std(0)
     varied = real_std > 1e-6
     return float((std[varied] / real_std[varied]).mean()) if varied.any() else 0.0
+
+
+def spread_within_classes(features, labels: torch.Tensor, real_std_by_class: dict) -> float:
+    """`spread` of each class's samples against the real images of that class, averaged over the
+    classes: a conditional G that draws one image per class has collapsed, though its classes
+    still differ from each other (and so its samples' spread over all of them stays high)."""
+    features, labels = np.asarray(features), np.asarray(labels)
+    shares = [spread(features[labels == c], std) for c, std in real_std_by_class.items() if (labels == c).sum() > 1]
+    return float(np.mean(shares)) if shares else 0.0
+
+
+def std_by_class(features, labels) -> dict:
+    """Each class's per-dimension standard deviation (classes with two images or more)."""
+    features, labels = np.asarray(features), np.asarray(labels)
+    return {int(c): features[labels == c].std(0) for c in np.unique(labels) if (labels == c).sum() > 1}
 
 
 def _spread_pixels(images: torch.Tensor) -> torch.Tensor:
@@ -356,7 +372,7 @@ class SwdMeter:
     """Sliced Wasserstein distance over Laplacian pyramid 7x7 patches, per level and mean (x1e3)."""
 
     def __init__(self, real_images, resolution: int, n_images: int = 256, patches_per_image: int = 32,
-                 n_directions: int = 128):
+                 n_directions: int = 128, real_labels=None):
         self.n_images, self.per_image = n_images, patches_per_image
         self.resolution = resolution
         # Levels down to 16x16 (ProGAN stops at 16 px): 64 px -> 3 bands, 28/32 px -> 2.
@@ -373,6 +389,9 @@ class SwdMeter:
         self.directions = dirs / dirs.norm(dim=0, keepdim=True)
         self.real_desc = self._descriptors(real)
         self.real_std = _spread_pixels(real).numpy().std(0)
+        # A conditional G's spread is measured within each class (a folder's class subfolders).
+        self.real_std_by_class = {} if real_labels is None else std_by_class(
+            _spread_pixels(real).numpy(), _reference_subset(torch.as_tensor(real_labels), n_images))
         self._latents: dict[int, torch.Tensor] = {}
 
     def _descriptors(self, images: torch.Tensor) -> list[torch.Tensor]:
@@ -388,21 +407,25 @@ class SwdMeter:
         return [_normalise(_patches(level, per_image, gen)[:count])
                 for level in laplacian_pyramid(images.float(), self.levels)]
 
-    def score_samples(self, images) -> dict[str, float]:
+    def score_samples(self, images, labels: torch.Tensor | None = None) -> dict[str, float]:
+        """labels: the classes a conditional G was asked for (its spread is then within classes)."""
         x = images if isinstance(images, torch.Tensor) else torch.tensor(np.asarray(images))
         x = to_model_range(x)
         desc = self._descriptors(x[: self.n_images])
         per_level = [1e3 * sliced_wasserstein(r, d, self.directions) for r, d in zip(self.real_desc, desc)]
         values = {f"swd_{self.resolution >> i}px": v for i, v in enumerate(per_level)}
         values["swd"] = float(np.mean(per_level))
-        values["spread"] = spread(_spread_pixels(x[: self.n_images]), self.real_std)
+        pixels = _spread_pixels(x[: self.n_images])
+        values["spread"] = (spread_within_classes(pixels, labels[: self.n_images], self.real_std_by_class)
+                            if labels is not None and self.real_std_by_class else spread(pixels, self.real_std))
         return values
 
     def measure(self, G: nn.Module, device) -> dict[str, float]:
         t0 = time.perf_counter()
         if G.z_dim not in self._latents:
             self._latents[G.z_dim] = _fixed_latents(self.n_images, G.z_dim)
-        values = self.score_samples(generate(G, self._latents[G.z_dim], device))
+        labels = sample_labels(G, self.n_images)
+        values = self.score_samples(generate(G, self._latents[G.z_dim], device, labels=labels), labels)
         values["seconds"] = time.perf_counter() - t0
         return values
 
@@ -415,7 +438,7 @@ def for_dataset(dataset_name: str, imageset, resolution: int):
     images = imageset.images if hasattr(imageset, "images") else imageset
     if dataset_name in MNIST_FAMILY and os.path.exists(CLASSIFIER_WEIGHTS):
         return MnistMeter(images, real_labels=getattr(imageset, "labels", None))
-    return SwdMeter(images, resolution)
+    return SwdMeter(images, resolution, real_labels=getattr(imageset, "labels", None))
 
 
 # ---- offline use (benchmarks, notebooks) ---------------------------------------------------

@@ -231,6 +231,24 @@ def test_swd_real_vs_real_small_and_noise_large():
     assert flat["swd"] > 3 * same["swd"], (same, flat)
 
 
+def test_a_conditional_gs_spread_is_within_each_class_so_one_image_per_class_is_a_collapse():
+    """Three classes of real images, each its own colour varying; fakes that are one image per
+    class vary over all of them (the classes differ) but not within any class."""
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.arange(512) % 3
+    def images_of(classes):
+        base = torch.eye(3)[classes][:, :, None, None] * 0.6
+        low = base + 0.4 * torch.rand(len(classes), 3, 8, 8, generator=gen)
+        return torch.nn.functional.interpolate(low, size=32, mode="bicubic", align_corners=False).clamp(0, 1)
+    real = (images_of(labels) * 255).round().to(torch.uint8)
+    meter = quality.SwdMeter(real, 32, real_labels=labels)
+    asked = torch.arange(256) % 3
+    assert 0.8 < meter.score_samples(images_of(asked) * 2 - 1, asked)["spread"] < 1.2
+    one_each = (images_of(torch.arange(3)) * 2 - 1)[asked]
+    assert meter.score_samples(one_each, asked)["spread"] == 0.0
+    assert meter.score_samples(one_each)["spread"] > 0.35       # over all classes it looks varied
+
+
 def test_a_folder_of_one_image_trains_through_its_quality_steps(tmp_path):
     """The SWD meter generates 256 images; a smaller real set must not break its comparison."""
     import subprocess
