@@ -30,6 +30,10 @@ from core.rundir import generator_files, write_atomic
 
 N_DIRECTIONS = 5
 KEPT_GENERATORS = 4        # loaded at once: viewers may look at different runs
+# Looks kept (grids, strips, explored images: at most a few MB each). A room asks for the same
+# look at once (every page samples seed 0 when a run ends) and a page load asks what the last
+# one did: each look is drawn once per generator file, not once per viewer.
+KEPT_LOOKS = 8
 
 
 NO_GENERATOR = "No generator to sample from yet: train a run, or wait for its first checkpoint."
@@ -86,6 +90,7 @@ class GeneratorCache:
 
 
 _generators = GeneratorCache()
+_looks: dict = {}                  # (generator key, what, its arguments) -> the result
 _directions: dict = {}             # generator key -> (directions, explained ratio)
 _pools: dict = {}                  # (run config, resolution, channels) -> (images, name): one at a time
 
@@ -121,10 +126,22 @@ def _samples(directory: str, seed: int, count: int, label: int | None):
     return images, meta
 
 
+def _look(directory: str, what, make):
+    """make()'s result, drawn once for this generator file and `what` (the look and its arguments)."""
+    _, key = _generators.get(directory)
+    key = (key, *what)
+    if key in _looks:
+        _looks[key] = _looks.pop(key)   # the newest again: the oldest go first
+        return _looks[key]
+    return _keep(_looks, key, make(), KEPT_LOOKS)
+
+
 def sample_grid(directory: str, seed: int, count: int, label: int | None, columns: int) -> tuple[np.ndarray, object]:
     """A grid of `count` samples from `seed` (all of class `label`, or the seed's classes), and the generator's step."""
-    images, meta = _samples(directory, seed, count, label)
-    return grid_image(images, columns=columns), meta.get("step", "?")
+    def make():
+        images, meta = _samples(directory, seed, count, label)
+        return grid_image(images, columns=columns), meta.get("step", "?")
+    return _look(directory, ("grid", seed, count, label, columns), make)
 
 
 def samples_zip(directory: str, seed: int, count: int, label: int | None, path: str) -> tuple[str, object]:
@@ -148,8 +165,10 @@ def _interpolation(directory: str, seeds: tuple[int, int], steps: int, mode: str
 
 def interpolation_strip(directory: str, seeds: tuple[int, int], steps: int, mode: str,
                         classes: tuple[int, int]) -> tuple[np.ndarray, object]:
-    images, step = _interpolation(directory, seeds, steps, mode, classes)
-    return grid_image(images, columns=steps), step
+    def make():
+        images, step = _interpolation(directory, seeds, steps, mode, classes)
+        return grid_image(images, columns=steps), step
+    return _look(directory, ("strip", tuple(seeds), steps, mode, tuple(classes)), make)
 
 
 def interpolation_gif(directory: str, seeds: tuple[int, int], steps: int, mode: str, classes: tuple[int, int],
@@ -175,10 +194,12 @@ def _explored(directory: str, seed: int, psi: float, amounts: list[float]):
 def explored_image(directory: str, seed: int, psi: float, amounts: list[float]) -> dict:
     """The seed's image, truncated and moved along the GANSpace directions, enlarged; the
     directions' shares of the variance and the generator's step."""
-    image, meta, ratio = _explored(directory, seed, psi, amounts)
-    up = _scale(image.shape[-1])
-    return {"image": grid_image(image[None], columns=1).repeat(up, 0).repeat(up, 1),
-            "variance": ratio.tolist(), "step": meta.get("step", "?")}
+    def make():
+        image, meta, ratio = _explored(directory, seed, psi, amounts)
+        up = _scale(image.shape[-1])
+        return {"image": grid_image(image[None], columns=1).repeat(up, 0).repeat(up, 1),
+                "variance": ratio.tolist(), "step": meta.get("step", "?")}
+    return _look(directory, ("explored", seed, psi, tuple(amounts)), make)
 
 
 def _training_pool(run_config: dict | None, resolution: int, channels: int):

@@ -12,6 +12,8 @@ An image output is written into Gradio's cache whole, once (see write_cached_ima
 """
 from __future__ import annotations
 
+import collections
+import hashlib
 import os
 import threading
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 REQUEST_HEADERS_SECONDS = 10.0
+KNOWN_IMAGES = 256      # image outputs remembered by their pixels (a few dozen bytes each)
 
 
 def close_slow_requests() -> None:
@@ -65,22 +68,41 @@ def write_cached_images_whole() -> None:
     0's samples) rewrite the file while it is served to the other, who gets a cut-off response
     ("received 0 bytes, expected 5790": 5 of 1,500 requests in bench/bench_ui_memory.py). Here it is
     written under a temporary name and renamed into place, and an existing copy is reused (touched,
-    since Gradio's delete_cache ages files by time), as Gradio already does for files."""
+    since Gradio's delete_cache ages files by time), as Gradio already does for files. A picture
+    already written is not encoded again."""
     from gradio import processing_utils
+    written: collections.OrderedDict = collections.OrderedDict()   # what the pixels were -> their file
+    lock = threading.Lock()
 
     def save_pil_to_cache(img, cache_dir, name: str = "image", format: str = "webp") -> str:
+        # The same picture again (a room's identical samples, the preview on every page load) is
+        # found by its pixels: hashing them costs a fraction of encoding it again.
+        pixels = hashlib.sha256(img.tobytes())
+        pixels.update(repr((img.mode, img.size, img.getpalette(), str(cache_dir), name, format)).encode())
+        with lock:
+            known = written.get(pixels.digest())
+        if known and _touched(known):
+            return known
         data = processing_utils.encode_pil_to_bytes(img, format)
         folder = Path(cache_dir) / processing_utils.hash_bytes(data)
         folder.mkdir(exist_ok=True, parents=True)
         path = (folder / f"{name}.{format}").resolve()
-        if path.exists():
-            try:
-                os.utime(path)
-            except OSError:
-                pass
-        else:
+        if not _touched(str(path)):
             partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
             partial.write_bytes(data)
             os.replace(partial, path)
+        with lock:
+            written[pixels.digest()] = str(path)
+            while len(written) > KNOWN_IMAGES:
+                written.popitem(last=False)
         return str(path)
     processing_utils.save_pil_to_cache = save_pil_to_cache
+
+
+def _touched(path: str) -> bool:
+    """Whether the file is there, touched if so (Gradio's delete_cache ages files by time)."""
+    try:
+        os.utime(path)
+        return True
+    except OSError:
+        return False
