@@ -19,6 +19,7 @@ run's state, and the trainer's steps/s against the no-viewer window.
 
     python bench/bench_soak.py                           # 10 minutes, 8 workers
     python bench/bench_soak.py --seconds 3600 --workers 16 --report soak.jsonl
+    python bench/bench_soak.py --seconds 60 --workers 20 --think 8 --burst 20   # then 20 ask for one sample at once
 
 Clients run at idle CPU priority as in bench_viewers.py (BLINK_BENCH_CLIENTS=normal: normal),
 so the trainer's ratio measures the server's cost, not the clients' own.
@@ -207,6 +208,34 @@ def client_main(url: str, workers: int, out: str, max_entries: int, think: float
     os._exit(0)   # in-flight predictions hold non-daemon executor threads: do not wait for them
 
 
+def burst_main(url: str, viewers: int, out: str) -> None:
+    """Runs in its own process: `viewers` clients ask for the same sample at the same moment, as a
+    room does when the teacher says "press Sample" (and as every page does when a run ends);
+    writes each one's seconds to `out`."""
+    if os.environ.get("BLINK_BENCH_CLIENTS") != "normal":
+        deprioritise_clients()
+    from gradio_client import Client
+    clients = [Client(url, verbose=False) for _ in range(viewers)]
+    together, seconds, errors = threading.Barrier(viewers), [], []
+
+    def ask(client) -> None:
+        together.wait()
+        t0 = time.time()
+        try:
+            client.predict(seed=0, count=64, api_name="/sample")
+            seconds.append(time.time() - t0)
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}"[:300])
+    threads = [threading.Thread(target=ask, args=(client,)) for client in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    with open(out, "w") as f:
+        json.dump({"seconds": seconds, "errors": errors}, f)
+    os._exit(0)
+
+
 # ---- the driver ----------------------------------------------------------------------------
 def folder_usage(paths: list[str]) -> tuple[float, int]:
     """(MB, files) under these folders, by file size (what the caps count), tolerating files
@@ -387,11 +416,18 @@ def table(report: dict) -> None:
     print(f"| trainer steps/s: no viewer / soak (ratio) | {cell(base['steps_per_s'], '{:.2f}')} / "
           f"{cell(soak['steps_per_s'], '{:.2f}')} ({cell(report['trainer_ratio'])}) | |")
     print(f"| the run at the end | {report['run_end']} | finished, or running and advancing |")
+    if report["burst"]:
+        b = report["burst"]
+        print(f"| {b['viewers']} viewers ask for the same sample at once: p50 / last s (errors) | "
+              f"{cell(b['p50_s'], '{:.2f}')} / {cell(b['max_s'], '{:.2f}')} ({len(b['errors'])}) | |")
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         client_main(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), float(sys.argv[6]))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--burst-client":
+        burst_main(sys.argv[2], int(sys.argv[3]), sys.argv[4])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=600.0, help="how long the viewers act")
@@ -403,6 +439,8 @@ def main() -> None:
     parser.add_argument("--uploads-mb", type=float, default=8.0,
                         help="BLINK_UPLOADS_MB for the app: small, so the soak's uploads cross it and eviction "
                              "runs (0: the code's default)")
+    parser.add_argument("--burst", type=int, default=0,
+                        help="after the soak, this many viewers ask for the same sample at once (0: none)")
     parser.add_argument("--report", default="", help="also append the JSON line to this file")
     args = parser.parse_args()
     steps = args.steps or int(RATE_CEILING * (BASELINE_SECONDS + args.seconds + 60))
@@ -449,6 +487,13 @@ def main() -> None:
         w3 = viewer_work_cpu(app)
         client.send_signal(signal.SIGTERM)
         client.wait(120)
+        burst = {}
+        if args.burst:   # the run still trains: the room asks beside it
+            burst_out = os.path.join(root, "burst.json")
+            subprocess.run([sys.executable, __file__, "--burst-client", app.url, str(args.burst), burst_out],
+                           cwd=ROOT, timeout=600)
+            with open(burst_out) as f:
+                burst = json.load(f)
         sampler.halt.set()
         sampler.join(60)
         with open(out) as f:
@@ -467,6 +512,9 @@ def main() -> None:
                   "client_priority": "normal" if os.environ.get("BLINK_BENCH_CLIENTS") == "normal" else "idle",
                   "caps": caps, "baseline": baseline, "soak": soak, "actions": actions,
                   "skipped": clients["skipped"], "run_end": run_end,
+                  "burst": burst and {"viewers": args.burst, "errors": burst["errors"],
+                                      "p50_s": percentile(burst["seconds"], 0.5),
+                                      "max_s": max(burst["seconds"], default=None)},
                   "trainer_ratio": (soak["steps_per_s"] / baseline["steps_per_s"]
                                     if baseline.get("steps_per_s") else None),
                   "ui_cpu_ms_per_s": {"baseline": (c1 - c0) / (t1 - t0) * 1000, "soak": (c3 - c2) / (t3 - t2) * 1000},
