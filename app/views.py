@@ -99,6 +99,7 @@ DIAGNOSTIC_LABELS = {
     "batch_shards": "Each device's share of a batch", "data_wait_share": "Share of the time spent waiting for data",
     "data_load_seconds": "Loading the dataset took", "first_step_seconds": "The first step took",
     "unreadable_images_skipped": "Unreadable images skipped",
+    "augment_p": "Share of D's images augmented now (it rises while D memorises the set)",
 }
 # Only an XLA run has graphs, compilations and host fallbacks to count.
 XLA_ONLY = ("compiles", "graph_executions", "compile_seconds", "fallback_ops", "matmul_precision")
@@ -134,6 +135,8 @@ def diagnostic_value(key: str, value) -> str:
         return shares_in_words(value)
     if key == "data_wait_share":
         return f"{value:.1%}"
+    if key == "augment_p":
+        return f"{value:.0%}"
     if key.endswith("_seconds"):
         return f"{value} s"
     if isinstance(value, list):   # operation names

@@ -51,6 +51,7 @@ def at_minutes(events: list[dict], minutes: list[float], gan: str, conditional: 
         rows.append({"minute": minute, "step": step, "steps_per_second": step / (minute * 60),
                      "swd": quality[-1]["quality_swd"] if quality else None,
                      "swd_step": quality[-1]["step"] if quality else None,
+                     "augment_p": next((e["augment_p"] for e in reversed(upto) if "augment_p" in e), None),
                      "phase": Phase(gan, conditional, upto).line()})
     return rows
 
@@ -103,7 +104,9 @@ def main() -> None:
                 grid_strip(run_dir, table[seed], os.path.join(args.grids, f"seed{seed}.png"))
                 shutil.copy(os.path.join(run_dir, "grids", "real.png"), os.path.join(args.grids, "real.png"))
         print(f"seed {seed}: start-up {result['startup_seconds']:.1f} s; " + "; ".join(
-            f"{r['minute']:g} min: step {r['step']}, swd {number(r['swd'])}, '{r['phase']}'" for r in table[seed] if r),
+            f"{r['minute']:g} min: step {r['step']}, swd {number(r['swd'])}, augmented "
+            f"{'-' if r['augment_p'] is None else format(r['augment_p'], '.0%')}, "
+            f"'{r['phase']}'" for r in table[seed] if r),
             flush=True)
     print(f"\n{os.path.basename(args.data_path)}, {said}; seeds {args.seeds}\n")
     print("| minutes | steps/s | steps | patch distance (swd), per seed | median |")

@@ -8,7 +8,18 @@ rather than memorise pixels. Because the same random changes are applied, differ
 G's images in G's step too, G learns the un-augmented images: nothing of the augmentation
 leaks into what it draws.
 
-    D_seen = Augmented(D)          # what GanStep trains against; the checkpoint keeps D itself
+    D_seen = Augmented(D, adaptive=True)   # what GanStep trains against; the checkpoint keeps D itself
+
+Adaptive (ADA's rule: Karras et al. 2020, "Training Generative Adversarial Networks with Limited
+Data", NVlabs/stylegan2-ada-pytorch): each augmentation is applied to each image with a
+probability p that starts at 0 and follows how sure D is of the real images. While the share of
+real images D calls real (the sign of its logit, averaged) stays above OVERFIT_TARGET, D is
+learning the set by heart and p rises; below it, p falls. So a run starts as fast as one without
+augmentation (fixed DiffAugment slowed the first minutes: bench/README.md, "Augmentation") and
+gets it once D starts to memorise, which on the benchmark set's 111 images a class came between
+2 and 5 minutes, as every class's samples turned into one image. The losses report D's logits on
+the real batch (`saw_real`); p is a tensor updated in the step's graph, never read there.
+WGAN-GP's critic scores have no sign to read: it augments every image (p = 1).
 
 Every operation is elementwise or a gather along an image's own rows and columns, with shapes
 fixed by the batch: the same graph on every XLA step, and under SPMD each device augments its
@@ -21,6 +32,11 @@ from torch import nn
 
 TRANSLATION = 0.125   # the most an image moves, as a share of its side (DiffAugment's)
 CUTOUT = 0.5          # the cut square's side, as a share of the image's (DiffAugment's)
+OVERFIT_TARGET = 0.6  # ADA's target for E[sign(D(real))]
+# p moves by at most (batch / P_SPEED_IMAGES) per D step: from 0 to 1 in 100,000 images, about
+# two minutes of the default CPU run (ADA's 500,000 suit runs of days).
+P_SPEED_IMAGES = 100_000
+OVERFIT_MEMORY = 0.9  # the estimate's moving average keeps this much of itself per step (~10 batches)
 
 
 def _per_image(x: torch.Tensor) -> torch.Tensor:
@@ -73,19 +89,43 @@ def cutout(x: torch.Tensor) -> torch.Tensor:
     return x * ~(inside(h, cut_h, 2) & inside(w, cut_w, 3))
 
 
-def diff_augment(x: torch.Tensor) -> torch.Tensor:
-    """DiffAugment's policy for small sets: colour, translation, cutout."""
-    return cutout(translation(colour(x)))
+def diff_augment(x: torch.Tensor, p: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """DiffAugment's policy for small sets: colour, translation, cutout, each given to each image
+    with probability p (all of them to every image at p = 1). Every image goes through every
+    operation either way: the graph does not depend on p."""
+    for augment in (colour, translation, cutout):
+        x = torch.where(_per_image(x) < p, augment(x), x)
+    return x
 
 
 class Augmented(nn.Module):
-    """D judging augmented images: D(diff_augment(x), labels). D stays a submodule, so its
-    parameters, freezing and modules are the wrapped D's."""
+    """D judging augmented images: D(diff_augment(x, p), labels). D stays a submodule, so its
+    parameters, freezing and modules are the wrapped D's. adaptive: p follows ADA's rule (the
+    module docstring); otherwise p is 1."""
 
-    def __init__(self, D: nn.Module):
+    def __init__(self, D: nn.Module, adaptive: bool = False):
         super().__init__()
-        self.D = D
+        self.D, self.adaptive = D, adaptive
+        device = next(iter(D.parameters()), torch.zeros(())).device
+        self.register_buffer("p", torch.tensor(0.0 if adaptive else 1.0, device=device))
+        self.register_buffer("overfit", torch.tensor(0.0, device=device))   # E[sign(D(real))], averaged
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
-        x = diff_augment(x)
+        x = diff_augment(x, self.p.to(x.dtype))
         return self.D(x) if labels is None else self.D(x, labels)
+
+    @torch.no_grad()
+    def saw_real(self, logits: torch.Tensor) -> None:
+        """D's logits on a real batch (the losses call this): p moves toward what they say."""
+        if not self.adaptive:
+            return
+        self.overfit.mul_(OVERFIT_MEMORY).add_((1 - OVERFIT_MEMORY) * torch.sign(logits.detach().float()).mean())
+        step = torch.sign(self.overfit - OVERFIT_TARGET) * (logits.shape[0] / P_SPEED_IMAGES)
+        self.p.copy_((self.p + step).clamp(0.0, 1.0))
+
+    def state(self) -> dict:
+        return {"p": self.p.detach().cpu(), "overfit": self.overfit.detach().cpu()}
+
+    def load_state(self, state: dict) -> None:
+        self.p.copy_(state["p"].to(self.p.device))
+        self.overfit.copy_(state["overfit"].to(self.overfit.device))

@@ -58,6 +58,15 @@ def _judge(D, images: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor
     return D(images) if labels is None else D(images, labels)
 
 
+def _judge_real(D, images: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    """D's fp32 logits on the real batch, which an adaptive augmentation (core/augment.py) reads."""
+    logits = _judge(D, images, labels).float()
+    seen = getattr(D, "saw_real", None)
+    if seen is not None:
+        seen(logits)
+    return logits
+
+
 def _no_fp16(device_type: str):
     """Autocast off for the penalty under fp16: its input gradients are not loss-scaled (the
     scaler only sees the final loss), so in fp16 they can underflow to zero. bf16 has fp32's
@@ -72,7 +81,7 @@ class NonSaturating:
     name = "dcgan"
 
     def discriminator_loss(self, D, real, fake, labels=None):
-        real_logits, fake_logits = _judge(D, real, labels).float(), _judge(D, fake.detach(), labels).float()
+        real_logits, fake_logits = _judge_real(D, real, labels), _judge(D, fake.detach(), labels).float()
         loss = (F.binary_cross_entropy_with_logits(real_logits, torch.ones_like(real_logits))
                 + F.binary_cross_entropy_with_logits(fake_logits, torch.zeros_like(fake_logits)))
         return loss, {"d_real": torch.sigmoid(real_logits).mean().detach(),
@@ -105,7 +114,7 @@ class Hinge:
     name = "hinge"
 
     def discriminator_loss(self, D, real, fake, labels=None):
-        real_logits, fake_logits = _judge(D, real, labels).float(), _judge(D, fake.detach(), labels).float()
+        real_logits, fake_logits = _judge_real(D, real, labels), _judge(D, fake.detach(), labels).float()
         # clamp_min, not F.relu: XLA's autocast runs relu in bf16 even on fp32 inputs, and the
         # loss must stay fp32.
         loss = (1 - real_logits).clamp_min(0).mean() + (1 + fake_logits).clamp_min(0).mean()

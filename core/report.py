@@ -97,10 +97,11 @@ class Reporter:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
     def write(self, state: str, message: str, step: int, saved_step: int, warning: str,
-              data_seconds: float, stepped_from: int = 0, phase: str = "") -> None:
+              data_seconds: float, stepped_from: int = 0, phase: str = "", augment_p: float | None = None) -> None:
         """The run's status at `step`. warning: the loop's own (core/phase.py: D has won, mode
         collapse); a nearly full device memory replaces it. data_seconds: time the steps waited for
-        batches so far. phase: core.phase.Phase.line(), what is happening in words."""
+        batches so far. phase: core.phase.Phase.line(), what is happening in words. augment_p: the
+        share of D's images augmented at the last log step (core/augment.py), None when none are."""
         cfg, rt = self.config, self.rt
         if state == "running" and rt.is_xla and self.steady is None:
             # XLA compiles until the steps are steady (see stepped): say so rather than show a stalled run.
@@ -120,6 +121,7 @@ class Reporter:
             "data_load_seconds": round(self.data_load_seconds, 2),
             "unreadable_images_skipped": self.images_skipped,
             "first_step_seconds": round(self.first_step_seconds, 2) if self.first_step_seconds else None,
+            "augment_p": round(augment_p, 3) if augment_p is not None else None,
         }
         if memory:
             diagnostics["memory_used"], diagnostics["memory_total"] = memory

@@ -284,7 +284,7 @@ class Loop:
     def _status(self, state: str, message: str, stepped_from: int = 0) -> None:
         self._work("writing the status", lambda: self.report.write(
             state, message, self.step_count, self.saved_step, self.warning, self.training.gan_step.data_seconds,
-            stepped_from, phase=self.phase.line()))
+            stepped_from, phase=self.phase.line(), augment_p=self.last_values.get("augment_p")))
 
     def save_grid(self) -> None:
         """The fixed-noise grid, and what D believes about each of its images and of the real grid's."""

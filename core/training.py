@@ -51,6 +51,7 @@ class Training:
     # class subfolders); [] for unnamed classes (MNIST's digits are their indices) and unconditional runs.
     class_names: list = field(default_factory=list)
     augment_reason: str = ""     # whether D sees augmented images (core/augment.py), and why
+    augmented: Any = None        # the core.augment.Augmented D that GanStep trains, or None
     matmul_precision: str | None = None
     data_load_seconds: float = 0.0
     step_count: int = 0
@@ -76,6 +77,8 @@ class Training:
         tensors = self.gan_step(batches or self.stream)
         if self.ema:
             self.ema.update()
+        if self.augmented is not None:   # how often D's images are augmented now (a copy: p moves on)
+            tensors["augment_p"] = self.augmented.p.detach().clone()
         self.step_count += 1
         return tensors
 
@@ -129,6 +132,7 @@ class Training:
             # What makes a resumed run draw the batches and noise an unbroken one would have.
             "random": {"device": rt.rng_state(), "stream": self.stream.state()},
             **({"G_ema": rt.cpu_state_dict(self.ema.module)} if self.ema else {}),
+            **({"augment": self.augmented.state()} if self.augmented is not None else {}),
         }
 
     def load_checkpoint_state(self, state: dict) -> None:
@@ -142,6 +146,8 @@ class Training:
         for scaler, key in ((self.gan_step.scaler_g, "scaler_g"), (self.gan_step.scaler_d, "scaler_d")):
             if scaler is not None and state.get(key):
                 scaler.load_state_dict(state[key])
+        if self.augmented is not None and "augment" in state:   # saved before adaptive augmentation: p from 0
+            self.augmented.load_state(state["augment"])
         self.fixed_noise = state["fixed_noise"]
         self.fixed_noise_device = self.fixed_noise.to(self.rt.device)
         self.step_count = state["step"]
@@ -193,9 +199,11 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     fused = {"fused": True} if info.kind in ("cpu", "cuda") else {}
     opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas, **fused)
     opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
-    augmenting, augment_reason = augments(config, len(images))
+    augmenting, augment_reason = augments(config, len(images), classes)
     # D trains on augmented images (both D's and G's steps); the checkpoint and the verdicts keep D itself.
-    D_trained = Augmented(D) if augmenting else D
+    # Adaptive where D's logits have a sign to read (core/augment.py): not WGAN-GP's critic.
+    augmented = Augmented(D, adaptive=config.gan != "wgan-gp") if augmenting else None
+    D_trained = augmented if augmented is not None else D
     gan_step = GanStep(G, D_trained, opt_g, opt_d, losses.make_loss(config.gan, config.gp_weight), rt,
                        config.n_critic, config.z_dim, config.precision)
 
@@ -210,7 +218,7 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
                     dataset=dataset, resolution=resolution, classes=classes, class_names=class_names,
                     fixed_noise=fixed_noise,
                     ema=WeightAverage(G, config.ema) if config.ema else None, matmul_precision=matmul_precision,
-                    augment_reason=augment_reason,
+                    augment_reason=augment_reason, augmented=augmented,
                     data_load_seconds=data_load_seconds, fixed_noise_device=fixed_noise.to(rt.device),
                     real_grid=real_grid)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.augment import Augmented, colour, cutout, diff_augment, translation
+from core.augment import OVERFIT_TARGET, P_SPEED_IMAGES, Augmented, colour, cutout, diff_augment, translation
 from core.config import AUGMENT_BELOW, TrainConfig, augments
 
 
@@ -71,8 +71,12 @@ def test_gs_gradient_goes_through_the_augmentation_and_d_is_the_wrapped_one():
     seen.requires_grad_(False)
     assert not any(p.requires_grad for p in D.parameters())
     # A conditional D gets its labels.
+    class Conditional(torch.nn.Module):
+        def forward(self, x, labels):
+            got["labels"] = labels
+            return x.mean((1, 2, 3))
     got = {}
-    Augmented(lambda x, labels: got.setdefault("labels", labels))(fake, torch.tensor([1, 2, 3, 4]))
+    Augmented(Conditional())(fake, torch.tensor([1, 2, 3, 4]))
     assert got["labels"].tolist() == [1, 2, 3, 4]
 
 
@@ -82,6 +86,41 @@ def test_the_same_seed_augments_the_same_way():
     first = diff_augment(x)
     torch.manual_seed(4)
     assert torch.equal(diff_augment(x), first)
+
+
+def test_at_p_0_nothing_is_augmented_and_at_p_1_everything_is():
+    x = torch.rand(8, 3, 16, 16) * 2 - 1
+    assert torch.equal(diff_augment(x, torch.tensor(0.0)), x)
+    torch.manual_seed(5)
+    every = diff_augment(x, torch.tensor(1.0))
+    torch.manual_seed(5)
+    assert torch.equal(every, diff_augment(x)) and not torch.equal(every, x)
+
+
+def test_adaptive_p_rises_while_d_is_sure_of_the_real_images_and_falls_when_it_is_not():
+    D = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 1))
+    seen = Augmented(D, adaptive=True)
+    assert float(seen.p) == 0.0
+    sure, unsure = torch.ones(64, 1) * 3, -torch.ones(64, 1)
+    for _ in range(200):
+        seen.saw_real(sure)
+    # Once its average of sign(D(real)) passed the target, p rose by the batch's share each step.
+    assert float(seen.overfit) > OVERFIT_TARGET
+    assert 0.9 * 150 * 64 / P_SPEED_IMAGES < float(seen.p) <= 200 * 64 / P_SPEED_IMAGES
+    high = float(seen.p)
+    for _ in range(400):
+        seen.saw_real(unsure)
+    assert float(seen.p) == 0.0 < high                      # fallen, and never below 0
+    # A checkpoint's p and estimate come back as they were.
+    for _ in range(100):
+        seen.saw_real(sure)
+    again = Augmented(D, adaptive=True)
+    again.load_state(seen.state())
+    assert float(again.p) == float(seen.p) > 0 and float(again.overfit) == float(seen.overfit)
+    # Not adaptive (WGAN-GP's critic has no sign to read): every image, always.
+    fixed = Augmented(D)
+    fixed.saw_real(unsure)
+    assert float(fixed.p) == 1.0
 
 
 @pytest.mark.parametrize("setting, size, on, says", [
@@ -94,3 +133,9 @@ def test_the_same_seed_augments_the_same_way():
 def test_a_run_augments_below_the_measured_size_unless_told(setting, size, on, says):
     augmenting, why = augments(TrainConfig(augment=setting), size)
     assert augmenting is on and why.startswith(says)
+
+
+def test_a_conditional_run_counts_the_images_of_a_class():
+    # The benchmark set's 1,000 emoji in 9 classes; the bundled MNIST's 10,000 digits in 10.
+    assert augments(TrainConfig(), 997, 9) == (True, f"on: 110 images a class is under {AUGMENT_BELOW:,}")
+    assert augments(TrainConfig(), 10_000, 10) == (False, f"off: 1,000 images a class is at least {AUGMENT_BELOW:,}")
