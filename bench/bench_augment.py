@@ -5,6 +5,7 @@
     python bench/bench_augment.py                       # 300, 1,000 and 3,641 images, 3 seeds (~50 min)
     python bench/bench_augment.py --sizes 300 --seeds 0 --steps 500    # a smoke run
     python bench/bench_augment.py --table runs.jsonl --target 35       # the table again, from --out's file
+    python bench/bench_augment.py --choices on --out runs.jsonl        # only the augmented runs, beside old ones
 
 Each run is the CLI trainer (`python -m core.train`, bench_speed.run_trainer) at the defaults on
 a folder of the benchmark set (tools/build_benchmark_set.py), with `--augment on` or `--augment
@@ -61,6 +62,8 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=100, help="steps between meter readings")
     ap.add_argument("--target", type=float, default=30.0, help="the meter's quality target (lower is better)")
     ap.add_argument("--at", type=int, nargs="+", default=[200, 500, 1000], help="steps to show the meter at")
+    ap.add_argument("--choices", nargs="+", default=["on", "off"], choices=["on", "off"],
+                    help="which runs to train (e.g. on alone, beside an --out file that has the off runs)")
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--out", help="also write every run's curve here, one JSON line each")
     ap.add_argument("--table", help="print the table from a file --out wrote, training nothing")
@@ -77,7 +80,7 @@ def main() -> None:
         if not os.path.isdir(set_folder(size)):
             sys.exit(f"{set_folder(size)} is missing: python tools/build_benchmark_set.py"
                      + ("" if size >= ALL_IMAGES else f" --limit {size}"))
-    jobs = [(size, augment, seed) for size in args.sizes for seed in args.seeds for augment in ("on", "off")]
+    jobs = [(size, augment, seed) for size in args.sizes for seed in args.seeds for augment in args.choices]
     with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
         runs = []
         for run in pool.map(lambda job: one_run(*job, args.steps, args.every), jobs):
@@ -96,6 +99,8 @@ def print_table(runs: list[dict], args) -> None:
     for size in args.sizes:
         for augment in ("on", "off"):
             mine = [r for r in runs if r["size"] == size and r["augment"] == augment]
+            if not mine:
+                continue
             reached = [first_at_or_below(r["curve"], args.target) for r in mine]
             hits = sorted(s for s in reached if s is not None)
             to_target = (f"{statistics.median(hits):.0f}" if len(hits) == len(mine) else
