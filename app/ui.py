@@ -507,10 +507,11 @@ class TrainTab:
                 label=spec("conditional")["label"], info="Datasets with classes (MNIST, Fashion-MNIST, CIFAR-10) train a "
                                      "class-conditional GAN by default: digits appear in about half the steps")
             self.augment = gr.Radio(
-                [(f"Auto: on for sets under {AUGMENT_BELOW:,} images", "auto"), ("On", "on"), ("Off", "off")],
+                [(f"Auto: on under {AUGMENT_BELOW:,} images (a class, when the set has classes)", "auto"),
+                 ("On", "on"), ("Off", "off")],
                 value=TrainConfig.augment, label=spec("augment")["label"],
-                info="D sees every image, real and fake, randomly shifted, recoloured and with a square cut out, "
-                     "so that on a few hundred images it cannot learn them by heart (DiffAugment)")
+                info="D sees images, real and fake, randomly shifted, recoloured and with a square cut out, more "
+                     "often as it starts to learn the set by heart (DiffAugment, ADA), so a small set is not memorised")
             with gr.Row():
                 self.log_every = whole_number_box(value=TrainConfig.log_every, label=spec("log_every")["label"],
                                                   info="loss points and status updates (Stop and Pause are heard within a second)")

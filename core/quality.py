@@ -388,10 +388,11 @@ class SwdMeter:
         dirs = torch.randn(dim, n_directions, generator=gen)
         self.directions = dirs / dirs.norm(dim=0, keepdim=True)
         self.real_desc = self._descriptors(real)
-        self.real_std = _spread_pixels(real).numpy().std(0)
+        pixels = _spread_pixels(real).numpy()
+        self.real_std = pixels.std(0)
         # A conditional G's spread is measured within each class (a folder's class subfolders).
         self.real_std_by_class = {} if real_labels is None else std_by_class(
-            _spread_pixels(real).numpy(), _reference_subset(torch.as_tensor(real_labels), n_images))
+            pixels, _reference_subset(torch.as_tensor(real_labels), n_images))
         self._latents: dict[int, torch.Tensor] = {}
 
     def _descriptors(self, images: torch.Tensor) -> list[torch.Tensor]:
