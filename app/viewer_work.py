@@ -44,9 +44,9 @@ from core.rundir import DISK_FULL
 # the heavy lane's (files to download, which may wait); bench/README.md, "Viewer work beside training".
 QUICK_NICE = int(os.environ.get("BLINK_VIEWER_NICE", "10"))
 HEAVY_NICE = 19
-# The most of one core each lane takes while a run trains, however many ask: it rests after each
-# request in proportion to the CPU that request took (1: no rest).
-QUICK_SHARE = float(os.environ.get("BLINK_VIEWER_QUICK_SHARE", "1.0"))
+# The most of one core the heavy lane takes while a run trains, however many ask: it rests after
+# each request in proportion to the CPU that request took. The quick lane needs no rest: a room
+# acting every 8 s gives it about 25 ms/s, and a student waits on it.
 HEAVY_SHARE = float(os.environ.get("BLINK_VIEWER_HEAVY_SHARE", "0.05"))
 # The modules whose functions viewers' requests run here (no Gradio among them), and core.sample,
 # which app.sample_work imports only inside them (the UI process imports sample_work too).
@@ -108,7 +108,7 @@ class Busy(Exception):
     """Too many viewers' requests are waiting for the worker."""
 
 
-_turns = {True: _Turns(QUICK_SHARE), False: _Turns(HEAVY_SHARE)}   # by quick
+_turns = {True: _Turns(), False: _Turns(HEAVY_SHARE)}   # by quick
 _training = lambda: True   # noqa: E731  (rest_while sets it)
 
 

@@ -15,7 +15,8 @@ by the uploads folder, the Sample tab's output folders, Gradio's upload folder a
 folder, and the time of a gradio_client /status call and of a GET /live/status. At the end it
 prints one JSON line (appended to --report too) and a table: actions, refusals and errors per
 kind, RSS peak and end, disk peaks against the caps the code defines, /status p50/p95/max, the
-run's state, and the trainer's steps/s against the no-viewer window.
+run's state, and the trainer's steps/s (from its own log) against 20 s windows with no viewer
+before the soak and after it: a CPU run's speed drifts by several percent over a minute by itself.
 
     python bench/bench_soak.py                           # 10 minutes, 8 workers
     python bench/bench_soak.py --seconds 3600 --workers 16 --report soak.jsonl
@@ -67,7 +68,17 @@ class Skip(Exception):
     """The live app has no such endpoint, or it needs an argument this bench does not know."""
 
 
-def client_main(url: str, workers: int, out: str, max_entries: int, think: float) -> None:
+def burn(ms_per_s: float, stop: threading.Event) -> None:
+    """Spend about ms_per_s of CPU each second, in 10 ms slices, until stop: a stand-in for the
+    clients' own CPU with no request sent, to tell what they cost the trainer from what the server does."""
+    while not stop.is_set():
+        slice_started, busy_until = time.monotonic(), time.process_time() + ms_per_s / 100_000
+        while time.process_time() < busy_until:
+            pass
+        stop.wait(max(0.01 - (time.monotonic() - slice_started), 0.0))
+
+
+def client_main(url: str, workers: int, out: str, max_entries: int, think: float, burn_ms: float = 0.0) -> None:
     """Runs in its own process; writes per-kind counts, latencies and messages to `out` on SIGTERM."""
     if os.environ.get("BLINK_BENCH_CLIENTS") != "normal":
         deprioritise_clients()
@@ -149,9 +160,8 @@ def client_main(url: str, workers: int, out: str, max_entries: int, think: float
                 return value
         return None
 
-    def worker(index: int) -> None:
+    def worker(index: int, client: Client) -> None:
         rng, mine = random.Random(index), {}
-        client = Client(url, verbose=False)
         while not stop.is_set():
             if think:   # a student looks at what came back before the next click
                 stop.wait(rng.expovariate(1 / think))
@@ -197,9 +207,14 @@ def client_main(url: str, workers: int, out: str, max_entries: int, think: float
                     row["messages"].append(text[:300])
 
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    for i in range(workers):
-        threading.Thread(target=worker, args=(i,), daemon=True).start()
+    # Connected before the soak starts: each Client fetches the app's API description, which costs
+    # the UI a core for a while (a browser's page load does not), and that is not what is measured.
+    clients = [Client(url, verbose=False) for _ in range(workers)]
+    for i, client in enumerate(clients):
+        threading.Thread(target=worker, args=(i, client), daemon=True).start()
     open(out + ".ready", "w").close()
+    if burn_ms:
+        burn(burn_ms, stop)
     while not stop.is_set():
         stop.wait(0.5)
     with lock, open(out, "w") as f:
@@ -309,8 +324,7 @@ def summarise(rows: list[dict], phase: str) -> dict:
     if not picked:
         return {}
     span = picked[-1]["time"] - picked[0]["time"]
-    out = {"seconds": round(span, 1), "steps_per_s": (picked[-1].get("step", 0) - picked[0].get("step", 0)) / span
-           if span else None, "status_errors": sum("status_error" in r for r in picked)}
+    out = {"seconds": round(span, 1), "status_errors": sum("status_error" in r for r in picked)}
     for key in ("status_s", "live_status_s"):
         values = [r[key] for r in picked if key in r]
         out[key] = {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95), "max": max(values, default=None)}
@@ -321,6 +335,23 @@ def summarise(rows: list[dict], phase: str) -> dict:
     for key in [k for k in picked[0] if k.endswith(("_mb", "_files")) and "rss" not in k]:
         out[f"{key}_peak"] = max(r[key] for r in picked)
     return out
+
+
+def trainer_rates(rows: list[dict], events_path: str) -> dict[str, float]:
+    """The trainer's steps/s in each phase, from its own log (a step and its time every log step),
+    not from /status, whose step moves only at log steps: over 20 s that rounds by up to 10%.
+    A phase's wall-clock span maps onto the log's clock by the earliest sighting of a logged step."""
+    with open(events_path) as f:
+        logged = [(row["time"], row["step"]) for row in map(json.loads, f) if "loss_d" in row]
+    logged_at = {step: t for t, step in reversed(logged)}
+    offset = min(r["time"] - logged_at[r["step"]] for r in rows if r.get("step") in logged_at)
+    rates = {}
+    for phase in ("baseline", "soak", "after"):
+        times = [r["time"] - offset for r in rows if r["phase"] == phase]
+        inside = [(t, step) for t, step in logged if times and times[0] <= t <= times[-1]]
+        (t0, s0), (t1, s1) = inside[0], inside[-1]
+        rates[phase] = (s1 - s0) / (t1 - t0)
+    return rates
 
 
 def describe_run_end(rows: list[dict], steps: int) -> str:
@@ -375,8 +406,9 @@ def print_endpoints(app: RunningApp) -> None:
 
 def table(report: dict) -> None:
     cell = lambda v, f="{:.3f}": "-" if v is None else f.format(v)   # noqa: E731
-    soak, base, caps = report["soak"], report["baseline"], report["caps"]
-    print(f"\nSoak: {report['seconds']:.0f} s, {report['workers']} workers (think {report['think']} s), one client process "
+    soak, caps = report["soak"], report["caps"]
+    stand_in = f", burning {report['stand_in_ms']:.0f} ms/s" if report.get("stand_in_ms") else ""
+    print(f"\nSoak: {report['seconds']:.0f} s, {report['workers']} workers (think {report['think']} s), one client process{stand_in} "
           f"(clients at {report['client_priority']} priority); run of {report['steps']} steps on bundled MNIST")
     print("\n| action | done | refused (expected) | busy | errors | p50 s | p95 s | first messages |")
     print("|---|---|---|---|---|---|---|---|")
@@ -410,11 +442,15 @@ def table(report: dict) -> None:
         print(f"| {label} s p50 / p95 / max | {cell(s['p50'])} / {cell(s['p95'])} / {cell(s['max'])} | "
               f"p95 < {STATUS_P95_TARGET_S} |")
     print(f"| /status calls failed | {soak['status_errors']} | 0 |")
-    print(f"| UI CPU ms/s: no viewer / soak | {report['ui_cpu_ms_per_s']['baseline']:.0f} / "
-          f"{report['ui_cpu_ms_per_s']['soak']:.0f} | |")
-    print(f"| viewer-work processes' CPU ms/s in the soak | {report['viewer_work_cpu_ms_per_s']:.0f} | |")
-    print(f"| trainer steps/s: no viewer / soak (ratio) | {cell(base['steps_per_s'], '{:.2f}')} / "
-          f"{cell(soak['steps_per_s'], '{:.2f}')} ({cell(report['trainer_ratio'])}) | |")
+    ui = report["ui_cpu_ms_per_s"]
+    print(f"| UI CPU ms/s: no viewer before / soak / after | {ui['baseline']:.0f} / {ui['soak']:.0f} / {ui['after']:.0f} | |")
+    print(f"| viewer-work processes' CPU ms/s: soak / after | {report['viewer_work_cpu_ms_per_s']:.0f} / "
+          f"{report['viewer_work_cpu_ms_per_s_after']:.0f} | |")
+    print(f"| the bench's client process CPU ms/s (a real room's browsers run elsewhere) | "
+          f"{report['client_cpu_ms_per_s']:.0f} | |")
+    rates = report["trainer_steps_per_s"]
+    print(f"| trainer steps/s: no viewer before / soak / no viewer after (ratio to before and after) | "
+          f"{rates['baseline']:.2f} / {rates['soak']:.2f} / {rates['after']:.2f} ({report['trainer_ratio']:.3f}) | |")
     print(f"| the run at the end | {report['run_end']} | finished, or running and advancing |")
     if report["burst"]:
         b = report["burst"]
@@ -424,7 +460,7 @@ def table(report: dict) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
-        client_main(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), float(sys.argv[6]))
+        client_main(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7]))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--burst-client":
         burst_main(sys.argv[2], int(sys.argv[3]), sys.argv[4])
@@ -441,6 +477,9 @@ def main() -> None:
                              "runs (0: the code's default)")
     parser.add_argument("--burst", type=int, default=0,
                         help="after the soak, this many viewers ask for the same sample at once (0: none)")
+    parser.add_argument("--stand-in", type=float, default=0.0, metavar="MS",
+                        help="the client process also burns MS ms of CPU a second at its priority (with "
+                             "--workers 0: what the bench's own clients cost the trainer, no request sent)")
     parser.add_argument("--report", default="", help="also append the JSON line to this file")
     args = parser.parse_args()
     steps = args.steps or int(RATE_CEILING * (BASELINE_SECONDS + args.seconds + 60))
@@ -474,19 +513,24 @@ def main() -> None:
 
         out = os.path.join(root, "clients.json")
         client = subprocess.Popen([sys.executable, __file__, "--client", app.url, str(args.workers), out,
-                                   str(data.MAX_FILES), str(args.think)], cwd=ROOT)
+                                   str(data.MAX_FILES), str(args.think), str(args.stand_in)], cwd=ROOT)
         while not os.path.exists(out + ".ready"):
             if client.poll() is not None:
                 raise RuntimeError("the client process exited before its viewers started")
             time.sleep(0.5)
         sampler.phase = "soak"
         c2, t2 = cpu_seconds(app.process.pid), time.time()
-        w2 = viewer_work_cpu(app)
+        w2, k2 = viewer_work_cpu(app), cpu_seconds(client.pid)
         time.sleep(args.seconds)
         c3, t3 = cpu_seconds(app.process.pid), time.time()
-        w3 = viewer_work_cpu(app)
+        w3, k3 = viewer_work_cpu(app), cpu_seconds(client.pid)
         client.send_signal(signal.SIGTERM)
         client.wait(120)
+        sampler.phase = "after"   # no viewer again: the trainer's own drift, measured on both sides
+        c4, t4, w4 = cpu_seconds(app.process.pid), time.time(), viewer_work_cpu(app)
+        time.sleep(BASELINE_SECONDS)
+        c5, t5, w5 = cpu_seconds(app.process.pid), time.time(), viewer_work_cpu(app)
+        sampler.phase = "burst"
         burst = {}
         if args.burst:   # the run still trains: the room asks beside it
             burst_out = os.path.join(root, "burst.json")
@@ -499,6 +543,7 @@ def main() -> None:
         with open(out) as f:
             clients = json.load(f)
 
+        rates = trainer_rates(sampler.rows, glob.glob(os.path.join(paths["runs"], "*", "events.jsonl"))[0])
         soak = summarise(sampler.rows, "soak")
         run_end = describe_run_end([r for r in sampler.rows if "state" in r], steps)
         baseline = summarise(sampler.rows, "baseline")
@@ -508,17 +553,20 @@ def main() -> None:
                 actions[kind] = {**{k: row[k] for k in ("done", "refused", "busy", "errors", "messages")},
                                  "p50_s": percentile(row["seconds"], 0.5), "p95_s": percentile(row["seconds"], 0.95)}
         report = {"bench": "soak", "time": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": args.seconds,
-                  "workers": args.workers, "think": args.think, "steps": steps, "load_average": os.getloadavg(),
+                  "workers": args.workers, "think": args.think, "stand_in_ms": args.stand_in, "steps": steps, "load_average": os.getloadavg(),
                   "client_priority": "normal" if os.environ.get("BLINK_BENCH_CLIENTS") == "normal" else "idle",
                   "caps": caps, "baseline": baseline, "soak": soak, "actions": actions,
                   "skipped": clients["skipped"], "run_end": run_end,
                   "burst": burst and {"viewers": args.burst, "errors": burst["errors"],
                                       "p50_s": percentile(burst["seconds"], 0.5),
                                       "max_s": max(burst["seconds"], default=None)},
-                  "trainer_ratio": (soak["steps_per_s"] / baseline["steps_per_s"]
-                                    if baseline.get("steps_per_s") else None),
-                  "ui_cpu_ms_per_s": {"baseline": (c1 - c0) / (t1 - t0) * 1000, "soak": (c3 - c2) / (t3 - t2) * 1000},
-                  "viewer_work_cpu_ms_per_s": sum(w3.get(pid, 0) - w2.get(pid, 0) for pid in w3) / (t3 - t2) * 1000}
+                  "trainer_steps_per_s": rates,
+                  "trainer_ratio": rates["soak"] / ((rates["baseline"] + rates["after"]) / 2),
+                  "ui_cpu_ms_per_s": {"baseline": (c1 - c0) / (t1 - t0) * 1000, "soak": (c3 - c2) / (t3 - t2) * 1000,
+                                      "after": (c5 - c4) / (t5 - t4) * 1000},
+                  "viewer_work_cpu_ms_per_s": sum(w3.get(pid, 0) - w2.get(pid, 0) for pid in w3) / (t3 - t2) * 1000,
+                  "viewer_work_cpu_ms_per_s_after": sum(w5.get(pid, 0) - w4.get(pid, 0) for pid in w5) / (t5 - t4) * 1000,
+                  "client_cpu_ms_per_s": (k3 - k2) / (t3 - t2) * 1000}
         line = json.dumps(report, default=float)
         print(line)
         if args.report:
