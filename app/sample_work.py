@@ -118,84 +118,82 @@ def read_png(path: str) -> np.ndarray:
 
 
 # ---- seeds ------------------------------------------------------------------------------------
-def _samples(directory: str, seed: int, count: int, label: int | None):
+def _samples(generator, seed: int, count: int, label: int | None):
     from core import sample as sampling
-    (generator, meta), _ = _generators.get(directory)
-    images = sampling.generate(generator, sampling.latents(seed, count, generator.z_dim),
-                               sampling.class_labels(generator, seed, count, label))
-    return images, meta
+    return sampling.generate(generator, sampling.latents(seed, count, generator.z_dim),
+                             sampling.class_labels(generator, seed, count, label))
 
 
 def _look(directory: str, what, make):
-    """make()'s result, drawn once for this generator file and `what` (the look and its arguments)."""
-    _, key = _generators.get(directory)
-    key = (key, *what)
-    if key in _looks:
-        _looks[key] = _looks.pop(key)   # the newest again: the oldest go first
-        return _looks[key]
-    return _keep(_looks, key, make(), KEPT_LOOKS)
+    """make(generator, meta, key)'s result, drawn once for this generator file and `what` (the look
+    and its arguments), and from the very file it is kept under."""
+    (generator, meta), key = _generators.get(directory)
+    look = (key, *what)
+    if look in _looks:
+        _looks[look] = _looks.pop(look)   # the newest again: the oldest go first
+        return _looks[look]
+    return _keep(_looks, look, make(generator, meta, key), KEPT_LOOKS)
 
 
 def sample_grid(directory: str, seed: int, count: int, label: int | None, columns: int) -> tuple[np.ndarray, object]:
     """A grid of `count` samples from `seed` (all of class `label`, or the seed's classes), and the generator's step."""
-    def make():
-        images, meta = _samples(directory, seed, count, label)
-        return grid_image(images, columns=columns), meta.get("step", "?")
+    def make(generator, meta, _key):
+        return grid_image(_samples(generator, seed, count, label), columns=columns), meta.get("step", "?")
     return _look(directory, ("grid", seed, count, label, columns), make)
 
 
 def samples_zip(directory: str, seed: int, count: int, label: int | None, path: str) -> tuple[str, object]:
     """A zip of the samples' PNGs, and the step of the generator that drew them."""
     from core import sample as sampling
-    images, meta = _samples(directory, seed, count, label)
+    (generator, meta), _ = _generators.get(directory)
+    images = _samples(generator, seed, count, label)
     return sampling.write_samples_zip(images, path, prefix=f"seed{seed}"), meta.get("step", "?")
 
 
 # ---- interpolation ----------------------------------------------------------------------------
-def _interpolation(directory: str, seeds: tuple[int, int], steps: int, mode: str, classes: tuple[int, int]):
-    """Images along seeds[0] -> seeds[1], the class weights moving from classes[0] to classes[1];
-    the generator's step."""
+def _interpolation(generator, seeds: tuple[int, int], steps: int, mode: str, classes: tuple[int, int]):
+    """Images along seeds[0] -> seeds[1], the class weights moving from classes[0] to classes[1]."""
     import torch
     from core import sample as sampling
-    (generator, meta), _ = _generators.get(directory)
     z = sampling.interpolation_latents(*seeds, steps, generator.z_dim, mode)
     labels = sampling.blended_labels(generator, *classes, torch.linspace(0, 1, steps))
-    return sampling.generate(generator, z, labels), meta.get("step", "?")
+    return sampling.generate(generator, z, labels)
 
 
 def interpolation_strip(directory: str, seeds: tuple[int, int], steps: int, mode: str,
                         classes: tuple[int, int]) -> tuple[np.ndarray, object]:
-    def make():
-        images, step = _interpolation(directory, seeds, steps, mode, classes)
-        return grid_image(images, columns=steps), step
+    def make(generator, meta, _key):
+        images = _interpolation(generator, seeds, steps, mode, classes)
+        return grid_image(images, columns=steps), meta.get("step", "?")
     return _look(directory, ("strip", tuple(seeds), steps, mode, tuple(classes)), make)
 
 
 def interpolation_gif(directory: str, seeds: tuple[int, int], steps: int, mode: str, classes: tuple[int, int],
                       path: str) -> tuple[str, object]:
-    images, step = _interpolation(directory, seeds, steps, mode, classes)
+    (generator, meta), _ = _generators.get(directory)
+    images = _interpolation(generator, seeds, steps, mode, classes)
     frames = list(to_uint8(images))
     frames = frames + frames[-2:0:-1]      # there and back, so the loop has no jump
     write_atomic(path, gif_bytes(frames, duration_ms=90, scale=_scale(images.shape[-1])))
-    return path, step
+    return path, meta.get("step", "?")
 
 
 # ---- directions, truncation and neighbours -----------------------------------------------------
-def _explored(directory: str, seed: int, psi: float, amounts: list[float]):
+def _explored(generator, key, seed: int, psi: float, amounts: list[float]):
+    """The seed's image, truncated and moved along the generator's directions; their variance shares."""
     from core import sample as sampling
-    (generator, meta), key = _generators.get(directory)
     if key not in _directions:
         _keep(_directions, key, sampling.principal_directions(generator, k=N_DIRECTIONS))
     directions, ratio = _directions[key]
     z = sampling.edit_latent(sampling.latents(seed, 1, generator.z_dim), directions, amounts, psi)
-    return sampling.generate(generator, z, sampling.seed_labels(generator, seed, 1))[0], meta, ratio
+    return sampling.generate(generator, z, sampling.seed_labels(generator, seed, 1))[0], ratio
 
 
 def explored_image(directory: str, seed: int, psi: float, amounts: list[float]) -> dict:
     """The seed's image, truncated and moved along the GANSpace directions, enlarged; the
     directions' shares of the variance and the generator's step."""
-    def make():
-        image, meta, ratio = _explored(directory, seed, psi, amounts)
+    def make(generator, meta, key):
+        image, ratio = _explored(generator, key, seed, psi, amounts)
         up = _scale(image.shape[-1])
         return {"image": grid_image(image[None], columns=1).repeat(up, 0).repeat(up, 1),
                 "variance": ratio.tolist(), "step": meta.get("step", "?")}
@@ -217,7 +215,8 @@ def neighbours(directory: str, seed: int, psi: float, amounts: list[float], k: i
     by the server; None: the bundled MNIST), their L2 distances, the pool's size and name, the
     generator's step."""
     from core import sample as sampling
-    image, meta, _ = _explored(directory, seed, psi, amounts)
+    (generator, meta), key = _generators.get(directory)
+    image, _ = _explored(generator, key, seed, psi, amounts)
     try:
         pool, dataset = _training_pool(run_config, image.shape[-1], image.shape[0])
     except DatasetError as exc:   # e.g. the run's dataset is absent offline: its advice, not a blank failure
