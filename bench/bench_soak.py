@@ -349,6 +349,9 @@ def trainer_rates(rows: list[dict], events_path: str) -> dict[str, float]:
     for phase in ("baseline", "soak", "after"):
         times = [r["time"] - offset for r in rows if r["phase"] == phase]
         inside = [(t, step) for t, step in logged if times and times[0] <= t <= times[-1]]
+        if len(inside) < 2:   # a phase shorter than two log steps, or a run that ended before it
+            rates[phase] = None
+            continue
         (t0, s0), (t1, s1) = inside[0], inside[-1]
         rates[phase] = (s1 - s0) / (t1 - t0)
     return rates
@@ -450,7 +453,8 @@ def table(report: dict) -> None:
           f"{report['client_cpu_ms_per_s']:.0f} | |")
     rates = report["trainer_steps_per_s"]
     print(f"| trainer steps/s: no viewer before / soak / no viewer after (ratio to before and after) | "
-          f"{rates['baseline']:.2f} / {rates['soak']:.2f} / {rates['after']:.2f} ({report['trainer_ratio']:.3f}) | |")
+          f"{cell(rates['baseline'], '{:.2f}')} / {cell(rates['soak'], '{:.2f}')} / {cell(rates['after'], '{:.2f}')} "
+          f"({cell(report['trainer_ratio'])}) | |")
     print(f"| the run at the end | {report['run_end']} | finished, or running and advancing |")
     if report["burst"]:
         b = report["burst"]
@@ -561,7 +565,8 @@ def main() -> None:
                                       "p50_s": percentile(burst["seconds"], 0.5),
                                       "max_s": max(burst["seconds"], default=None)},
                   "trainer_steps_per_s": rates,
-                  "trainer_ratio": rates["soak"] / ((rates["baseline"] + rates["after"]) / 2),
+                  "trainer_ratio": (rates["soak"] / ((rates["baseline"] + rates["after"]) / 2)
+                                    if None not in rates.values() else None),
                   "ui_cpu_ms_per_s": {"baseline": (c1 - c0) / (t1 - t0) * 1000, "soak": (c3 - c2) / (t3 - t2) * 1000,
                                       "after": (c5 - c4) / (t5 - t4) * 1000},
                   "viewer_work_cpu_ms_per_s": sum(w3.get(pid, 0) - w2.get(pid, 0) for pid in w3) / (t3 - t2) * 1000,
