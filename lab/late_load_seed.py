@@ -1,4 +1,4 @@
-"""Does a late load event re-draw the Train tab's Seed box? (an open finding; lab/README.md)
+"""Is what is typed into the Train tab's Seed box kept, when it is typed as Advanced opens? (lab/README.md)
 
 Starts the real app, then N times in a fresh browser context: open the page, wait for the time
 estimate, open Advanced, type "1.5" into Seed at once, leave the box, and read it ten times over
