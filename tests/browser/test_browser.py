@@ -46,8 +46,9 @@ SCREENS = {"projector": PROJECTOR, "host": HOST_SCREEN, "phone": PHONE}
 def refused_on_the_page(page, field, value: str, message: str) -> None:
     """Type `value` into `field`, press Start, and see the project's refusal (naming the field) on screen."""
     from playwright.sync_api import expect
-    # Typed again if the page's own load events, arriving late, re-drew the box with its old value
-    # (seen: Seed back at 0, and Start then began a run).
+    # Typed again if the box took its first value after the fill: a box in an accordion just opened
+    # does so a few milliseconds after it appears, faster than a person but not than Playwright
+    # (seen: Seed back at 0, and Start then began a run; lab/README.md).
     for _ in range(5):
         field.fill(value)
         field.press("Tab")
