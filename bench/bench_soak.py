@@ -385,6 +385,22 @@ def viewer_work_cpu(app: RunningApp) -> dict[int, float]:
     return seconds
 
 
+def cpu_now(app: RunningApp, client_pid: int | None = None) -> dict:
+    """The time, and the CPU seconds so far of the UI, of each viewer-work process and of the bench's
+    client process (if given): one end of a window that ms_per_s measures."""
+    return {"time": time.time(), "ui": cpu_seconds(app.process.pid), "work": viewer_work_cpu(app),
+            "client": cpu_seconds(client_pid) if client_pid else 0.0}
+
+
+def ms_per_s(start: dict, end: dict) -> dict:
+    """CPU ms a second over the window from start to end (cpu_now), for the UI, the viewer-work
+    processes together (one started meanwhile counts from 0) and the client."""
+    seconds = end["time"] - start["time"]
+    work = sum(cpu - start["work"].get(pid, 0.0) for pid, cpu in end["work"].items())
+    return {"ui": (end["ui"] - start["ui"]) / seconds * 1000, "work": work / seconds * 1000,
+            "client": (end["client"] - start["client"]) / seconds * 1000}
+
+
 def start_run(app: RunningApp, key: str, steps: int) -> str:
     """Press Start with the page's defaults and `steps`, through the live /start's own names."""
     client = app.client()
@@ -511,9 +527,9 @@ def main() -> None:
                    "gradio": lambda: [paths["gradio"]], "runs": lambda: [paths["runs"]]}
         sampler = Sampler(app, folders)
         sampler.start()
-        c0, t0 = cpu_seconds(app.process.pid), time.time()
+        before = [cpu_now(app)]
         time.sleep(BASELINE_SECONDS)
-        c1, t1 = cpu_seconds(app.process.pid), time.time()
+        before.append(cpu_now(app))
 
         out = os.path.join(root, "clients.json")
         client = subprocess.Popen([sys.executable, __file__, "--client", app.url, str(args.workers), out,
@@ -523,17 +539,15 @@ def main() -> None:
                 raise RuntimeError("the client process exited before its viewers started")
             time.sleep(0.5)
         sampler.phase = "soak"
-        c2, t2 = cpu_seconds(app.process.pid), time.time()
-        w2, k2 = viewer_work_cpu(app), cpu_seconds(client.pid)
+        during = [cpu_now(app, client.pid)]
         time.sleep(args.seconds)
-        c3, t3 = cpu_seconds(app.process.pid), time.time()
-        w3, k3 = viewer_work_cpu(app), cpu_seconds(client.pid)
+        during.append(cpu_now(app, client.pid))
         client.send_signal(signal.SIGTERM)
         client.wait(120)
         sampler.phase = "after"   # no viewer again: the trainer's own drift, measured on both sides
-        c4, t4, w4 = cpu_seconds(app.process.pid), time.time(), viewer_work_cpu(app)
+        after = [cpu_now(app)]
         time.sleep(BASELINE_SECONDS)
-        c5, t5, w5 = cpu_seconds(app.process.pid), time.time(), viewer_work_cpu(app)
+        after.append(cpu_now(app))
         sampler.phase = "burst"
         burst = {}
         if args.burst:   # the run still trains: the room asks beside it
@@ -567,11 +581,11 @@ def main() -> None:
                   "trainer_steps_per_s": rates,
                   "trainer_ratio": (rates["soak"] / ((rates["baseline"] + rates["after"]) / 2)
                                     if None not in rates.values() else None),
-                  "ui_cpu_ms_per_s": {"baseline": (c1 - c0) / (t1 - t0) * 1000, "soak": (c3 - c2) / (t3 - t2) * 1000,
-                                      "after": (c5 - c4) / (t5 - t4) * 1000},
-                  "viewer_work_cpu_ms_per_s": sum(w3.get(pid, 0) - w2.get(pid, 0) for pid in w3) / (t3 - t2) * 1000,
-                  "viewer_work_cpu_ms_per_s_after": sum(w5.get(pid, 0) - w4.get(pid, 0) for pid in w5) / (t5 - t4) * 1000,
-                  "client_cpu_ms_per_s": (k3 - k2) / (t3 - t2) * 1000}
+                  "ui_cpu_ms_per_s": {"baseline": ms_per_s(*before)["ui"], "soak": ms_per_s(*during)["ui"],
+                                      "after": ms_per_s(*after)["ui"]},
+                  "viewer_work_cpu_ms_per_s": ms_per_s(*during)["work"],
+                  "viewer_work_cpu_ms_per_s_after": ms_per_s(*after)["work"],
+                  "client_cpu_ms_per_s": ms_per_s(*during)["client"]}
         line = json.dumps(report, default=float)
         print(line)
         if args.report:
