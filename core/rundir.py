@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Callable
 from core.images import grid_image, png_bytes
 from core.status import Status
 
-STATES = ("starting", "compiling", "running", "paused", "done", "stopped", "failed")
+STATES = ("preparing", "waiting", "starting", "compiling", "running", "paused", "done", "stopped", "failed")
 FINAL_STATES = ("done", "stopped", "failed")
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)

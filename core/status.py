@@ -13,7 +13,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Status:
-    state: str = ""                   # starting | compiling | running | paused | done | stopped | failed; "" before any
+    # preparing (the data, on the CPU, before a chunked run's first GPU call) | waiting (for a GPU
+    # call) | starting | compiling | running | paused | done | stopped | failed; "" before any
+    state: str = ""
     message: str = ""                 # what the student reads: what happened and what to do (a failure's hint included)
     updated: float = 0.0              # time.time() of the write: viewers redraw when it changes
     step: int = 0
@@ -42,6 +44,8 @@ class Status:
     notice: str = ""                  # about the device (e.g. why a requested one fell back)
     stepped_from: int = 0             # > 0 while paused after a Step: the step it started from (grids before/after)
     chunk: int = 0                    # > 0: the run trains in chunks (ZeroGPU) and is in this one
+    chunk_ended: int = 0              # the last chunk that ended by itself, its checkpoint saved (app/chunks.py)
+    chunk_margin: float = 0.0         # seconds that chunk's call spent besides training: the next call asks for them
     diagnostics: dict[str, Any] = field(default_factory=dict)   # the Diagnostics panel's rows, by name
     # A Stop or Pause pressed and not yet acted on: the job fills it in for viewers from the run's
     # request file; the trainer never sets it.

@@ -36,6 +36,7 @@ MAX_STEPS_WHILE_PAUSED = 100   # one Step press at most: a class watches each on
 # Grids come often while the picture changes fastest, then at the configured interval.
 EARLY_GRID_STEPS, EARLY_GRID_EVERY = 200, 10
 EARLY_QUALITY_STEP = 50     # the first quality point, long before quality_every
+PREPARE_STATUS_SECONDS = 0.5   # between prepare_data's status writes
 
 
 def warm_up() -> None:
@@ -50,7 +51,7 @@ def warm_up() -> None:
 @dataclass(frozen=True)
 class Chunk:
     """One piece of a run that trains in chunks (app/chunks.py: one ZeroGPU call each): the
-    trainer trains for `seconds` from its start, then saves the checkpoint and ends, and the app
+    trainer trains for `seconds` from its first step, then saves the checkpoint and ends, and the app
     starts the next chunk from it."""
     number: int
     seconds: float
@@ -73,7 +74,6 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     stops (checkpoint kept) when that process is gone. chunk: train only that long, then save and
     return "running" (or "paused" when a Pause came: a chunk does not wait, holding the GPU).
     """
-    chunk_deadline = time.monotonic() + chunk.seconds if chunk else None
     from core import devices
     devices.prepare_environment(config.device)   # before anything imports torch_xla
     run = RunDir(run_path)
@@ -99,7 +99,8 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
                           matmul_precision=training.matmul_precision,
                           data_load_seconds=training.data_load_seconds, images_skipped=training.dataset.skipped,
                           chunk=chunk.number if chunk else 0)
-        loop = Loop(training, run, Control(run, (watch_parent,)), report, resume=resume, chunk_deadline=chunk_deadline)
+        loop = Loop(training, run, Control(run, (watch_parent,)), report, resume=resume,
+                    chunk_seconds=chunk.seconds if chunk else None)
         try:
             loop.run()
         except Stop as stop:
@@ -120,6 +121,37 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     return run.read_status().state or "failed"
 
 
+def prepare_data(config: TrainConfig, run_path: str, device_kind: str) -> bool:
+    """Decode, resize and cache the run's data on the CPU, as a run of `config` on a `device_kind`
+    device will train it, writing the progress into the run's status ("preparing"); False (status
+    "failed", in the dataset's own words) when the data or the config is refused. No device work:
+    a chunked run does this before its first GPU call (app/job.py), so a call's seconds are
+    training seconds, and the trainer then reads the cached files."""
+    from core import data
+    from core.architecture import model_resolution
+    run = RunDir(run_path)
+    last_write = 0.0
+
+    def progress(done: int, total: int) -> None:
+        nonlocal last_write
+        # Each write replaces status.json: a couple a second keep the page live, more would only cost.
+        if time.monotonic() - last_write >= PREPARE_STATUS_SECONDS or done == total:
+            last_write = time.monotonic()
+            run.write_status("preparing", f"Preparing the dataset: {done:,} of {total:,} images...", pid=os.getpid())
+
+    try:
+        config, _ = resolved_for(config, device_kind)   # as train() resolves it: the same preset, the same size
+        config = validate(config, preset=config.preset)
+        dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb, progress=progress)
+        data.resized(dataset, model_resolution(config.preset, dataset.resolution), progress)
+        validate(config, dataset_size=len(dataset))
+    except (ConfigError, data.DatasetError) as exc:
+        run.write_status("failed", str(exc), pid=None)
+        return False
+    progress(len(dataset), len(dataset))   # a set read from the cache says so too
+    return True
+
+
 class Loop:
     """A run's loop around its Training: `run()` steps it and does the bookkeeping.
 
@@ -127,12 +159,14 @@ class Loop:
     the run's status, and `control` (core/control.py) says at each log step whether to go on."""
 
     def __init__(self, training, run: RunDir, control: Control, report: Reporter, resume: bool = False,
-                 chunk_deadline: float | None = None):
+                 chunk_seconds: float | None = None):
         """training: core.training.build_training's, for a config resolved for its device.
-        chunk_deadline: time.monotonic() at which this chunk of the run ends (None: not chunked)."""
+        chunk_seconds: how long this chunk of the run trains, counted from its first step, so the
+        data and the nets' setup take none of it (None: not chunked)."""
         self.training, self.config, self.rt, self.run_dir = training, training.config, training.rt, run
         self.control, self.report = control, report
-        self.chunk_deadline = chunk_deadline
+        self.chunk_seconds = chunk_seconds
+        self.chunk_deadline: float | None = None
         self.saved_step = 0
         if resume:
             state = run.load_checkpoint()
@@ -181,6 +215,8 @@ class Loop:
         self._work("saving the real images", lambda: self.run_dir.save_real_grid(
             to_model_range(training.real_grid).numpy(), training.grid_columns))
         self.report.start()
+        if self.chunk_seconds is not None:
+            self.chunk_deadline = time.monotonic() + self.chunk_seconds
         self._status("compiling" if rt.is_xla else "running",
                      "XLA is compiling the graph..." if rt.is_xla else "Training...")
         while self.step_count < cfg.steps:
@@ -229,7 +265,7 @@ class Loop:
             raise Stop("failed", diverged)
         self.warning = self.phase.warning()
         decision = self.control.decision()
-        if decision == "pause" and self.chunk_deadline is not None:   # the GPU is given back while paused
+        if decision == "pause" and self.chunk_seconds is not None:   # the GPU is given back while paused
             raise Stop("paused", f"Paused at step {self.step_count}.")
         if decision == "pause":
             self._status("paused", f"Paused at step {self.step_count}.")

@@ -173,7 +173,7 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     t0 = time.perf_counter()
     dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb)
     resolution = models.model_resolution(config.preset, dataset.resolution)
-    images = data.resize(dataset.images, resolution)
+    images = data.resized(dataset, resolution)
     validate(config, dataset_size=len(images))
     # Class-conditional when the dataset has labels (config.conditional "auto"): a viewer can
     # ask for a class, and on MNIST it learns faster (lab/README.md, "Conditional").

@@ -14,10 +14,11 @@ writing `from core import data` and `data.load(...)`, whatever module a name liv
     own.py       a student's own images: guard_path, listing, decoding budgets, load_own
     cache.py     the cache folder and files, DatasetError
     tensors.py   ImageSet and its cache files (torch)
-    stream.py    resize and BatchStream, what the trainer draws from (torch)
+    stream.py    resize, resized (a set's resized copy, kept in the cache) and BatchStream,
+                 what the trainer draws from (torch)
 
 The UI process lists, checks and describes datasets through this package and never imports torch
-(issue 13: its memory): the names that need it (ImageSet, BatchStream, resize) are imported from
+(issue 13: its memory): the names that need it (ImageSet, BatchStream, resize, resized) are imported from
 their modules when first used, and the loaders import tensors.py when they build or read a set.
 """
 from __future__ import annotations
@@ -40,26 +41,28 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MAX_MB", "MAX_FILES", "MAX_IMAGE_BYTES", "PREP_VERSION", "SOURCES", "BatchStream",
            "DatasetError", "ImageSet", "Listing", "Source", "allowed_roots", "cache_dir", "dataset_info",
            "decode_image", "guard_path", "list_images", "load", "load_bundled_mnist", "load_own",
-           "network_allowed", "preview", "resize", "to_model_range", "upload_name"]
+           "network_allowed", "preview", "resize", "resized", "to_model_range", "upload_name"]
 # The names that need torch, and their modules: imported on first use (see the module docstring).
-_TORCH_NAMES = {"ImageSet": "core.data.tensors", "BatchStream": "core.data.stream", "resize": "core.data.stream"}
+_TORCH_NAMES = {"ImageSet": "core.data.tensors", "BatchStream": "core.data.stream", "resize": "core.data.stream",
+                "resized": "core.data.stream"}
 
 
 def __getattr__(name: str):
-    """data.ImageSet, data.BatchStream, data.resize (PEP 562: called only for names not defined here)."""
+    """data.ImageSet, data.BatchStream, data.resize, data.resized (PEP 562: called only for names not defined here)."""
     if name not in _TORCH_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(_TORCH_NAMES[name]), name)
 
 
-def load(dataset: str, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+def load(dataset: str, data_path: str = "", max_mb: int = DEFAULT_MAX_MB, progress=None) -> ImageSet:
     """Load a dataset at its native size (its Source row's channels and resolution).
 
     data_path: for 'folder' the folder or zip of images; for mnist/fashion-mnist optionally a
     folder holding the four IDX files, copied into the cache. max_mb: the zip size limit
-    (TrainConfig.max_image_mb).
+    (TrainConfig.max_image_mb). progress(done, total): called while images are decoded, where the
+    loader decodes them one by one (own images, CelebA).
     """
-    return source_of(dataset).load(data_path, max_mb)
+    return source_of(dataset).load(data_path, max_mb, progress)
 
 
 def dataset_info(dataset: str, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:

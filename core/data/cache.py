@@ -4,6 +4,7 @@ Shared by every kind of dataset (sources.py, own.py), so it imports neither. Whe
 (cache_dir(): BLINK_DATA_DIR, default ~/.cache/blink/datasets):
     processed/<dataset>-v<N>.pt (+ .json)    a torchvision set, decoded once, uint8
     own/<fingerprint>-v<N>.pt (+ .json)      a user's folder or zip, decoded once
+    <that file's stem>-<R>px.pt (+ .json)    that set resized to R for a model (stream.resized)
 The .pt holds the images (N, C, H, W) and labels (written and read by tensors.py); the .json its
 name, size, shape and class names, so the UI can say what is ready without opening the tensors, nor torch.
 """

@@ -54,6 +54,7 @@ DEFAULT_MAX_MB = 200
 DECODE_BYTES_PER_PIXEL = 16
 DECODE_BUDGET_BYTES = MAX_IMAGE_BYTES + MAX_PIXELS * DECODE_BYTES_PER_PIXEL
 PREVIEW_SECONDS = 20.0                   # total decode time of one preview
+PROGRESS_SECONDS = 0.25                  # between decode_many's progress calls: cheap, still live
 # A class subfolder needs this many images: fewer cannot show a conditional GAN what the class
 # looks like (it would copy them), and a folder that small is likelier a stray ("misc",
 # thumbnails) than a class. Refused with the folder's name rather than trained on.
@@ -375,11 +376,14 @@ def _flatten(img, grey: bool):
 
 
 def decode_many(names: list[str], read, size: int = OWN_RESOLUTION,
-                 deadline: float | None = None) -> tuple[list, list[bool], list[str]]:
+                 deadline: float | None = None, progress=None) -> tuple[list, list[bool], list[str]]:
     """Decode in threads (PIL releases the GIL while decoding), in bounded chunks of bytes.
 
-    deadline (time.monotonic()): images not decoded by then count as unreadable."""
+    deadline (time.monotonic()): images not decoded by then count as unreadable.
+    progress(done, total): images finished so far (decoded or not), a few times a second at most
+    and once at the end, so a caller can show it for a folder that takes minutes."""
     arrays, greys, bad = [], [], []
+    next_report = 0.0
 
     def one(name: str):
         left = None if deadline is None else deadline - time.monotonic()
@@ -399,6 +403,10 @@ def decode_many(names: list[str], read, size: int = OWN_RESOLUTION,
                 else:
                     arrays.append(result[0])
                     greys.append(result[1])
+                done = len(arrays) + len(bad)
+                if progress is not None and (time.monotonic() >= next_report or done == len(names)):
+                    next_report = time.monotonic() + PROGRESS_SECONDS
+                    progress(done, len(names))
     return arrays, greys, bad
 
 
@@ -435,9 +443,10 @@ def _load_cached(listing: Listing, title: str) -> ImageSet | None:
     return load_cached(_cache_path(listing), title) if _cached_meta(listing) else None
 
 
-def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+def load_own(path: str, max_mb: int = DEFAULT_MAX_MB, progress=None) -> ImageSet:
     """A folder or zip of PNG/JPEG images -> 64x64 (RGB, or 1 channel if all are grey), cached.
-    With class subfolders (image_classes) the set has labels and class names."""
+    With class subfolders (image_classes) the set has labels and class names. progress(done, total)
+    while images are decoded (not called for a set read from the cache)."""
     from core.data.tensors import ImageSet, save_cached
     listing = list_images(path, max_mb)
     classes = _listed_classes(listing)
@@ -454,7 +463,7 @@ def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
         cached = _load_cached(listing, title)
         if cached is not None:
             return cached
-        arrays, greys, bad = decode_many(listing.names, listing.reader())
+        arrays, greys, bad = decode_many(listing.names, listing.reader(), progress=progress)
         if not arrays:
             raise _nothing_usable(listing, len(bad))
         labels = None
@@ -467,6 +476,7 @@ def load_own(path: str, max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
                            ignored=listing.ignored, class_names=classes.names)
         try:
             save_cached(cache, decoded)
+            decoded.cache_path = cache
         except OSError:
             pass
         return decoded

@@ -91,8 +91,9 @@ class Source:
     channels: int                   # native shape: the model adapts to it
     resolution: int
 
-    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
-        """The whole set at its native size, decoded once and cached; DatasetError with advice."""
+    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB, progress=None) -> ImageSet:
+        """The whole set at its native size, decoded once and cached; DatasetError with advice.
+        progress(done, total): called as images are decoded, where the loader can count them."""
         raise NotImplementedError
 
     def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
@@ -110,7 +111,7 @@ class BundledMnist(Source):
     size: int
     path: str = BUNDLED_MNIST
 
-    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB, progress=None) -> ImageSet:
         from core.data.tensors import ImageSet
         with np.load(self.path) as npz:
             images = npz["images"].copy()[:, None]      # (N, 1, 28, 28)
@@ -126,8 +127,8 @@ class OwnImages(Source):
     """A student's folder or zip (data_path), read through the guards of own.py; 64x64, and one
     channel instead of `channels` when every image is grey."""
 
-    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
-        return own.load_own(data_path, max_mb)
+    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB, progress=None) -> ImageSet:
+        return own.load_own(data_path, max_mb, progress)
 
     def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
         return own.own_info(data_path, max_mb)
@@ -177,8 +178,9 @@ class TorchvisionSource(Source):
         import torchvision.datasets as tvd
         return getattr(tvd, self.tv_class)
 
-    def tensors(self, ds, root: str) -> tuple:
-        """The parsed training split -> uint8 images (N, C, H, W) and labels (or None), tensors or arrays."""
+    def tensors(self, ds, root: str, progress=None) -> tuple:
+        """The parsed training split -> uint8 images (N, C, H, W) and labels (or None), tensors or arrays.
+        progress(done, total): where the images are decoded one by one (CelebA's JPEGs)."""
         raise NotImplementedError
 
     # ---- the same for every format
@@ -226,7 +228,7 @@ class TorchvisionSource(Source):
                 f"{self.title} files in {os.path.join(root, self.folder)} failed torchvision's check ({exc}). "
                 f"Delete that folder and download again from {self.url}.") from exc
 
-    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> ImageSet:
+    def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB, progress=None) -> ImageSet:
         from core.data.tensors import ImageSet, load_cached, save_cached
         root = cache_dir()
         path = self.cache_path()
@@ -246,7 +248,7 @@ class TorchvisionSource(Source):
                 self.download(root)
             try:
                 self.stage(root)
-                images, labels = self.tensors(self.open(root), root)
+                images, labels = self.tensors(self.open(root), root, progress)
             except DatasetError:
                 raise
             except (OSError, EOFError, ValueError, TypeError, AssertionError, KeyError, zlib.error,
@@ -325,7 +327,7 @@ class IdxSource(TorchvisionSource):
                 with gzip.open(os.path.join(folder, name), "rb") as src:
                     write_atomic(raw, src)
 
-    def tensors(self, ds, root: str) -> tuple:
+    def tensors(self, ds, root: str, progress=None) -> tuple:
         return ds.data[:, None].contiguous(), ds.targets.long()
 
 
@@ -357,7 +359,7 @@ class CifarSource(TorchvisionSource):
             meta = dict(base.meta, md5=None)
         return Unverified
 
-    def tensors(self, ds, root: str) -> tuple:
+    def tensors(self, ds, root: str, progress=None) -> tuple:
         images = np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))   # HWC -> CHW
         return images, np.asarray(ds.targets, dtype=np.int64)
 
@@ -393,10 +395,10 @@ class CelebASource(TorchvisionSource):
             file_list = [(fid, None, name) for fid, _, name in base.file_list]
         return Unverified
 
-    def tensors(self, ds, root: str) -> tuple:
+    def tensors(self, ds, root: str, progress=None) -> tuple:
         folder = os.path.join(root, self.folder, self.images_folder)
         paths = [os.path.join(folder, name) for name in ds.filename]
-        arrays, _, bad = own.decode_many(paths, own.read_file)
+        arrays, _, bad = own.decode_many(paths, own.read_file, progress=progress)
         if bad:
             raise DatasetError(f"{len(bad)} {self.title} images could not be read (first: {bad[0]}). "
                                f"Extract {self.images_folder}.zip again into {os.path.join(root, self.folder)}.")

@@ -1,23 +1,56 @@
 """The batch stream: what the trainer draws from an ImageSet's uint8 images.
 
-resize runs once, before training (e.g. 28 -> 64 for the 64x64 DCGAN); BatchStream then gives
-endless fixed-shape batches, converted to [-1, 1] on the device.
+resize runs once, before training (e.g. 28 -> 64 for the 64x64 DCGAN), and resized keeps its result in
+the cache; BatchStream then gives endless fixed-shape batches, converted to [-1, 1] on the device.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
 
-from core.data.cache import DatasetError
+from core.data.cache import DatasetError, file_lock
+from core.data.tensors import ImageSet, load_cached, save_cached
 from core.images import to_model_range
 
 
-def resize(images: torch.Tensor, resolution: int) -> torch.Tensor:
-    """Resize uint8 images once (antialiased), e.g. 28 -> 64 for the seed's 64x64 DCGAN."""
+def resized(image_set, resolution: int, progress=None) -> torch.Tensor:
+    """The set's images at `resolution`, the same values as resize(): resized once, then kept beside
+    its decoded file in the cache and memory-mapped from there, so a run's next session (a ZeroGPU
+    chunk, a resume) reads them instead of resizing again. A set kept nowhere (the bundled MNIST,
+    small) is resized each time. progress(done, total) as images are resized."""
+    images = image_set.images
+    if images.shape[-1] == resolution and images.shape[-2] == resolution:
+        return images
+    if not image_set.cache_path:
+        return resize(images, resolution, progress)
+    path = image_set.cache_path[:-3] + f"-{resolution}px.pt"
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(path))   # one process resizes, the others then read its file
+        except OSError:                            # a read-only cache only costs the resize next time
+            pass
+        cached = load_cached(path, image_set.name)
+        if cached is not None and cached.images.shape == (len(images), images.shape[1], resolution, resolution):
+            return cached.images
+        out = resize(images, resolution, progress)
+        try:
+            save_cached(path, ImageSet(out, image_set.name))   # the labels stay in the decoded file
+        except OSError:                            # a full or read-only cache only costs the resize next time
+            pass
+        return out
+
+
+def resize(images: torch.Tensor, resolution: int, progress=None) -> torch.Tensor:
+    """Resize uint8 images once (antialiased), e.g. 28 -> 64 for the seed's 64x64 DCGAN.
+    progress(done, total): before each chunk of images and once at the end."""
     if images.shape[-1] == resolution and images.shape[-2] == resolution:
         return images
     out = []
     for chunk in images.split(2048):    # bounded memory for large sets
+        if progress is not None:
+            progress(sum(len(part) for part in out), len(images))
         if chunk.dtype == torch.uint8:
             # PyTorch's native uint8 path: several times faster than via float, and within 1 grey
             # level of the float result.
@@ -27,6 +60,8 @@ def resize(images: torch.Tensor, resolution: int) -> torch.Tensor:
         x = F.interpolate(chunk.float(), size=(resolution, resolution), mode="bilinear",
                           antialias=True, align_corners=False)
         out.append(x.round().clamp(0, 255).to(torch.uint8))
+    if progress is not None:
+        progress(len(images), len(images))
     return torch.cat(out)
 
 

@@ -33,6 +33,8 @@ class ImageSet:
     skipped: int = 0          # unreadable image files left out (own images)
     ignored: int = 0          # files that are not PNG/JPEG, not used (own images)
     class_names: list[str] = field(default_factory=list)
+    # Its decoded file in the cache ("" for a set kept nowhere): copies resized from it are kept beside it.
+    cache_path: str = ""
 
     def __post_init__(self):
         self.images = torch.as_tensor(self.images)
@@ -90,4 +92,4 @@ def load_cached(path: str, name: str) -> ImageSet | None:
     except Exception:                # a damaged cache file is rebuilt, not fatal
         return None
     return ImageSet(state["images"], meta.get("name", name), state.get("labels"),
-                    meta.get("skipped", 0), meta.get("ignored", 0), meta.get("class_names", []))
+                    meta.get("skipped", 0), meta.get("ignored", 0), meta.get("class_names", []), path)

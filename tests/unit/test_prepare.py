@@ -1,0 +1,160 @@
+"""A run's data prepared on the CPU before any GPU call (a ZeroGPU run's chunks): the resized set
+kept in the cache, the progress of decoding and resizing, core.train.prepare_data, and a chunk's
+clock that starts at its first step.
+
+Real images made here, the real loaders and cache (a private BLINK_DATA_DIR), one real short run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from core import data
+from core.config import TrainConfig
+from core.data import own, stream
+from core.rundir import RunDir
+from core.train import Chunk, prepare_data, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+IMAGES = 40
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    root.mkdir()
+    monkeypatch.setenv("BLINK_DATA_DIR", str(root))
+    monkeypatch.setenv("BLINK_OFFLINE", "1")
+    return root
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """IMAGES small noisy PNGs in two class folders, in sizes that need a crop and a resize."""
+    rng = np.random.default_rng(0)
+    for i in range(IMAGES):
+        sub = tmp_path / "mine" / ("cats" if i % 2 else "dogs")
+        sub.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(sub / f"{i}.png")
+    return str(tmp_path / "mine")
+
+
+def refuse(*args, **kwargs):
+    raise AssertionError("called again: the cache should have answered")
+
+
+def monotonic(calls) -> bool:
+    return all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
+
+
+def test_the_resized_set_is_kept_beside_the_decoded_one_and_read_from_there(cache, folder, monkeypatch):
+    decoded = data.load("folder", folder)
+    expected = data.resize(decoded.images, 32)
+    first = data.resized(decoded, 32)
+    assert torch.equal(first, expected) and first.dtype == torch.uint8   # what trains is unchanged
+    path = decoded.cache_path[:-3] + "-32px.pt"
+    assert os.path.isfile(path)
+    written = os.stat(path).st_mtime_ns
+    # The next session (a ZeroGPU chunk): neither decoded nor resized again, the file not rewritten.
+    monkeypatch.setattr(own, "decode_many", refuse)
+    monkeypatch.setattr(stream, "resize", refuse)
+    again = data.load("folder", folder)
+    second = data.resized(again, 32)
+    assert torch.equal(second, expected) and os.stat(path).st_mtime_ns == written
+    # At the data's own size nothing more is written: the decoded set is what trains.
+    files = sorted(os.listdir(os.path.dirname(path)))
+    assert data.resized(again, 64) is again.images
+    assert sorted(os.listdir(os.path.dirname(path))) == files
+
+
+def test_progress_counts_the_images_decoded_then_resized(cache, folder):
+    calls = []
+    decoded = data.load("folder", folder, progress=lambda done, total: calls.append((done, total)))
+    assert calls and calls[-1] == (IMAGES, IMAGES) and monotonic(calls)
+    assert {total for _, total in calls} == {IMAGES}
+    calls.clear()
+    data.resized(decoded, 32, lambda done, total: calls.append((done, total)))
+    assert calls[-1] == (IMAGES, IMAGES) and monotonic(calls)
+    # A large set reports once per chunk of images it resizes.
+    calls.clear()
+    data.resize(torch.zeros(5000, 1, 8, 8, dtype=torch.uint8), 4, lambda done, total: calls.append((done, total)))
+    assert calls == [(0, 5000), (2048, 5000), (4096, 5000), (5000, 5000)]
+
+
+def test_prepare_data_says_how_far_it_is_and_leaves_the_trainer_its_files(cache, folder, tmp_path, monkeypatch):
+    config = TrainConfig(dataset="folder", data_path=folder, preset="fast", batch_size=16)
+    run = RunDir.create(config, str(tmp_path / "runs"))
+    written = []
+    write_status = RunDir.write_status
+
+    def recorded(self, state, message="", **fields):
+        written.append((state, message, fields.get("pid")))
+        write_status(self, state, message, **fields)
+    monkeypatch.setattr(RunDir, "write_status", recorded)
+    assert prepare_data(config, run.path, "cuda") is True
+    preparing = [(message, pid) for state, message, pid in written if state == "preparing"]
+    assert preparing[-1] == (f"Preparing the dataset: {IMAGES} of {IMAGES} images...", os.getpid())
+    assert [state for state, _, _ in written] == ["preparing"] * len(written)
+    assert run.read_status().state == "preparing"
+    # What the run's trainer then loads is in the cache, decoded and resized.
+    monkeypatch.setattr(own, "decode_many", refuse)
+    monkeypatch.setattr(stream, "resize", refuse)
+    assert data.resized(data.load("folder", folder), 32).shape == (IMAGES, 3, 32, 32)
+
+
+def test_prepare_data_resolves_the_config_for_the_device_and_touches_none(cache, folder, tmp_path):
+    """'auto' is the 64x64 preset on a GPU (the data's own size: nothing resized) and the 32x32 one
+    on a CPU; neither imports torch_xla nor starts CUDA."""
+    config = TrainConfig(dataset="folder", data_path=folder, preset="auto", batch_size=16)
+    script = ("import sys, json\n"
+              "from core.config import TrainConfig\n"
+              "from core.train import prepare_data\n"
+              "ok = prepare_data(TrainConfig.from_json(sys.argv[1]), sys.argv[2], sys.argv[3])\n"
+              "import torch\n"
+              "print(json.dumps([ok, 'torch_xla' in sys.modules, torch.cuda.is_initialized()]))\n")
+    for kind, resized in (("cuda", []), ("cpu", ["-32px.pt"])):
+        run = RunDir.create(config, str(tmp_path / "runs"))
+        out = subprocess.run([sys.executable, "-c", script, config.to_json(), run.path, kind], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+        assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False, False], out.stderr
+        files = os.listdir(os.path.join(cache, "own"))
+        assert [name[-8:] for name in files if name.endswith("px.pt")] == resized, files
+
+
+def test_prepare_data_refuses_a_folder_without_images_in_the_datasets_words(cache, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("no images here")
+    with pytest.raises(data.DatasetError) as refused:
+        data.load("folder", str(empty))
+    config = TrainConfig(dataset="folder", data_path=str(empty), preset="fast", batch_size=16)
+    run = RunDir.create(config, str(tmp_path / "runs"))
+    assert prepare_data(config, run.path, "cuda") is False
+    status = run.read_status()
+    assert (status.state, status.message) == ("failed", str(refused.value))
+
+
+def test_a_chunks_seconds_are_counted_from_its_first_step(cache, tmp_path, monkeypatch):
+    """Setup slower than the whole chunk (a dataset that takes a second to load) takes none of the
+    chunk's half second of training: it still trains many steps, then ends as a chunk does."""
+    load = data.load
+
+    def slow_load(*args, **kwargs):
+        time.sleep(1.0)
+        return load(*args, **kwargs)
+    monkeypatch.setattr(data, "load", slow_load)
+    config = TrainConfig(preset="fast", batch_size=16, steps=10000, log_every=5, grid_every=1000,
+                         quality_every=0, device="cpu")
+    run = RunDir.create(config, str(tmp_path))
+    assert train(config, run.path, chunk=Chunk(1, 0.5)) == "running"
+    status = run.read_status()
+    assert status.message.startswith("Chunk 1 ended at step"), status.message
+    assert 5 <= status.step < config.steps and status.saved_step == status.step   # ended by the clock, saved
