@@ -11,6 +11,17 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 # Gradio keeps 10,000, about a quarter of a MB each here, so every page load, reload or script
 # client grew the app for good (bench/README.md, "The UI process's memory").
 SESSIONS_KEPT = 300
+# Events Gradio's queue holds waiting. Left unset, Gradio holds one on a ZeroGPU Space (gradio
+# 6.31 Blocks.queue: max_size 1 when SPACES_ZERO_GPU=true), so a room pressing Sample together
+# was refused but for a few; a class of any size fits in this, and viewer work has bounds of its own.
+QUEUE_SIZE = 512
+
+if __name__ == "__mp_main__":
+    # A process the app spawned (a trainer, viewer work) starts here, before it imports anything:
+    # it is no Space's main process, and `spaces` (which Gradio imports) would otherwise patch its
+    # torch to report ZeroGPU's GPU it does not have.
+    from app.chunks import clear_zero_gpu_environment
+    clear_zero_gpu_environment()
 
 
 def notebook_name() -> str:
@@ -101,12 +112,12 @@ def main() -> None:
     use_own_upload_folder()   # before Gradio is imported: some of its modules read the folder then
     from app import chunks
     try:
-        seconds = chunks.chunk_seconds("auto")
+        chunks.chunk_seconds("auto")   # a malformed BLINK_CHUNK_SECONDS is refused now, not at Start
     except ValueError as exc:
         parser.error(str(exc))
     # On ZeroGPU a GPU exists only inside an @spaces.GPU call, so runs train in chunks, one call
     # each; `spaces` must be imported before torch and its function made before launch().
-    chunk_runner = chunks.gpu_chunk_runner(seconds) if chunks.on_zero_gpu() else None
+    chunk_runner = chunks.GpuChunks() if chunks.on_zero_gpu() else None
     from core.rundir import default_root, writable_problem
     problem = writable_problem(default_root())
     if problem:   # Start refuses new runs then; said now, the host can fix it before the lesson
@@ -120,6 +131,8 @@ def main() -> None:
     from core.config import TrainConfig
     job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, standby=True, chunk_runner=chunk_runner)
     demo = build_app(job, host_key=host_key)
+    if chunk_runner is not None:
+        chunk_runner.attach(demo)
     from app import viewer_work
     viewer_work.rest_while(job.is_active)
     viewer_work.warm_up()
@@ -127,7 +140,13 @@ def main() -> None:
     atexit.register(job.shutdown)
     atexit.register(viewer_work.shutdown)
 
+    app_pid = os.getpid()
+
     def stop_trainer_then_exit(signum, frame):
+        if os.getpid() != app_pid:
+            # ZeroGPU's worker, forked from this process, inherits this handler (Ctrl-C reaches the
+            # whole terminal's group): the app itself stops the run the worker trains.
+            return
         # Ctrl-C or SIGTERM (docker stop, systemd, a Space restart): stop the trainer first,
         # then let Gradio's launch loop close the server on KeyboardInterrupt. Waiting for atexit
         # instead left the trainer running for as long as Gradio took to close (a minute, seen
@@ -148,7 +167,7 @@ def main() -> None:
     from app.serving import close_slow_requests, write_cached_images_whole
     close_slow_requests()
     write_cached_images_whole()
-    demo.queue(default_concurrency_limit=4)
+    demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
     quiet_queue_when_idle(demo)
     # ssr_mode=False: the page is rendered in the browser, as the live panel's script and the
     # /live routes expect, also on a Space (where server-side rendering is otherwise the default).

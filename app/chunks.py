@@ -1,32 +1,67 @@
 """Training in chunks: one run as a chain of short trainer sessions, each one GPU call on ZeroGPU.
 
 On a ZeroGPU Space a GPU exists only inside a function decorated with `@spaces.GPU`, while it
-runs, for the duration it declares (counted against the visitor's daily quota); a background
+runs, for the duration it declares (counted against the presser's daily quota); a background
 trainer never sees one. So there a run trains in chunks: each chunk continues the run from its
 checkpoint (weights, optimizers, EMA, step, schedule, random state), trains for its seconds,
 saves and returns, and app/job.py starts the next one until the run is done, stopped or paused.
 Viewers see one run: the chunks write the same run directory.
 
+What ended a chunk is read from what the chunk wrote, never from pids (ZeroGPU keeps its worker
+process and runs the next call in it): a chunk writes its number into the status when it begins
+and `chunk_ended` once its checkpoint is saved. So a chunk that never wrote its number was never
+given a GPU, and one that began but never ended was aborted while training.
+
 The same road runs anywhere with BLINK_CHUNK_SECONDS set (each chunk then a trainer process of
-its own), which is how it is tested on the CPU.
+its own), which is how it is tested on the CPU; tests/zerogpu/ runs the real `spaces` package
+against a stand-in of ZeroGPU's device API.
 
     seconds = chunk_seconds(config.device)    # None: train in one piece
-    runner = gpu_chunk_runner(seconds)        # on ZeroGPU, made before launch(); else None
+    runner = GpuChunks(seconds)               # on ZeroGPU, made before launch()
 """
 from __future__ import annotations
 
+import math
 import os
+import time
+
+from core.devices import DeviceInfo, cuda_info
+from core.rundir import RunDir
 
 CHUNK_ENV = "BLINK_CHUNK_SECONDS"
-# Training seconds per ZeroGPU call. The call declares this plus CALL_MARGIN_SECONDS (the chunk's
-# start and its last checkpoint): 60 s, ZeroGPU's default, which a free account's quota allows.
+# Training seconds per ZeroGPU call: with the call's start and its last checkpoint, a chunk asks
+# for about 60 s, ZeroGPU's default duration, of which a free account's daily quota holds three.
 ZERO_GPU_CHUNK_SECONDS = 45
-CALL_MARGIN_SECONDS = 15
+# What a call needs besides training (the worker's start, the nets and optimizers, the checkpoint
+# read and written), until a chunk of this run has measured it.
+FIRST_CALL_MARGIN_SECONDS = 15
+# ZeroGPU's own variables, which tell `spaces` (and Gradio) that this process is a Space's main
+# process: a spawned child that inherited them would patch torch to report a GPU it does not have.
+ZERO_GPU_VARIABLES = ("SPACES_ZERO_GPU", "SPACES_ZERO_DEVICE_API_URL")
+# The GPU a ZeroGPU call gets unless the Space says otherwise (`spaces` reads the same variable).
+ZERO_GPU_DEFAULT_NAME = "NVIDIA H200 MIG 3g.71gb"
 
 
 def on_zero_gpu() -> bool:
     """True on a ZeroGPU Space: the environment variable the `spaces` package itself reads."""
     return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+
+
+def clear_zero_gpu_environment() -> None:
+    """First thing in a child process the app spawns (the trainer of a CPU run, viewer work, the
+    device probe): it is no Space main process, and must not act as one."""
+    for name in ZERO_GPU_VARIABLES:
+        os.environ.pop(name, None)
+
+
+def zero_gpu_device() -> DeviceInfo:
+    """The GPU each chunk gets on ZeroGPU, described for the page: the UI process sees no GPU
+    (nor may it initialise CUDA), so the preset, precisions and estimates come from this."""
+    name = os.environ.get("ZEROGPU_CUDA_DEVICE_NAME", ZERO_GPU_DEFAULT_NAME)
+    info = cuda_info(f"{name} (ZeroGPU)", bf16=True)
+    info.notice = ("ZeroGPU: the run trains in turns, one GPU call of about a minute each, charged to whoever "
+                   "pressed Start or Resume.")
+    return info
 
 
 def chunk_seconds(device: str) -> float | None:
@@ -46,44 +81,134 @@ def chunk_seconds(device: str) -> float | None:
     return None
 
 
-class ChunkRefused(Exception):
-    """No GPU was given for a chunk (quota spent, none free): the run pauses with this reason."""
+# ---- what ended a chunk ---------------------------------------------------------------------
+def outcome(run: RunDir, number: int) -> str:
+    """'ended' (checkpoint saved), 'aborted' (began, never ended) or 'never began', from what
+    chunk `number` wrote into the run's status."""
+    status = run.read_status()
+    if status.chunk_ended >= number:
+        return "ended"
+    return "aborted" if status.chunk >= number else "never began"
 
 
 def refused_message(number: int, step: int, reason: str) -> str:
-    return (f"Paused at step {step}: no GPU was given for chunk {number} ({reason.strip().rstrip('.')}). "
+    return (f"Paused at step {step}: no GPU was given for chunk {number} ({_words(reason)}). "
             "Nothing trained is lost: press Resume to try again later, or start a run with Device: cpu "
             "to train on this machine's CPU.")
 
 
+def aborted_message(number: int, step: int, saved_step: int, reason: str) -> str:
+    lost = step - saved_step
+    return (f"Paused at step {saved_step}: chunk {number} was aborted while training, at step {step} "
+            f"({_words(reason)}). The {lost} step{'s' if lost != 1 else ''} since the checkpoint at step "
+            f"{saved_step} {'are' if lost != 1 else 'is'} lost; press Resume to go on from there.")
+
+
+def _words(reason: str) -> str:
+    return reason.strip().rstrip(".") or "no reason given"
+
+
+def after_abort(run: RunDir, number: int, reason: str) -> None:
+    """The run as its checkpoint left it: the aborted chunk's events go, and the page says what was lost."""
+    status = run.read_status()
+    run.trim_events(status.saved_step)
+    run.write_status("paused", aborted_message(number, status.step, status.saved_step, reason),
+                     step=status.saved_step, pid=None)
+
+
+# ---- one chunk ----------------------------------------------------------------------------
 def train_chunk(config_dict: dict, run_path: str, resume: bool, chunk, parent_pid: int) -> None:
-    """One chunk inside the GPU call (a worker process that `spaces` forks for it)."""
-    from core.rundir import RunDir
-    from core.train import train
+    """One chunk, in the process that has the GPU: `spaces`' worker on ZeroGPU (forked for the
+    first call, kept for the next ones), or a trainer process of the app's own."""
     from core.config import TrainConfig
+    from core.train import train
+    began = time.monotonic()
     run = RunDir(run_path)
     status = run.read_status()
-    # The pid at once, as app/job.py _train_child does: the app can tell this chunk began.
-    run.write_status(status.state or "starting", status.message or "Starting the trainer...", pid=os.getpid())
+    # The pid and the number at once: the app can tell this chunk began. A later chunk keeps what
+    # the run says (viewers see one run going on, not a restart).
+    going_on = chunk.number > 1 and status.state in ("running", "compiling", "paused")
+    run.write_status(status.state if going_on else "starting", status.message if going_on else "Starting the trainer...",
+                     pid=os.getpid(), chunk=chunk.number)
     train(TrainConfig.from_dict(config_dict), run_path, resume=resume, watch_parent=parent_pid, chunk=chunk)
+    ended = run.read_status()
+    # What the call spent besides training, for the next call's duration (call_seconds).
+    margin = max(time.monotonic() - began - (ended.elapsed - status.elapsed), 0.0)
+    run.write_status(ended.state, ended.message, chunk_ended=chunk.number, chunk_margin=round(margin, 1))
 
 
-def gpu_chunk_runner(seconds: float):
-    """On ZeroGPU: a function that trains one chunk inside an `@spaces.GPU` call, raising
-    ChunkRefused when ZeroGPU gives no GPU. ZeroGPU wants its functions decorated before the app
-    launches (it reports them at start-up), so app.py makes this before launch()."""
-    import spaces
-    on_gpu = spaces.GPU(duration=int(seconds + CALL_MARGIN_SECONDS))(train_chunk)
+def call_seconds(chunk, run_path: str) -> int:
+    """The duration a chunk's GPU call asks for: its training seconds, or fewer when the run's
+    steps left take less at the speed its chunks measured, plus what a call needs besides
+    training as the last chunk measured it. What ZeroGPU charges is this times its node's factor."""
+    status = RunDir(run_path).read_status()
+    training = chunk.seconds
+    if status.steps_per_second and status.steps:
+        training = min(training, 1.2 * (status.steps - status.step) / status.steps_per_second)
+    # Half again what was measured: a call past its duration is killed.
+    margin = 1.5 * status.chunk_margin if status.chunk_ended else FIRST_CALL_MARGIN_SECONDS
+    return max(math.ceil(training + margin), 5)
 
-    def run_chunk(config_dict: dict, run_path: str, resume: bool, chunk, parent_pid: int) -> None:
-        from core.rundir import RunDir
-        run = RunDir(run_path)
-        pid_before = run.read_status().pid
+
+class ChunkCall:
+    """What `spaces` looks for in Gradio's context while a chunk's call waits for and holds a GPU.
+
+    A chunk is no Gradio event of its own (it runs long after the Start press returned), so this
+    stands in for one, through the names `spaces` 0.51 reads (zero/gradio.py get_event,
+    get_server_port; gradio.helpers.log_message): its messages ("Waiting for a GPU...") become the
+    run's status, and it is no longer `alive` once Stop is pressed, which makes `spaces` leave
+    ZeroGPU's queue without taking a GPU."""
+
+    def __init__(self, blocks, run: RunDir, number: int):
+        self._id = f"blink-chunk-{number}"
+        self._queue = self
+        self.active_jobs = [[self]]
+        self.server = getattr(blocks, "server", None)   # its sockets are closed in the forked worker
+        self.run, self.number = run, number
+
+    @property
+    def alive(self) -> bool:
+        return self.run.read_request() != "stop"
+
+    def log_message(self, event_id=None, log="", title="", level="info", duration=None, visible=True) -> None:
+        if log.startswith("Waiting for a GPU") and self.run.read_status().state not in ("waiting",):
+            status = self.run.read_status()
+            self.run.write_status("waiting", f"Waiting for a GPU for chunk {self.number}: {log.rstrip('.')} in "
+                                             "ZeroGPU's queue. Nothing is charged while waiting; Stop leaves the "
+                                             "queue.", pid=None, step=status.step)
+
+    def set_progress(self, *args, **kwargs) -> None:
+        pass
+
+
+class GpuChunks:
+    """On ZeroGPU: trains one chunk inside an `@spaces.GPU` call. ZeroGPU wants its functions
+    decorated before the app launches (it reports them at start-up), so app.py makes this then,
+    and `attach`es the page once built (the forked worker closes the page's sockets)."""
+
+    device_kind = "cuda"   # what a chunk trains on: the data is prepared for it before the first call
+
+    def __init__(self):
+        import spaces
+        self.blocks = None
+        self._on_gpu = spaces.GPU(duration=call_seconds_of)(train_chunk)
+
+    def attach(self, blocks) -> None:
+        self.blocks = blocks
+
+    def __call__(self, config_dict: dict, run_path: str, resume: bool, chunk, parent_pid: int) -> str | None:
+        """Train the chunk; None when the call ended as the chunk did, else ZeroGPU's reason in
+        words (a refusal, an expired token, an aborted call); the caller reads `outcome`."""
+        from gradio.context import LocalContext
+        LocalContext.blocks.set(ChunkCall(self.blocks, RunDir(run_path), chunk.number))
+        LocalContext.event_id.set(f"blink-chunk-{chunk.number}")
         try:
-            on_gpu(config_dict, run_path, resume, chunk, parent_pid)
+            self._on_gpu(config_dict, run_path, resume, chunk, parent_pid)
         except Exception as exc:   # spaces raises gr.Error: its message is the reason, in words
-            reason = str(getattr(exc, "message", "") or exc) or type(exc).__name__
-            if run.read_status().pid == pid_before:   # the chunk never began: the GPU was refused
-                raise ChunkRefused(reason) from exc
-            raise RuntimeError(f"the GPU call ended: {reason}") from exc
-    return run_chunk
+            return str(getattr(exc, "message", "") or exc) or type(exc).__name__
+        return None
+
+
+def call_seconds_of(config_dict: dict, run_path: str, resume: bool, chunk, parent_pid: int) -> int:
+    """`spaces.GPU`'s duration callable: it takes the decorated function's arguments."""
+    return call_seconds(chunk, run_path)

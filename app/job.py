@@ -17,7 +17,8 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
-from app.chunks import ChunkRefused, chunk_seconds, refused_message
+from app import chunks
+from app.chunks import chunk_seconds
 from core.config import TrainConfig
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
 from core.failures import describe, ended_by_signal, failure_message, oom_kills
@@ -80,17 +81,24 @@ def _train_child(config_dict: dict, run_path: str, resume: bool, chunk, parent_p
     # In its own group, a terminal's Ctrl-C no longer reaches the trainer; a SIGINT sent to it
     # by hand must not kill it either: the app asks it to stop (checkpoint kept).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if chunk is not None:
+        chunks.train_chunk(config_dict, run_path, resume, chunk, parent_pid)
+        return
     # The pid goes into the status at once, so a restarted UI can tell a live trainer that is
-    # still loading data from one that died before it ever wrote a status. A later chunk keeps
-    # what the run says (viewers see one run going on, not a restart).
-    run = RunDir(run_path)
-    status = run.read_status()
-    if chunk is not None and chunk.number > 1 and status.state:
-        run.write_status(status.state, status.message, pid=os.getpid())
-    else:
-        run.write_status("starting", "Starting the trainer...", pid=os.getpid())
+    # still loading data from one that died before it ever wrote a status.
+    RunDir(run_path).write_status("starting", "Starting the trainer...", pid=os.getpid())
     from core.train import train
-    train(TrainConfig.from_dict(config_dict), run_path, resume=resume, watch_parent=parent_pid, chunk=chunk)
+    train(TrainConfig.from_dict(config_dict), run_path, resume=resume, watch_parent=parent_pid)
+
+
+def _prepare_child(config_dict: dict, run_path: str, device_kind: str) -> None:
+    """Entry point of the process that prepares a chunked run's data on the CPU, before its first
+    GPU call: a chunk's seconds are then training seconds."""
+    _own_process_group()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from core.train import prepare_data
+    ready = prepare_data(TrainConfig.from_dict(config_dict), run_path, device_kind)
+    raise SystemExit(0 if ready else 1)
 
 
 def _standby_main(connection, parent_pid: int) -> None:
@@ -164,6 +172,7 @@ class Job:
         self._watched = None            # the trainer process a Stop watchdog was started for
         self._chain = None              # the thread that trains a chunked run chunk after chunk
         self._chunk_runner = chunk_runner
+        self._presser = contextvars.copy_context()   # whose quota a chunk's GPU call spends (ZeroGPU)
         self._oom_kills_at_start = None  # the kernel's out-of-memory kill count when the trainer started
         self._run: RunDir | None = None
         # A failure the disk would not let us record: (run path, status), shown and retried until it can be.
@@ -259,37 +268,77 @@ class Job:
         return self._chain is not None and self._chain.is_alive()
 
     def _start_chain(self, config: TrainConfig, run: RunDir, resume: bool, seconds: float) -> None:
-        # In a copy of the caller's context: on ZeroGPU that holds the Start press's request,
-        # which says whose GPU quota the chunks spend (the host's, not the Space's).
-        context = contextvars.copy_context()
-        self._chain = threading.Thread(target=context.run, args=(self._train_in_chunks, config, run, resume, seconds),
+        self._charge_to_presser()
+        self._chain = threading.Thread(target=self._train_in_chunks, args=(config, run, resume, seconds),
                                        name="blink-chunks", daemon=True)
         self._chain.start()
+
+    def _charge_to_presser(self) -> None:
+        """On ZeroGPU each call is charged to the request it is made in: the chunks are made in a copy
+        of this press's context (Start, or Resume of a paused run), so they spend the quota of
+        whoever pressed last, with that person's own token, not the Space's nor an expired one."""
+        self._presser = contextvars.copy_context()
 
     def _train_in_chunks(self, config: TrainConfig, run: RunDir, resume: bool, seconds: float) -> None:
         """Chunk after chunk, each continuing the run from the last one's checkpoint, until the run
         is done, stopped, failed, or paused and then stopped."""
         from core.train import Chunk
+        on_gpu = self._chunk_runner is not None and config.device != "cpu"   # a CPU run needs no GPU call
+        if on_gpu and not resume and not self._prepare_data(config, run):
+            return
         number = run.read_status().chunk if resume else 0   # a resumed run's chunks count on
         while True:
             number += 1
             job = (config.to_dict(), run.path, resume, Chunk(number, seconds))
             try:
-                if self._chunk_runner is not None and config.device != "cpu":   # a CPU run needs no GPU call
-                    self._chunk_runner(*job, os.getpid())
+                if on_gpu:
+                    self._gpu_chunk(run, job)
                 else:
                     self._train_chunk_in_process(job)
                 resume = resume or os.path.exists(run.file("checkpoint.pt"))
-            except ChunkRefused as exc:
-                run.write_status("paused", refused_message(number, run.read_status().saved_step, str(exc)))
-                number -= 1   # the same chunk is asked for again on Resume
-            except Exception as exc:   # the chunk's GPU call died while it trained
-                log.exception("A chunk of run %s ended unexpectedly", run.name)
+            except Exception as exc:   # the chain itself failed: say so in the run rather than hang
+                log.exception("The chunks of run %s ended unexpectedly", run.name)
                 with self._lock:
                     self._mark_failed(run, f"The trainer ended unexpectedly: {describe(exc)}.")
                 return
+            if chunks.outcome(run, number) == "never began":
+                number -= 1   # the same chunk is asked for again on Resume
             if not self._go_on_after_chunk(run):
                 return
+
+    def _gpu_chunk(self, run: RunDir, job: tuple) -> None:
+        """One GPU call, and what ended it, from what the chunk wrote (app/chunks.py outcome)."""
+        number = job[3].number
+        reason = self._presser.copy().run(self._chunk_runner, *job, os.getpid())
+        ended = chunks.outcome(run, number)
+        if ended == "ended" or run.read_status().state in FINAL_STATES:
+            return
+        if ended == "aborted":
+            chunks.after_abort(run, number, reason or "the GPU call ended")
+        elif run.read_request() == "stop":   # Stop while waiting in ZeroGPU's queue: no GPU was taken
+            status = run.read_status()
+            run.write_status("stopped", f"Stopped by request at step {status.saved_step}, while waiting for a "
+                                        "GPU: no GPU time was spent.", step=status.saved_step, pid=None)
+            run.clear_request()
+        else:
+            run.write_status("paused", chunks.refused_message(number, run.read_status().saved_step, reason or ""),
+                             pid=None)
+
+    def _prepare_data(self, config: TrainConfig, run: RunDir) -> bool:
+        """The run's data decoded, resized and cached on the CPU before its first GPU call, with
+        the progress on the page; False when the run ended here (a dataset refused, a Stop)."""
+        with self._lock:
+            if self._shutting_down:
+                return False
+            process = _spawn(_prepare_child, config.to_dict(), run.path, self._chunk_runner.device_kind)
+        while _alive(process):
+            process.join(CHUNK_POLL_SECONDS)
+            if run.read_request() == "stop" or self._shutting_down:
+                _terminate(process, term_wait=1)
+                run.write_status("stopped", "Stopped while preparing the dataset: nothing had trained yet.", pid=None)
+                run.clear_request()
+        _end_process_group(process.pid)
+        return run.read_status().state not in FINAL_STATES
 
     def _train_chunk_in_process(self, job: tuple) -> None:
         with self._lock:
@@ -317,7 +366,7 @@ class Job:
                 return False
             if request == "resume":
                 run.clear_request()
-                run.write_status("running", "Resuming...")
+                run.write_status("running", "Resuming...", pid=None)
                 return True
             if status.state != "paused" and request != "pause":
                 return True
@@ -394,6 +443,8 @@ class Job:
                 if self._chaining():
                     return ("Step needs a run that trains in one piece: in chunks (ZeroGPU) a paused run "
                             "holds no GPU to step with.")
+            if action == "resume" and self._chaining():
+                self._charge_to_presser()   # the next chunks spend the quota of whoever pressed Resume
             try:
                 run.request(action, count)
             except DiskRefused as exc:   # the trainer will fail on its own next write and say so

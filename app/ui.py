@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
-from app import dataset_work, sample_tab, viewer_work, views
+from app import chunks, dataset_work, sample_tab, viewer_work, views
 from app.dataset_work import check_data_path
 from app.errors import log_refusal, name_bad_values, refused
 from app.job import Job, JobBusy, ResumeRefused
@@ -89,7 +89,10 @@ class DeviceCache:
     def get(self, requested: str = "auto") -> devices.DeviceInfo:
         with self._lock:
             if requested not in self._infos:
-                self._infos[requested] = devices.probe_in_subprocess(requested)
+                # On ZeroGPU no process sees the GPU but a chunk's GPU call: the page describes that GPU.
+                on_gpu_call = chunks.on_zero_gpu() and requested in ("auto", "cuda")
+                self._infos[requested] = (chunks.zero_gpu_device() if on_gpu_call
+                                          else devices.probe_in_subprocess(requested))
             return self._infos[requested]
 
 
@@ -215,9 +218,17 @@ def estimate_note(config: TrainConfig, info: devices.DeviceInfo, runs_root: str)
     speed, source = measured, "measured on this server"
     if measured is None and info.kind == "cpu" and preset == "fast":
         speed, source = CPU_FAST_IMAGES_PER_SECOND / gans.get(config.gan).cpu_cost, "rough"
+    turn = chunks.chunk_seconds(config.device) if chunks.on_zero_gpu() else None
+    if turn and speed is None:
+        return (f"On ZeroGPU a run trains in turns, one GPU call each with {turn:.0f} s of training on {info.name}: "
+                "how many steps a turn trains is shown once a first turn has measured it.")
     if speed is None:
         return "Time estimate: shown once the run has measured its speed."
     per_step = config.batch_size * n_critic / speed   # the batch is global: split over the devices
+    if turn:
+        per_turn = turn / per_step
+        return (f"On ZeroGPU: each {turn:.0f}-s turn of {info.name} trains about **{per_turn:,.0f} steps**, so "
+                f"{config.steps:,} steps take about {math.ceil(config.steps / per_turn):,} turns ({source}).")
     note = f"About **{views.duration(per_step * config.steps)}** for {config.steps:,} steps on this {info.kind.upper()} ({source})."
     if per_step > CRAWL_SECONDS_PER_STEP:
         note += "  \n⚠️ " + crawl_warning(config, info, preset, n_critic, speed, per_step)

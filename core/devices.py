@@ -204,15 +204,21 @@ def _tpu_info(pci_ids: list[str], notice: str = "") -> DeviceInfo:
 
 def _cuda_info(notice: str = "") -> DeviceInfo:
     import torch
-    name = torch.cuda.get_device_name(0)
-    refused = {}
-    if not torch.cuda.is_bf16_supported():
-        refused["bf16"] = f"{name} has no bfloat16 support (needs compute capability 8.0+); use fp16 or fp32."
+    info = cuda_info(torch.cuda.get_device_name(0), torch.cuda.is_bf16_supported())
+    info.notice = notice
+    return info
+
+
+def cuda_info(name: str, bf16: bool) -> DeviceInfo:
+    """A CUDA GPU's DeviceInfo from its name and whether it runs bfloat16 (torch-free: the page
+    describes ZeroGPU's GPU with it, which the UI process may not touch)."""
+    refused = {} if bf16 else {"bf16": f"{name} has no bfloat16 support (needs compute capability 8.0+); "
+                                       "use fp16 or fp32."}
     warned = {"fp16": "fp16 trains with a gradient scaler (init 16384, growth 1.5); a DCGAN in fp16 has been "
                       "seen to blow up after ~15 epochs where fp32 and bf16 stayed stable.",
               "fp32": "fp32 convolutions run in TF32 on tensor cores (PyTorch's default, "
                       "torch.backends.cudnn.allow_tf32); matrix products stay in full fp32."}
-    return DeviceInfo("cuda", name, 1, refused, warned, notice)
+    return DeviceInfo("cuda", name, 1, refused, warned)
 
 
 def probe(requested: str = "auto") -> DeviceInfo:

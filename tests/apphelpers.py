@@ -35,7 +35,9 @@ def _end_with_this_process() -> None:
 
 
 class RunningApp:
-    def __init__(self, runs_root: str, extra_args: tuple[str, ...] = (), env: dict | None = None):
+    def __init__(self, runs_root: str, extra_args: tuple[str, ...] = (), env: dict | None = None,
+                 script: str = "app.py"):
+        """script: what starts the app (tests/zerogpu/space.py starts it as a ZeroGPU Space would)."""
         self.runs_root = runs_root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
@@ -43,7 +45,7 @@ class RunningApp:
         environment = {**os.environ, "BLINK_RUNS_DIR": runs_root, "GRADIO_ANALYTICS_ENABLED": "False",
                        "PYTHONUNBUFFERED": "1", **(env or {})}
         self.log = open(self.log_path, "w")
-        self.process = subprocess.Popen([sys.executable, "app.py", "--port", str(self.port), *extra_args],
+        self.process = subprocess.Popen([sys.executable, script, "--port", str(self.port), *extra_args],
                                         cwd=ROOT, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True, preexec_fn=_end_with_this_process)
 

@@ -261,7 +261,7 @@ new ResizeObserver(fitGrid).observe(grid.closest(".live-grid"));
 // Stop and Pause say so on the click, before the server answers: on a busy machine its answer and
 // the trainer's next status can take seconds. The next push replaces the word; a refusal (a wrong
 // host key) puts the last pushed status back (ui.py, the buttons' failure events).
-const PENDING = { "blink-stop": ["stopping...", ["running", "compiling", "paused"]],
+const PENDING = { "blink-stop": ["stopping...", ["preparing", "waiting", "running", "compiling", "paused"]],
                   "blink-pause": ["pausing...", ["running", "compiling"]] };
 document.addEventListener("click", (event) => {
   const button = event.target.closest && event.target.closest("#blink-stop, #blink-pause");

@@ -1,5 +1,7 @@
 """Training in chunks (app/chunks.py), the road a ZeroGPU Space takes, run on the CPU with
-BLINK_CHUNK_SECONDS: each chunk a trainer of its own that continues the run from its checkpoint."""
+BLINK_CHUNK_SECONDS: each chunk a trainer of its own that continues the run from its checkpoint.
+What only ZeroGPU does (its queue, refusals, tokens, a worker kept between calls, an aborted call)
+is tested through the real `spaces` package in tests/zerogpu/."""
 import json
 import os
 import signal
@@ -10,9 +12,6 @@ import time
 import pytest
 import torch
 
-from app.chunks import ChunkRefused, gpu_chunk_runner
-from app.job import Job
-from core.config import TrainConfig
 from tests.apphelpers import RunningApp, alive, press_start, wait_for
 
 pytestmark = pytest.mark.slow
@@ -108,53 +107,3 @@ def test_a_run_in_chunks_from_the_page_pauses_survives_a_kill_and_equals_an_unbr
     assert chunked["step"] == unbroken["step"] == STEPS
     different = [name for name in chunked if name != "step" and not torch.equal(chunked[name], unbroken[name])]
     assert not different, different
-
-
-def test_a_chunk_the_gpu_refuses_pauses_the_run_and_resume_or_stop_is_heard_between_chunks(tmp_path, monkeypatch):
-    """ZeroGPU refusing a chunk (quota spent, no GPU free) pauses the run with its reason, holding
-    nothing; Resume asks for that chunk again, Stop ends the run there, and nothing is lost. The
-    chunks run through gpu_chunk_runner, the ZeroGPU road's own function (off ZeroGPU,
-    `spaces.GPU` calls it as it is)."""
-    monkeypatch.setenv("BLINK_CHUNK_SECONDS", "1")
-    on_gpu = gpu_chunk_runner(1.0)
-    asked = []
-
-    def refusing_some(*job):
-        asked.append(job[3].number)
-        if len(asked) in (2, 4):   # the words ZeroGPU's own refusal has
-            raise ChunkRefused("You have exceeded your free ZeroGPU quota (60s requested vs. 12s left). "
-                               "Try again in 2:41:00.")
-        on_gpu(*job)
-
-    def ended(*states):
-        return wait_for(lambda: (s := job.snapshot().status).state in states and not job.is_active() and s, 120,
-                        what=" or ".join(states))
-
-    job = Job(runs_root=str(tmp_path), chunk_runner=refusing_some)
-    try:
-        job.start(TrainConfig(preset="fast", batch_size=16, steps=80, log_every=5, grid_every=40,
-                              quality_every=0, device="auto"))
-        paused = wait_for(lambda: (s := job.snapshot().status).state == "paused" and s, 120, what="the refusal")
-        assert paused.message == (
-            f"Paused at step {paused.saved_step}: no GPU was given for chunk 2 (You have exceeded your free ZeroGPU "
-            "quota (60s requested vs. 12s left). Try again in 2:41:00). Nothing trained is lost: press Resume to "
-            "try again later, or start a run with Device: cpu to train on this machine's CPU.")
-        assert paused.saved_step == paused.step > 0 and job.is_active()
-        time.sleep(1)
-        assert job.snapshot().status.step == paused.step and asked == [1, 2]   # it waits for Resume
-        assert job.request("resume") == "Resuming..."
-
-        again = wait_for(lambda: len(asked) == 4 and (s := job.snapshot().status).state == "paused" and s, 120,
-                         what="the second refusal")
-        assert asked == [1, 2, 2, 3]   # the refused chunk was asked for again
-        assert job.request("stop").startswith("Stopping")
-        stopped = ended("stopped")
-        assert stopped.message == f"Stopped by request at step {again.saved_step}."
-
-        job.resume()   # the stopped run goes on from its checkpoint, still in chunks
-        done = ended("done", "failed")
-        assert done.state == "done" and done.step == 80, done.message
-        logged = [e["step"] for e in job.snapshot().events if "loss_d" in e]
-        assert logged == sorted(set(logged)) and logged[-1] == 80
-    finally:
-        job.shutdown()
