@@ -132,8 +132,10 @@ def train_chunk(config_dict: dict, run_path: str, resume: bool, chunk, parent_pi
                      pid=os.getpid(), chunk=chunk.number)
     train(TrainConfig.from_dict(config_dict), run_path, resume=resume, watch_parent=parent_pid, chunk=chunk)
     ended = run.read_status()
-    # What the call spent besides training, for the next call's duration (call_seconds).
-    margin = max(time.monotonic() - began - (ended.elapsed - status.elapsed), 0.0)
+    # What the call spent besides training, for the next calls' duration (call_seconds): the most any
+    # call of the run spent, as any call may need a new worker (after an abort, or when ZeroGPU
+    # gives another GPU), which costs what the first one did.
+    margin = max(time.monotonic() - began - (ended.elapsed - status.elapsed), status.chunk_margin, 0.0)
     run.write_status(ended.state, ended.message, chunk_ended=chunk.number, chunk_margin=round(margin, 1))
 
 

@@ -45,7 +45,7 @@ class Status:
     stepped_from: int = 0             # > 0 while paused after a Step: the step it started from (grids before/after)
     chunk: int = 0                    # > 0: the run trains in chunks (ZeroGPU) and is in this one
     chunk_ended: int = 0              # the last chunk that ended by itself, its checkpoint saved (app/chunks.py)
-    chunk_margin: float = 0.0         # seconds that chunk's call spent besides training: the next call asks for them
+    chunk_margin: float = 0.0         # the most seconds a chunk's call spent besides training: the next call asks for them
     diagnostics: dict[str, Any] = field(default_factory=dict)   # the Diagnostics panel's rows, by name
     # A Stop or Pause pressed and not yet acted on: the job fills it in for viewers from the run's
     # request file; the trainer never sets it.
