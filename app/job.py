@@ -22,6 +22,7 @@ from app.chunks import chunk_seconds
 from core.config import TrainConfig
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
 from core.failures import describe, ended_by_signal, failure_message, oom_kills
+from core.heartbeat import unanswered
 from core.resume import ResumeRefused, prepare_resume
 from core.status import Status
 
@@ -29,8 +30,10 @@ ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 SHIPPED_GENERATOR = os.path.join(ASSETS, "generator")
 # The trainer reads requests at its log ticks; on a loaded 2-core CPU a tick can be a minute apart.
 STOP_GRACE_SECONDS = float(os.environ.get("BLINK_STOP_GRACE", "60"))
-# A healthy trainer answers Stop within about a second; the grace covers a slow step, a checkpoint write or a compile.
+# A healthy trainer answers Stop within about a second; one silent this long, or whose step has not
+# returned this long after the click, is stuck (a compile or a data load it reports is waited for).
 STOP_ESCALATE_SECONDS = float(os.environ.get("BLINK_STOP_ESCALATE", "20"))
+WATCH_SECONDS = 0.5   # how often the Stop watchdog reads the trainer's heartbeat
 KEEP_RUNS = 20          # retention defaults: newest runs kept, and a cap on the runs folder's size
 MAX_RUNS_MB = 2000
 CHUNK_POLL_SECONDS = 0.2   # between chunks, a paused run looks for Resume or Stop this often
@@ -490,9 +493,16 @@ class Job:
             chain.join(5)
 
     def _end_if_unanswered(self, process, run: RunDir) -> None:
-        """The Stop watchdog: if the trainer is still alive STOP_ESCALATE_SECONDS after Stop, end it
-        and say so in the run as "stopped" (the user asked for it), naming what is kept."""
-        process.join(STOP_ESCALATE_SECONDS)
+        """The Stop watchdog: a trainer that has not answered Stop is ended, and the run says so as
+        "stopped" (the user asked for it), naming what is kept. Not on a clock from the click: the
+        trainer's heartbeat says whether it is busy (compiling, loading data: waited for) or stuck
+        (silent, or its step not returning) for STOP_ESCALATE_SECONDS (core/heartbeat.py)."""
+        asked_at, step_at_ask = time.time(), run.read_heartbeat().get("step", 0)
+        while _alive(process):
+            reason = unanswered(run.read_heartbeat(), time.time(), asked_at, step_at_ask, STOP_ESCALATE_SECONDS)
+            if reason:
+                break
+            process.join(WATCH_SECONDS)
         # Under the lock from the kill to the status write: a _reap in between (any viewer's
         # snapshot) would otherwise call the killed trainer "ended unexpectedly".
         with self._lock:
@@ -505,8 +515,7 @@ class Job:
                         if status.saved_step and os.path.exists(run.file("checkpoint.pt"))
                         else "No checkpoint had been saved yet.")
                 try:
-                    run.write_status("stopped", f"Stopped by force: the trainer did not answer Stop within "
-                                                f"{STOP_ESCALATE_SECONDS:g} s (a wedged device or a hung step), "
+                    run.write_status("stopped", f"Stopped by force: the trainer did not answer Stop ({reason}), "
                                                 f"so the app ended it. {kept}")
                     run.clear_request()
                 except OSError:   # the disk refused: _reap reports the kill as a failure instead

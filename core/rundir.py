@@ -24,6 +24,7 @@ import math
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import replace
 from typing import Any, BinaryIO, Callable
@@ -103,7 +104,8 @@ def write_atomic(path: str, data: bytes | BinaryIO | Callable[[BinaryIO], object
     """Write bytes, copy an open file, or let a function write (e.g. torch.save of a dataset too big
     to hold twice in memory) into a temp file in the same folder, then rename: readers see old or
     new, never half. A failed write removes its temp file: on a full disk, a leftover would keep it full."""
-    tmp = f"{path}.tmp{os.getpid()}"
+    # The thread too: the trainer's heartbeat thread writes the status while its main thread may.
+    tmp = f"{path}.tmp{os.getpid()}-{threading.get_ident()}"
     try:
         with open(tmp, "wb") as f:
             if isinstance(data, bytes):
@@ -179,7 +181,7 @@ class RunDir:
             raise self._refused(exc, len(data))
 
     def remove_stale_temp_files(self) -> list[str]:
-        """Remove what killed writes left (write_atomic's `NAME.tmpPID` of a process that is gone);
+        """Remove what killed writes left (write_atomic's `NAME.tmpPID-THREAD` of a process that is gone);
         the names removed. A live writer's temp file is left alone."""
         removed = []
         for folder in (self.path, os.path.join(self.path, "grids")):
@@ -188,7 +190,7 @@ class RunDir:
             except OSError:
                 continue
             for name in names:
-                match = re.fullmatch(r".+\.tmp(\d+)", name)
+                match = re.fullmatch(r".+\.tmp(\d+)(-\d+)?", name)
                 if match and not pid_alive(int(match.group(1))):
                     try:
                         os.remove(os.path.join(folder, name))
@@ -212,6 +214,19 @@ class RunDir:
         assert state in STATES, state
         status = replace(self.read_status(), **fields, state=state, message=message, updated=time.time())
         self._write("status.json", json.dumps(status.to_dict()).encode())
+
+    def write_heartbeat(self, beat: dict) -> None:
+        """The trainer's pulse (core/heartbeat.py), written by a thread of its own every second."""
+        self._write("heartbeat.json", json.dumps(beat).encode())
+
+    def read_heartbeat(self) -> dict:
+        """The trainer's last beat; {} before its first or when unreadable."""
+        try:
+            with open(self.file("heartbeat.json")) as f:
+                beat = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return beat if isinstance(beat, dict) else {}
 
     def read_status(self) -> Status:
         """The run's status; an empty Status (state "") when none is written or the file is unreadable."""

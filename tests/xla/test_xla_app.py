@@ -30,7 +30,9 @@ def _children(pid: int) -> list[int]:
     return [int(c) for path in glob.glob(f"/proc/{pid}/task/*/children") for c in open(path).read().split()]
 
 
-APP_ENV = {"OMP_NUM_THREADS": "1", "CPU_NUM_DEVICES": "4"}   # the module's app (tests/conftest.py): 4 XLA:CPU devices
+# The module's app (tests/conftest.py): 4 XLA:CPU devices, and a Stop grace shorter than a first compile.
+STOP_GRACE = 2
+APP_ENV = {"OMP_NUM_THREADS": "1", "CPU_NUM_DEVICES": "4", "BLINK_STOP_ESCALATE": str(STOP_GRACE)}
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +79,29 @@ def _start_long_run(client, app, min_step: int) -> int:
     trainer = _trainer_of(client, app)
     _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= min_step, what="training")
     return trainer
+
+
+@pytest.mark.xla
+def test_stop_during_a_compile_is_waited_for_not_turned_into_a_kill(xla_app):
+    """A compile outlasts the app's Stop grace (STOP_GRACE s here; minutes for a large graph on a
+    TPU): the trainer's heartbeat says it is compiling, so the app waits for the step to return,
+    and the run stops by request with its checkpoint rather than being killed."""
+    from core.rundir import RunDir
+    from tests.apphelpers import wait_for
+    client = xla_app.client()
+    # The 64x64 model: its first graphs take seconds to compile here, as a large one takes minutes on a TPU.
+    client.predict(**{**XLA_FORM, "preset": "dcgan64", "steps": 100000}, key="", api_name="/start")
+    status = _wait_status(client, lambda s: s.get("pid") and s["state"] == "compiling", what="the first compile")
+    xla_app.seen_pids.add(status["pid"])
+    run = RunDir(os.path.join(xla_app.runs_root, status["run"]))
+    wait_for(lambda: run.read_heartbeat().get("doing") == "compiling", 120, interval=0.05, what="a compile")
+    clicked = time.time()
+    assert "Stopping" in client.predict(key="", api_name="/stop")
+    ended = _wait_end(client, timeout=XLA_TIMEOUT)
+    assert ended["state"] == "stopped" and ended["message"].startswith("Stopped by request at step"), ended["message"]
+    assert ended["updated"] - clicked > STOP_GRACE   # it outlasted the grace, and was waited for
+    assert ended["saved_step"] == ended["step"] >= 1 and os.path.exists(run.file("checkpoint.pt"))
+    _wait_exit(status["pid"])
 
 
 @pytest.mark.xla

@@ -1,0 +1,69 @@
+"""When a Stop the trainer has not answered becomes a kill (core/heartbeat.py): by the trainer's
+own reports, not by a clock from the click."""
+import time
+
+from core.config import TrainConfig
+from core.heartbeat import BUSY_SECONDS, Heartbeat, unanswered
+from core.rundir import RunDir
+
+GRACE = 20.0
+
+
+def beat(now, **values):
+    return {"time": now - 1, "doing": "training", "since": now - 100, "step": 7, "step_time": now - 1,
+            "step_seconds": 0.5, "compiled_at": 0.0, **values}
+
+
+def test_a_silent_trainer_is_stuck_a_busy_one_is_waited_for():
+    now = 10_000.0
+    assert unanswered(beat(now, time=now - 25), now, now - 30, 7, GRACE) == "it has not answered for 25 s"
+    # Compiling for 10 minutes, beating all along: waited for, until BUSY_SECONDS.
+    compiling = beat(now, doing="compiling", since=now - 600, step_time=now - 600)
+    assert unanswered(compiling, now, now - 590, 7, GRACE) == ""
+    assert unanswered(beat(now, doing="compiling", since=now - BUSY_SECONDS - 1), now, now - 60, 7, GRACE) \
+        == f"it has been compiling for {BUSY_SECONDS + 1:.0f} s"
+    assert unanswered(beat(now, doing="loading data", since=now - 300), now, now - 300, 0, GRACE) == ""
+
+
+def test_a_step_that_does_not_return_after_the_click_is_a_wedge():
+    now = 10_000.0
+    # Beating (its heartbeat thread lives) but the step has not moved since the click, 21 s ago.
+    hung = beat(now, step_time=now - 40)
+    assert unanswered(hung, now, now - 21, 7, GRACE).startswith("its step did not return within 20 s")
+    assert unanswered(hung, now, now - 19, 7, GRACE) == ""            # within the grace of the click
+    assert unanswered(beat(now, step=8), now, now - 21, 7, GRACE) == ""   # a step returned: Stop comes next
+    # A step that compiled 5 s ago (its graphs compile in bursts) is timed from its last compile.
+    assert unanswered(beat(now, step_time=now - 40, compiled_at=now - 5), now, now - 21, 7, GRACE) == ""
+    # A run whose steps take 3 s each is given ten of them; its first steps, as long as a compile.
+    slow = beat(now, step_time=now - 40, step_seconds=3.0)
+    assert unanswered(slow, now, now - 25, 7, GRACE) == ""
+    assert unanswered(slow, now, now - 31, 7, GRACE).startswith("its step did not return within 30 s")
+    assert unanswered(beat(now, step=1, step_time=now - 300, step_seconds=None), now, now - 200, 1, GRACE) == ""
+
+
+def test_the_heartbeat_thread_beats_while_the_main_thread_is_busy(tmp_path):
+    run = RunDir.create(TrainConfig(), str(tmp_path))
+    compiling = [False]
+    said = []
+    pulse = Heartbeat(run, compiling=lambda: compiling[0])
+    pulse.on_compiling = lambda: said.append(time.time())
+    pulse.start()
+    try:
+        pulse.doing("loading data")
+        time.sleep(1.3)   # the main thread is busy: the beats go on
+        first = run.read_heartbeat()
+        assert first["doing"] == "loading data" and time.time() - first["time"] < 1.2
+        compiling[0] = True
+        time.sleep(2.3)
+        during = run.read_heartbeat()
+        assert during["doing"] == "compiling" and during["compiled_at"] > first["time"] and len(said) == 1
+        compiling[0] = False
+        pulse.stepped(3)
+        time.sleep(1.2)
+        after = run.read_heartbeat()
+        assert after["doing"] == "loading data" and after["step"] == 3
+    finally:
+        pulse.stop()
+    stopped_at = run.read_heartbeat()["time"]
+    time.sleep(1.3)
+    assert run.read_heartbeat()["time"] == stopped_at   # a stopped (or frozen) trainer beats no more
