@@ -11,8 +11,8 @@ must stop growing), ops that fell back to the host, and images per second.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -20,22 +20,21 @@ import tempfile
 from core import devices
 from core.config import DEVICES, TrainConfig
 from core.rundir import RunDir
-
-
-def _version(package: str) -> str:
-    """An installed package's version without importing it (importing torch_xla takes seconds)."""
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+from core import versions
 
 
 def describe(requested: str = "auto") -> tuple[devices.DeviceInfo, list[str]]:
     """The device a run gets, and the facts that decided it, in plain lines."""
     devices.prepare_environment(requested)
     pci_ids = devices.tpu_pci_ids()
-    lines = [f"torch {_version('torch')}, torch_xla {_version('torch_xla')}, libtpu {_version('libtpu')}",
-             f"PJRT_DEVICE: {os.environ.get('PJRT_DEVICE') or 'unset'}"]
+    # Read from the installed packages' metadata, not imported: importing torch_xla takes seconds.
+    installed = versions.installed_versions()
+    lines = [f"Python {platform.python_version()}, " + ", ".join(f"{name} {version or 'not installed'}"
+                                                              for name, version in installed.items())]
+    for problem in versions.mismatches(installed):
+        lines.append(f"MISMATCH: {problem}. Fix: run `python tools/notebook_setup.py` (it installs a set "
+                     "that fits together), then this check again.")
+    lines.append(f"PJRT_DEVICE: {os.environ.get('PJRT_DEVICE') or 'unset'}")
     if pci_ids:
         generation = devices.tpu_generation(pci_ids, os.environ.get("TPU_ACCELERATOR_TYPE", ""))
         lines.append(f"TPU chips on PCI: {len(pci_ids)} ({generation}); libtpu found: "
