@@ -94,6 +94,7 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
 DIAGNOSTIC_LABELS = {
     "compiles": "XLA graph compilations", "graph_executions": "XLA graph runs",
     "compile_seconds": "Time compiling XLA graphs (left out of the speed and the time left)",
+    "compile_cache": "Graphs loaded from the TPU's compilation cache (hits) and compiled anew (misses)",
     "fallback_ops": "Operations XLA ran on the host instead (CPU fallback)",
     "matmul_precision": "XLA's precision for fp32 matrix products",
     "batch_shards": "Each device's share of a batch", "data_wait_share": "Share of the time spent waiting for data",
@@ -137,6 +138,8 @@ def diagnostic_value(key: str, value) -> str:
         return f"{value:.1%}"
     if key == "augment_p":
         return f"{value:.0%}"
+    if key == "compile_cache":
+        return f"{value['hit']} hits, {value['miss']} misses"
     if key.endswith("_seconds"):
         return f"{value} s"
     if isinstance(value, list):   # operation names

@@ -64,6 +64,7 @@ def xla_import_error() -> str:
     """'' if torch_xla imports, else a short reason. Disabled with BLINK_DISABLE_XLA=1."""
     if os.environ.get("BLINK_DISABLE_XLA") == "1":
         return "torch_xla disabled by BLINK_DISABLE_XLA=1"
+    skip_metadata_query(os.environ)
     try:
         import torch_xla  # noqa: F401  (the one guarded import point)
     except Exception as exc:  # ImportError, or an undefined symbol from a torch mismatch
@@ -96,6 +97,17 @@ def tpu_pci_ids() -> list[str]:
     return ids
 
 
+def skip_metadata_query(env) -> None:
+    """Set TPU_SKIP_MDS_QUERY=1 in env when no TPU chip is on PCI.
+
+    torch_xla (_internal/tpu.py) learns the TPU type from the GCE metadata server, with no timeout,
+    unless TPU_SKIP_MDS_QUERY is set: then it reads TPU_ACCELERATOR_TYPE and friends instead. Off a
+    TPU VM no metadata server answers, so a query there could hang whoever imports torch_xla. On a TPU
+    host the query is how torch_xla learns the generation, so there it is left alone."""
+    if not tpu_pci_ids():
+        env.setdefault("TPU_SKIP_MDS_QUERY", "1")
+
+
 def libtpu_found() -> bool:
     """Whether torch_xla will find libtpu, by its own rules (torch_xla/__init__.py,
     _setup_tpu_vm_library_path), without importing torch_xla: TPU_LIBRARY_PATH, a libtpu.so
@@ -117,8 +129,17 @@ def _tpu_refusal() -> str:
                 "(unset it, or set PJRT_DEVICE=TPU)")
     if not libtpu_found():
         return ("libtpu is not installed, so torch_xla cannot drive the TPU "
-                "(install it with: pip install 'torch_xla[tpu]==2.9.0')")
+                f"(install it with: pip install 'torch_xla[tpu]=={_installed_xla_version()}')")
     return xla_import_error()
+
+
+def _installed_xla_version() -> str:
+    """The installed torch_xla's version (the libtpu it wants comes with its own [tpu] extra)."""
+    import importlib.metadata
+    try:
+        return importlib.metadata.version("torch_xla")
+    except importlib.metadata.PackageNotFoundError:
+        return "2.9.0"
 
 
 def _accelerator_type(pci_ids: list[str]) -> str:
@@ -221,6 +242,13 @@ def cuda_info(name: str, bf16: bool) -> DeviceInfo:
     return DeviceInfo("cuda", name, 1, refused, warned)
 
 
+def compile_cache_dir() -> str:
+    """Where a TPU's compiled graphs are kept between runs (BLINK_XLA_CACHE_DIR, default
+    ~/.cache/blink/xla): one folder for the host, as the runs of every app on it compile the same graphs."""
+    return os.path.abspath(os.path.expanduser(os.environ.get("BLINK_XLA_CACHE_DIR")
+                                              or os.path.join("~", ".cache", "blink", "xla")))
+
+
 def probe(requested: str = "auto") -> DeviceInfo:
     """Pick the device: TPU, else CUDA, else CPU; or the one requested, with a notice if absent.
 
@@ -274,13 +302,26 @@ def prepare_environment(requested: str) -> None:
         os.environ["PJRT_DEVICE"] = "CPU"
 
 
+def probe_command(requested: str) -> list[str]:
+    """The child process that probes: this module run as a script."""
+    return [sys.executable, "-m", "core.devices", "--device", requested]
+
+
 def probe_in_subprocess(requested: str = "auto", timeout: float = 120.0) -> DeviceInfo:
     """probe() in a child process, so the caller never imports torch_xla nor touches a device."""
-    cmd = [sys.executable, "-m", "core.devices", "--device", requested]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    skip_metadata_query(env)
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root, check=True)
+        out = subprocess.run(probe_command(requested), capture_output=True, text=True, timeout=timeout,
+                             cwd=root, env=env, check=True)
         return DeviceInfo(**json.loads(out.stdout.strip().splitlines()[-1]))
+    except subprocess.TimeoutExpired:
+        # The child is killed; what hangs there is torch_xla starting the TPU runtime.
+        return _cpu_info(f"the TPU runtime did not answer within {timeout:g} s: importing torch_xla or opening "
+                         "the TPU hung (another process, such as an earlier cell's app or trainer, may still hold "
+                         "the TPU, or the metadata server did not answer); assuming CPU. Stop that process or "
+                         "restart the notebook, then run `python -m core.doctor` to see where it stops.")
     except Exception as exc:  # a probe that crashes must not take the UI with it
         detail = getattr(exc, "stderr", "") or str(exc)
         return _cpu_info(f"device probe failed ({str(detail).strip().splitlines()[-1][:200] if detail else exc}); "
@@ -321,12 +362,18 @@ class Runtime:
             import torch_xla
             import torch_xla.runtime as xr
             self._xla = torch_xla
+            if info.kind == "tpu" and not torch_xla._XLAC._xla_computation_cache_is_initialized():
+                # Compiled graphs kept on disk, so a second Start, a Resume or the doctor of the same
+                # configuration loads them instead of compiling again. Before any computation
+                # (torch_xla/runtime.py); XLA:CPU cannot read them back ("Deserializing serialized
+                # executable not supported"), so it compiles every time.
+                xr.initialize_cache(compile_cache_dir(), readonly=False)
             if info.devices > 1:
                 # Before any tensor reaches an XLA device (pytorch/xla's SPMD guide).
                 xr.use_spmd()
                 import torch_xla.distributed.spmd as xs
-                # From the runtime's global count, not the probe's: on a multi-host pod the mesh
-                # spans every host's devices with no code change (docs: spmd_advanced.md).
+                # From the runtime's global count, not the probe's (which counts this host's chips);
+                # a run on several hosts is refused before it trains (train(), multi_host_refusal).
                 self.mesh = xs.get_1d_mesh("data")
                 self.device_count = xr.global_runtime_device_count()
             self.device = torch_xla.device()          # from the runtime, never a hard-coded "xla:0"
@@ -453,19 +500,50 @@ class Runtime:
 
     # ---- diagnostics ----------------------------------------------------------------
     def memory(self) -> tuple[int, int] | None:
-        """(bytes used, bytes total) of device memory, or None where the runtime cannot say."""
+        """(bytes used, bytes total) of the fullest device, or None where the runtime cannot say."""
+        return self.fullest(self.memory_per_device())
+
+    def memory_per_device(self) -> list[tuple[int, int]] | None:
+        """(bytes used, bytes total) of each device this process drives, or None where the runtime
+        cannot say: XLA:CPU keeps no allocator stats (UNIMPLEMENTED: GetAllocatorStats), and under
+        SPMD torch_xla 2.9 names only its virtual device to Python, whose memory it refuses to
+        report ("MemoryInfo not supported for SPMD virtual device"; there is no xla:1 to ask)."""
         try:
             if self.is_xla:
                 import torch_xla.core.xla_model as xm
-                info = xm.get_memory_info(self.device)
-                return int(info["bytes_used"]), int(info["bytes_limit"])
+                infos = [xm.get_memory_info(device) for device in xm.get_xla_supported_devices()]
+                return [(int(info["bytes_used"]), int(info["bytes_limit"])) for info in infos]
             if self.kind == "cuda":
                 import torch
                 free, total = torch.cuda.mem_get_info(self.device)
-                return int(total - free), int(total)
-        except Exception:   # XLA:CPU raises UNIMPLEMENTED: GetAllocatorStats
+                return [(int(total - free), int(total))]
+        except Exception:
             return None
         return None
+
+    @staticmethod
+    def fullest(per_device: list[tuple[int, int]] | None) -> tuple[int, int] | None:
+        """The (used, total) of the device nearest to full: the first one out of memory ends the run."""
+        if not per_device:
+            return None
+        return max(per_device, key=lambda stats: stats[0] / stats[1] if stats[1] else 0.0)
+
+    def hosts(self) -> int:
+        """Processes in this run's runtime: one per host, so more than one is a multi-host slice."""
+        if not self.is_xla:
+            return 1
+        import torch_xla.runtime as xr
+        return xr.process_count()
+
+    @staticmethod
+    def multi_host_refusal(hosts: int) -> str | None:
+        """Why a run on `hosts` hosts cannot train, or None. Each host's trainer would decide Stop and
+        Pause by itself, and the hosts that went on would wait forever in the next step's collective."""
+        if hosts <= 1:
+            return None
+        return (f"A multi-host TPU slice is not supported yet: this run spans {hosts} hosts, and each would "
+                "decide Stop and Pause on its own, so the others would hang. Run on one host: a v5e-8 or "
+                "v6e-8 host trains on all 8 of its chips.")
 
     def set_matmul_precision(self, precision: str) -> str | None:
         """fp32 means fp32 on XLA: its default mat-mul precision multiplies fp32 operands in bf16 on
@@ -508,6 +586,22 @@ class Runtime:
         import torch_xla.debug.metrics as met
         data = met.metric_data("CompileTime")
         return data[1] / 1e9 if data else 0.0
+
+    def compiling(self) -> bool:
+        """Whether a graph is being compiled right now (XLA only): torch_xla counts a compile as
+        uncached when it starts and times it when it ends, and releases Python's lock between,
+        so another thread (core/heartbeat.py) can ask while the step waits."""
+        if not self.is_xla:
+            return False
+        import torch_xla.debug.metrics as met
+        return (met.counter_value("UncachedCompile") or 0) > (self.compile_count() or 0)
+
+    def compile_cache(self) -> dict | None:
+        """The persistent compilation cache's hits and misses (a TPU only; None elsewhere)."""
+        if self.kind != "tpu":
+            return None
+        import torch_xla.debug.metrics as met
+        return {name: met.counter_value(f"PersistentCache{name.title()}") or 0 for name in ("hit", "miss")}
 
     def compile_count(self) -> int | None:
         """Graph compilations so far (XLA only): it must stop growing once steps repeat."""

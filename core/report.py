@@ -111,11 +111,13 @@ class Reporter:
         speed = steps_per_second(self.steady, step, now, rt.compile_seconds())
         remaining = seconds_left(cfg.steps, step, speed)
         images_per_step = cfg.batch_size * cfg.n_critic   # the batch is global: split over the devices
-        memory = rt.memory() if memory_due(step, cfg.log_every) else None
+        per_device = rt.memory_per_device() if memory_due(step, cfg.log_every) else None
+        memory = rt.fullest(per_device)   # the warning is for the device that runs out first
         diagnostics = {
             "compiles": rt.compile_count(), "fallback_ops": rt.fallback_ops(),
             "graph_executions": rt.execution_count(), "batch_shards": self.batch_shards,
             "compile_seconds": round(rt.compile_seconds(), 2) if rt.is_xla else None,
+            "compile_cache": rt.compile_cache(),
             "matmul_precision": self.matmul_precision,
             "data_wait_share": round(data_seconds / session_seconds, 4) if session_seconds > 0 else None,
             "data_load_seconds": round(self.data_load_seconds, 2),
@@ -125,6 +127,8 @@ class Reporter:
         }
         if memory:
             diagnostics["memory_used"], diagnostics["memory_total"] = memory
+            if len(per_device) > 1:
+                diagnostics["memory_per_device"] = [list(stats) for stats in per_device]
             if memory[0] > MEMORY_WARNING_SHARE * memory[1]:
                 warning = (f"Device memory is {memory[0] / memory[1]:.0%} full: a job over the limit can be killed "
                            "with no clear message. Lower the batch size.")

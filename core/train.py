@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from core.config import ConfigError, TrainConfig, validate
 from core.control import Control
 from core.failures import describe, divergence_message, failure_message, log_traceback
+from core.heartbeat import Heartbeat
 from core.phase import Phase
 from core.report import Reporter
 from core.resume import ResumeRefused, checkpoint_problem, prepare_resume, resolved_for
@@ -90,9 +91,17 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     # From here on, config.json is the config the run trains with: what resume, the Sample tab and
     # every reader of the run see is what the checkpoint and the generator hold.
     run.write_config(config)
+    beat = Heartbeat(run).start()   # from here on the app can tell a busy trainer from a stuck one
     try:
         from core.training import build_training
-        training = build_training(config, info)
+        rt = devices.Runtime(info)
+        refusal = rt.multi_host_refusal(rt.hosts())   # one host decides Stop and Pause: not built yet
+        if refusal:
+            raise Stop("failed", refusal)
+        beat.doing("loading data")
+        training = build_training(config, info, rt)
+        beat.compiling = training.rt.compiling
+        beat.on_compiling = lambda: _say_compiling(run, beat.step)
         report = Reporter(run, training.rt, config, trainer_pid=os.getpid(), preset_reason=preset_reason,
                           classes=training.classes, class_names=training.class_names,
                           resolution=training.resolution, augment=training.augment_reason,
@@ -100,7 +109,7 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
                           data_load_seconds=training.data_load_seconds, images_skipped=training.dataset.skipped,
                           chunk=chunk.number if chunk else 0)
         loop = Loop(training, run, Control(run, (watch_parent,)), report, resume=resume,
-                    chunk_seconds=chunk.seconds if chunk else None)
+                    chunk_seconds=chunk.seconds if chunk else None, beat=beat)
         try:
             loop.run()
         except Stop as stop:
@@ -118,7 +127,18 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
             pass
         if isinstance(exc, KeyboardInterrupt):
             raise
+    finally:
+        beat.stop()
     return run.read_status().state or "failed"
+
+
+def _say_compiling(run: RunDir, step: int) -> None:
+    """A compile after the first steps (a new graph: the grid's, the quality meter's, a changed
+    step) stalls the run, on a TPU for up to minutes: the status says so while it lasts, and the
+    trainer's next status puts its state back. Written from the heartbeat's thread, while the
+    trainer's own thread waits for the compile."""
+    if run.read_status().state == "running":   # the first steps' compiles say so already
+        run.write_status("compiling", f"XLA is compiling a new graph after step {step} (later steps reuse it)...")
 
 
 def prepare_data(config: TrainConfig, run_path: str, device_kind: str) -> bool:
@@ -159,7 +179,7 @@ class Loop:
     the run's status, and `control` (core/control.py) says at each log step whether to go on."""
 
     def __init__(self, training, run: RunDir, control: Control, report: Reporter, resume: bool = False,
-                 chunk_seconds: float | None = None):
+                 chunk_seconds: float | None = None, beat: Heartbeat | None = None):
         """training: core.training.build_training's, for a config resolved for its device.
         chunk_seconds: how long this chunk of the run trains, counted from its first step, so the
         data and the nets' setup take none of it (None: not chunked)."""
@@ -167,6 +187,7 @@ class Loop:
         self.control, self.report = control, report
         self.chunk_seconds = chunk_seconds
         self.chunk_deadline: float | None = None
+        self.beat = beat or Heartbeat(run)   # not started: a bench or a test steps without one
         self.saved_step = 0
         if resume:
             state = run.load_checkpoint()
@@ -215,6 +236,7 @@ class Loop:
         self._work("saving the real images", lambda: self.run_dir.save_real_grid(
             to_model_range(training.real_grid).numpy(), training.grid_columns))
         self.report.start()
+        self.beat.doing("training")
         if self.chunk_seconds is not None:
             self.chunk_deadline = time.monotonic() + self.chunk_seconds
         self._status("compiling" if rt.is_xla else "running",
@@ -231,6 +253,7 @@ class Loop:
                 rt.read_later(self._on_values, {"step": _as_tensor(step, tensors), **tensors})
             rt.mark_step()
             self.report.stepped(step)
+            self.beat.stepped(step)
             if self.report.batch_shards is None:   # once: how the first batch was split over the devices
                 self.report.batch_shards = rt.batch_shards(training.stream.last_batch)
             if grid_due(step, cfg):
@@ -269,6 +292,7 @@ class Loop:
             raise Stop("paused", f"Paused at step {self.step_count}.")
         if decision == "pause":
             self._status("paused", f"Paused at step {self.step_count}.")
+            self.beat.doing("paused")
             paused_at, stepping = time.perf_counter(), 0.0
             decision = self.control.wait_while_paused()
             while decision == "step":
@@ -277,6 +301,7 @@ class Loop:
                 stepping += time.perf_counter() - started
                 decision = self.control.wait_while_paused()
             self.report.paused(time.perf_counter() - paused_at - stepping)
+            self.beat.doing("training")
         self._stop_for(decision)
         self._status("running", "Training...")
 
@@ -310,12 +335,16 @@ class Loop:
     def _work(self, what: str, work) -> None:
         """Run the loop's bookkeeping (files, grids, quality): a failure ends the run as `failed`
         with what it was doing, the last good checkpoint kept."""
+        doing = self.beat.what
+        self.beat.doing(what)
         try:
             work()
         except Exception as exc:
             log_traceback(self.run_dir, what)
             message = f"Training failed while {what} at step {self.step_count}: {describe(exc)}."
             raise Stop("failed", failure_message(self.run_dir, message, saved_step=self.saved_step)) from exc
+        finally:
+            self.beat.doing(doing)
 
     def _status(self, state: str, message: str, stepped_from: int = 0) -> None:
         self._work("writing the status", lambda: self.report.write(

@@ -10,7 +10,9 @@ Three parts, each in its own process, as a user meets them:
     stopped through its run directory after --seconds of training;
  3. the bare loop (bench/bare_loop.py: the trainer's own setup and step, nothing around them) at
     the same batch size.
-Then one table: images/s, in-app / bare, graph compilations, host transfers per step.
+Then one table: images/s, in-app / bare, graph compilations, host transfers per step; on XLA, the
+compiles after warm-up over the in-app run, and a second start of the same configuration: its
+compile seconds and the persistent compilation cache's hits and misses (a TPU keeps one).
 """
 from __future__ import annotations
 
@@ -62,10 +64,17 @@ def app_run(device: str, seconds: float, batch_size: int | None) -> dict:
     steady = [t for t in transfers if t[0] >= 20]
     per_step = ((steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0])
                 if len(steady) >= 2 and steady[-1][0] > steady[0][0] else None)
+    # Compiles after warm-up: none may come once steps repeat (a new one stalls a TPU for minutes).
+    compiled = [(e["step"], e["xla_compiles"]) for e in losses if e.get("xla_compiles") is not None]
+    warm = [c for c in compiled if c[0] >= 20]
+    late = [step for (step, count), (_, before) in zip(warm[1:], warm) if count > before]
     return {"state": status.state, "message": status.message, "step": status.step, "device": status.device,
             "batch_size": status.batch_size, "images_per_second": status.images_per_second,
             "compiles": status.diagnostics.get("compiles"), "fallback_ops": status.diagnostics.get("fallback_ops"),
-            "host_transfers_per_step": per_step, "elapsed": status.elapsed, "output": output[-2000:]}
+            "host_transfers_per_step": per_step, "elapsed": status.elapsed, "output": output[-2000:],
+            "compiles_after_warm_up": warm[-1][1] - warm[0][1] if len(warm) >= 2 else None, "late_compile_steps": late,
+            "compile_seconds": status.diagnostics.get("compile_seconds"),
+            "compile_cache": status.diagnostics.get("compile_cache")}
 
 
 def bare(device: str, batch_size: int, steps: int) -> dict:
@@ -116,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     print(table(app, loop))
     if app["fallback_ops"]:
         print(f"\nOps that ran on the host in the app's run: {', '.join(app['fallback_ops'])}")
+    if app["compiles"] is not None:   # XLA: what a TPU's users wait for
+        print(f"\nCompiles after step 20 of the in-app run: {_cell(app['compiles_after_warm_up'])}"
+              f"{' (at log steps ' + ', '.join(map(str, app['late_compile_steps'])) + ')' if app['late_compile_steps'] else ''}.")
+        again = app_run(args.device, 10.0, args.batch_size)
+        print(f"Compile seconds: first start {_cell(app['compile_seconds'], 1)}, second start of the same "
+              f"configuration {_cell(again['compile_seconds'], 1)}; its persistent cache: "
+              f"{again['compile_cache'] or 'off (XLA:CPU cannot read it back)'}.")
     return 0
 
 

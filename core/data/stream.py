@@ -6,6 +6,7 @@ the cache; BatchStream then gives endless fixed-shape batches, converted to [-1,
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.nn.functional as F
@@ -72,11 +73,15 @@ class BatchStream:
     keep_on_device (CUDA) the whole uint8 set lives on the GPU (MNIST: 47 MB) and the epoch's
     order is drawn there too, so a batch is a gather on the device: no host copy and no host
     synchronisation inside a step. Otherwise a batch is cut on the host and sent with `place`
-    (the trainer's Runtime.to_device: under SPMD each device receives only its share).
+    (the trainer's Runtime.to_device: under SPMD each device receives only its share). With
+    prefetch (the default for a set sent to an XLA device or a GPU) the next batch is cut and sent
+    in a thread while the step runs on this one: the same batches in the same order, and state()
+    says where the batches handed out so far leave the stream, not the one waiting.
     """
 
     def __init__(self, images: torch.Tensor, batch_size: int, device, seed: int = 0,
-                 keep_on_device: bool = False, labels: torch.Tensor | None = None, place=None):
+                 keep_on_device: bool = False, labels: torch.Tensor | None = None, place=None,
+                 prefetch: bool | None = None):
         if len(images) < batch_size:
             raise DatasetError(f"The dataset has {len(images)} images, fewer than one batch of {batch_size}: "
                                "use a smaller batch size.")
@@ -94,14 +99,24 @@ class BatchStream:
         self.last_batch = None
         self._order = None
         self._position = self.batches_per_epoch   # forces a shuffle on first use
+        # A batch "sent" to the CPU is the cut itself, and a set on the GPU is cut there: only a
+        # send to another device is host work that can run beside the step. On the CPU the thread
+        # would only take cores from the step's own threads.
+        self.prefetch = (not keep_on_device and self.device.type != "cpu") if prefetch is None else prefetch
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="blink-batches") if self.prefetch else None
+        self._pending = None   # (the next batch's future, state() before it was drawn)
 
     def state(self) -> dict:
         """Where the stream is: this epoch's order, the next batch in it, the shuffler's state."""
+        return self._pending[1] if self._pending else self._state()
+
+    def _state(self) -> dict:
         return {"epoch": self.epoch, "position": self._position, "generator": self.generator.get_state(),
                 "order": None if self._order is None else self._order.cpu()}
 
     def load_state(self, state: dict) -> None:
         """Go on from state(): the batches that follow are the ones an unbroken run would draw."""
+        self._pending = None   # a batch drawn ahead belongs to the old position
         self.epoch, self._position = state["epoch"], state["position"]
         self.generator.set_state(state["generator"])
         self._order = None if state["order"] is None else state["order"].to(self.images.device)
@@ -114,16 +129,35 @@ class BatchStream:
 
     def next_with_labels(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(images in [-1, 1], their labels or None) of the next batch."""
+        if self.keep_on_device:
+            idx = self._next_indices()
+            self.last_batch = self.images[idx]
+            return to_model_range(self.last_batch), None if self.labels is None else self.labels[idx]
+        if self.prefetch:
+            if self._pending is None:
+                self._pending = self._draw_ahead()
+            ready = self._pending[0]
+            self._pending = self._draw_ahead()   # queued behind this one: the thread goes straight on to it
+            images, labels = ready.result()
+        else:
+            images, labels = self._cut(self._next_indices())
+        self.last_batch = images   # kept for the status: how it was split over devices
+        return to_model_range(images), labels
+
+    def _next_indices(self) -> torch.Tensor:
         if self._position >= self.batches_per_epoch:
             self._order = torch.randperm(len(self.images), generator=self.generator, device=self.images.device)
             self._position = 0
             self.epoch += 1
         idx = self._order[self._position * self.batch_size:(self._position + 1) * self.batch_size]
         self._position += 1
-        labels = None if self.labels is None else self.labels[idx]
-        if self.keep_on_device:
-            self.last_batch = self.images[idx]
-            return to_model_range(self.last_batch), labels
+        return idx
+
+    def _cut(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         # uint8 crosses to the device (4x fewer bytes than float); conversion runs there.
-        self.last_batch = self.place(self.images[idx])   # kept for the status: how it was split over devices
-        return to_model_range(self.last_batch), None if labels is None else self.place(labels)
+        return self.place(self.images[idx]), None if self.labels is None else self.place(self.labels[idx])
+
+    def _draw_ahead(self):
+        """The next batch's indices, drawn here (the shuffle stays in order), cut and sent in the thread."""
+        before = self._state()
+        return self._worker.submit(self._cut, self._next_indices()), before
