@@ -198,7 +198,7 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     # One fused kernel for all of a net's parameters (CPU and CUDA; XLA fuses on its own). On XLA
     # the step count and Adam's bias corrections stay on the device (capturable): as Python floats
     # they become graph constants once they round to 1.0, and the step recompiled mid-run
-    # (IsSpecialScalar; notes/torch_xla.md section 8), where a TPU stalls for seconds to minutes.
+    # (torch_xla's IsSpecialScalar; bench/README.md, "Compiles after warm-up"): a stall on a TPU.
     fused = {"fused": True} if info.kind in ("cpu", "cuda") else {"capturable": True}
     opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas, **fused)
     opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
