@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import collections
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -121,10 +122,23 @@ def _float(value, name: str, low: float, high: float) -> float:
     return number
 
 
+def as_text(text: str) -> str:
+    """Markdown that shows `text` as it is: every ASCII punctuation character but quotes (which
+    Markdown never reads) backslash-escaped. For what a generator file or a folder named (a class, a
+    dataset) in a caption every follower sees: Gradio's Markdown draws HTML, and an <img> in a class
+    name became one."""
+    return re.sub(r"([!#-&(-/:-@\[-`{-~])", r"\\\1", text)
+
+
+def step_word(step) -> str:
+    """A generator's step as a caption says it: a whole number, else "?" (an uploaded file's may be anything)."""
+    return str(step) if isinstance(step, int) and not isinstance(step, bool) else "?"
+
+
 def class_word(label: int, names: list[str]) -> str:
-    """A class as a caption says it: by name where the generator names its classes, else its index
-    (MNIST's digits are their indices)."""
-    return repr(names[label]) if label < len(names) else str(label)
+    """A class as a caption (Markdown) says it: by name where the generator names its classes, else
+    its index (MNIST's digits are their indices)."""
+    return as_text(repr(names[label])) if label < len(names) else str(label)
 
 
 def generator_spec(directory: str):
@@ -279,7 +293,7 @@ class SampleTab:
 
     def describe(self, view, directory: str, step) -> str:
         """Which generator the captions show, in words: the shipped one, an upload, or run X at step N."""
-        following = (view or FOLLOW) == FOLLOW
+        following, step = (view or FOLLOW) == FOLLOW, step_word(step)
         with self.upload_lock:
             uploaded = following and directory == self.upload_dir
         if uploaded:
@@ -427,7 +441,7 @@ class SampleTab:
         found = _work(sample_work.neighbours, directory, seed, psi, amounts, k, self.run_config(directory))
         caption = (f"Generator: {self.describe(view, directory, found['step'])}. "
                    f"Left: the generated image. Then its {len(found['distances'])} nearest of {found['pool']:,} "
-                   f"{found['dataset']} training images by pixel distance "
+                   f"{as_text(found['dataset'])} training images by pixel distance "
                    f"(L2: {', '.join(f'{d:.1f}' for d in found['distances'])}). Near-copies would mean memorisation.")
         return found["strip"], caption
 
@@ -537,7 +551,7 @@ class SampleTab:
         with self.upload_lock:
             self.upload_dir, self.upload_base = kept, self.generator_dir()
         return (f"Using the uploaded generator ({spec['channels']}x{spec['resolution']}x{spec['resolution']}, "
-                f"z {spec['z_dim']}, width {spec['width']}, step {spec['step']}) for everyone on this server, "
+                f"z {spec['z_dim']}, width {spec['width']}, step {step_word(spec['step'])}) for everyone on this server, "
                 "until a new run saves a generator or you switch back.")
 
     def use_run_generator(self, key=""):

@@ -21,8 +21,13 @@ PRESET_WIDTH = {"fast": 32, "dcgan64": 64}
 MAX_WEIGHTS_MB = 64
 MAX_META_BYTES = 256 * 1024
 SPEC_LIMITS = {"z_dim": (1, 1024), "width": (1, 256), "classes": (0, 1000)}
+MAX_CLASSES = SPEC_LIMITS["classes"][1]
 SPEC_CHOICES = {"channels": (1, 3), "resolution": (28, 32, 64)}
 MAX_CLASS_NAME = 255   # characters of a class name: a folder's name is at most 255 bytes on common file systems
+# Of MAX_META_BYTES, what the class names may take: the rest of a description (spec, config with a
+# long data path, step) is under 10 KB. Derived from the loader's cap, so that a dataset whose names
+# fit (class_names_problem, checked before training) always saves a generator the loader takes.
+CLASS_NAMES_BYTES = MAX_META_BYTES - 32 * 1024
 
 
 def resolve_preset(preset: str, device_kind: str) -> tuple[str, str]:
@@ -97,6 +102,39 @@ def class_index(generator, label, names: list[str] = ()) -> int:
     raise ValueError(f"{text!r} is not one of this generator's classes: {listed} (or their indices, 0 to {last}).")
 
 
+def quoted(name: str, limit: int = 40) -> str:
+    """A name as a message quotes it: at most `limit` characters, then "...", and escaped as repr
+    escapes it, < and > too (as \\x3c and \\x3e), so that no page drawing a message as HTML or
+    Markdown (a Gradio error, a note) makes an element of it."""
+    short = name if len(name) <= limit else name[:limit] + "..."
+    return repr(short).replace("<", r"\x3c").replace(">", r"\x3e")
+
+
+def class_names_bytes(names) -> int:
+    """What the names add to a generator description as core/train.py writes it (JSON, indent 2,
+    non-ASCII as \\u escapes: up to 6 bytes a character, 12 for an emoji)."""
+    return len(json.dumps({"class_names": list(names)}, indent=2))
+
+
+def class_names_problem(names) -> str | None:
+    """Why a generator description could not name these classes, else None: the loader's one rule,
+    which a dataset's class folders are held to before training too (core/data/own.py check_classes)."""
+    if len(names) > MAX_CLASSES:
+        return f"{len(names):,} classes are more than the {MAX_CLASSES:,} a generator file can hold"
+    for name in names:
+        if not 0 < len(name) <= MAX_CLASS_NAME:
+            return f"the class name {quoted(name)} is {len(name):,} characters long; at most {MAX_CLASS_NAME} fit"
+    size = class_names_bytes(names)
+    if size > CLASS_NAMES_BYTES:
+        widest = max(names, key=lambda name: len(json.dumps(name)))
+        each = CLASS_NAMES_BYTES // len(names) - 8      # a name's bytes, less its quotes, indent, comma and newline
+        return (f"the {len(names):,} class names would take {size / 1024:.0f} KB of the generator file, more than the "
+                f"{CLASS_NAMES_BYTES // 1024} KB it keeps for them (the longest there: {quoted(widest)}); with "
+                f"{len(names):,} classes, names of up to {each} plain letters (a-z, 0-9), {each // 6} other "
+                f"letters or {each // 12} emoji fit")
+    return None
+
+
 class GeneratorFileError(ValueError):
     """A generator file that cannot be loaded; the message says why."""
 
@@ -119,7 +157,7 @@ def read_spec(meta_path: str) -> tuple[GeneratorSpec, dict]:
             v = raw.get(key, 0) if key == "classes" else raw[key]   # files before conditional G have none
             # bool is an int subclass and 28.7 would silently truncate: both are refused.
             if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"spec.{key} must be a whole number, got {v!r}")
+                raise TypeError(f"spec.{key} must be a whole number, got {quoted(str(v), 20)}")
             values[key] = v
     except RecursionError:   # json decodes each nesting level by recursion: 100 KB of "[" is too deep
         raise GeneratorFileError(f"{os.path.basename(meta_path)} is not a generator description: its JSON is "
@@ -137,8 +175,11 @@ def read_spec(meta_path: str) -> tuple[GeneratorSpec, dict]:
             raise GeneratorFileError(f"The generator description has spec.{key}={values[key]}; "
                                      f"it must be one of {', '.join(map(str, choices))}.")
     names = meta.get("class_names") or []
-    if names and not (isinstance(names, list) and len(names) == values["classes"] and len(set(names)) == len(names)
-                      and all(isinstance(n, str) and 0 < len(n) <= MAX_CLASS_NAME for n in names)):
+    if names and not (isinstance(names, list) and len(names) == values["classes"]
+                      and all(isinstance(n, str) for n in names) and len(set(names)) == len(names)):
         raise GeneratorFileError(f"The generator description's class_names must be {values['classes']} different "
                                  f"names (text of 1 to {MAX_CLASS_NAME} characters), one per class, or none.")
+    problem = class_names_problem(names)
+    if problem:
+        raise GeneratorFileError(f"The generator description's class_names cannot be loaded: {problem}.")
     return GeneratorSpec(**values), meta

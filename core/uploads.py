@@ -2,9 +2,10 @@
 
 Gradio stores uploads in a temporary folder that may be cleaned before a run (or its resume)
 reads them. keep_upload() checks the zip with the same rules as training (size limit, no
-entry escaping its folder, image entries counted) and copies it into the dataset cache under
-a name derived from its content, so the same zip uploaded twice is stored once and finds its
-decoded cache. The zip is never extracted: core.data reads the images straight from it.
+entry escaping its folder, image entries counted, class subfolders that can train) and copies
+it into the dataset cache under a name derived from its content, so the same zip uploaded twice
+is stored once and finds its decoded cache. The zip is never extracted: core.data reads the
+images straight from it.
 
 The folder is bounded: past BLINK_UPLOADS_MB (default 1 GB) the least recently uploaded zips
 go, with their decoded caches, except the one just uploaded and any a run in the runs folder
@@ -17,6 +18,7 @@ import os
 
 from core import data
 from core.data.cache import uploads_dir
+from core.data.own import listed_classes
 from core.rundir import disk_refusal, list_runs, write_atomic
 
 UPLOADS_MB = 1024
@@ -36,6 +38,7 @@ def keep_upload(path: str, max_mb: int = data.DEFAULT_MAX_MB, may_evict: bool = 
     if not listing.names:
         raise data.DatasetError(f"The zip {os.path.basename(path)} has no PNG/JPEG images "
                                 f"({listing.ignored} other files). Zip .png, .jpg or .jpeg files.")
+    listed_classes(listing)    # class folders that cannot train are refused now, not at Start
     os.makedirs(uploads_dir(), exist_ok=True)
     kept = os.path.join(uploads_dir(), f"{listing.fingerprint}.zip")
     if os.path.exists(kept):

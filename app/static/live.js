@@ -218,8 +218,12 @@ function apply(message) {
   }
   element.querySelector(".live-grid .placeholder").hidden = !!message.grid;
   drawCharts();
-  element.querySelector(".live-diagnostics tbody").innerHTML = message.diagnostics
-    .map(([what, value]) => `<tr><td>${what}</td><td>${value}</td></tr>`).join("");
+  // Rows as text (textContent): a value the trainer wrote may carry a folder's or a class's name.
+  element.querySelector(".live-diagnostics tbody").replaceChildren(...message.diagnostics.map((cells) => {
+    const row = document.createElement("tr");
+    for (const cell of cells) row.appendChild(document.createElement("td")).textContent = cell;
+    return row;
+  }));
   // Once there is a run, the page presents it: the grid first and large, the form folded away.
   const presenting = !!message.run;
   panel.classList.toggle("presenting", presenting);

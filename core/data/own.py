@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.architecture import SPEC_LIMITS
+from core.architecture import class_names_problem, quoted
 from core.data.cache import PREP_VERSION, DatasetError, availability, cache_file, file_lock, read_meta, uploads_dir
 from core.images import to_model_range
 
@@ -59,9 +59,6 @@ PROGRESS_SECONDS = 0.25                  # between decode_many's progress calls:
 # looks like (it would copy them), and a folder that small is likelier a stray ("misc",
 # thumbnails) than a class. Refused with the folder's name rather than trained on.
 MIN_CLASS_IMAGES = 10
-# The most classes a generator file may describe (core/architecture.py): a run with more would
-# save a generator that no one could load.
-MAX_CLASSES = SPEC_LIMITS["classes"][1]
 _GREY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
 
 
@@ -284,24 +281,28 @@ def image_classes(names: list[str]) -> Classes:
 
 
 def check_classes(classes: Classes, counts, readable: bool = False) -> None:
-    """Refuse classes that cannot train: too many for a generator file, or one with fewer than
-    MIN_CLASS_IMAGES images (counts: images per class; readable: counted after decoding)."""
-    if len(classes.names) > MAX_CLASSES:
-        raise DatasetError(f"The images sit in {len(classes.names):,} subfolders, one class each; at most "
-                           f"{MAX_CLASSES:,} classes can train. Use fewer subfolders, or put every image in one "
-                           f"folder to train without classes.")
+    """Refuse classes that cannot train: names a generator file could not hold (the loader's rule:
+    class_names_problem), or a class with fewer than MIN_CLASS_IMAGES images (counts: images per
+    class; readable: counted after decoding). At upload and at Start, so no run trains for a
+    generator nobody can load."""
+    problem = class_names_problem(classes.names)
+    if problem:
+        raise DatasetError(f"Each subfolder is a class, named after it in the generator file, and here {problem}. "
+                           f"Rename the subfolders shorter or use fewer of them, or put every image in one folder "
+                           f"to train without classes.")
     small = [(name, int(n)) for name, n in zip(classes.names, counts) if n < MIN_CLASS_IMAGES]
     if small:
         kind = "readable images" if readable else "images"
-        named = ", ".join(f"{name!r} ({n} {kind})" for name, n in small[:5])
+        named = ", ".join(f"{quoted(name)} ({n} {kind})" for name, n in small[:5])
         more = f" and {len(small) - 5} more" if len(small) > 5 else ""
         raise DatasetError(f"Each subfolder is a class, and a class needs at least {MIN_CLASS_IMAGES} images; "
                            f"too few in {named}{more}. Add images there or remove those folders, or put every "
                            f"image in one folder to train without classes.")
 
 
-def _listed_classes(listing: Listing) -> Classes:
-    """The listing's classes, checked on the listed files (before any decoding)."""
+def listed_classes(listing: Listing) -> Classes:
+    """The listing's classes, checked on the listed files (before any decoding): at upload, at
+    Start (own_info) and in the trainer (load_own)."""
     classes = image_classes(listing.names)
     if classes.names:
         check_classes(classes, np.bincount(classes.labels, minlength=len(classes.names)))
@@ -309,7 +310,8 @@ def _listed_classes(listing: Listing) -> Classes:
 
 
 def _classes_note(names: list[str], counts) -> str:
-    shown = ", ".join(f"{name} {n}" for name, n in zip(names[:8], counts))
+    # Bare names (quoted's text without its quotes): short, and never markup on the page's note.
+    shown = ", ".join(f"{quoted(name)[1:-1]} {n}" for name, n in zip(names[:8], counts))
     more = f", and {len(names) - 8} more" if len(names) > 8 else ""
     return f"{len(names)} classes, one per subfolder ({shown}{more}): trains class-conditional"
 
@@ -449,7 +451,7 @@ def load_own(path: str, max_mb: int = DEFAULT_MAX_MB, progress=None) -> ImageSet
     while images are decoded (not called for a set read from the cache)."""
     from core.data.tensors import ImageSet, save_cached
     listing = list_images(path, max_mb)
-    classes = _listed_classes(listing)
+    classes = listed_classes(listing)
     title = f"own images ({os.path.basename(listing.path.rstrip(os.sep)) or listing.path})"
     cache = _cache_path(listing)
     cached = _load_cached(listing, title)
@@ -488,7 +490,7 @@ def own_info(path: str, max_mb: int = DEFAULT_MAX_MB) -> dict:
     with its classes, or why its subfolders are none."""
     try:
         listing = list_images(path, max_mb)
-        classes = _listed_classes(listing)
+        classes = listed_classes(listing)
     except DatasetError as exc:
         return availability(False, None, None, OWN_RESOLUTION, str(exc))
     if classes.loose:
