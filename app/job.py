@@ -368,7 +368,7 @@ class Job:
                 run.clear_request()
                 return False
             if request == "resume":
-                run.clear_request()
+                run.clear_request("resume")   # a Stop pressed meanwhile stays
                 run.write_status("running", "Resuming...", pid=None)
                 return True
             if status.state != "paused" and request != "pause":
@@ -433,15 +433,15 @@ class Job:
 
     def request(self, action: str, count: int = 0) -> str:
         """stop | pause | resume | step (count updates, while paused) the current run; returns a
-        message for the user."""
+        message for the user. Which press wins over a pending one: RunDir.request."""
         with self._lock:
             run = self._run
-            if run is None or not self.is_active():
+            # A trainer that has written its end is not asked anything (it only has to exit).
+            if run is None or not self.is_active() or run.read_status().state in FINAL_STATES:
                 return "No run is training."
-            if action == "step":
-                if run.read_request() == "step":
-                    return "Still stepping: the grid after the last Step comes first."
-                if run.read_status().state != "paused" or run.read_request() != "pause":
+            pending = run.read_request()
+            if action == "step" and pending not in ("stop", "step"):   # those two answer below
+                if run.read_status().state != "paused" or pending != "pause":
                     return "Pause first: Step trains one generator update at a time while the run is paused."
                 if self._chaining():
                     return ("Step needs a run that trains in one piece: in chunks (ZeroGPU) a paused run "
@@ -449,9 +449,13 @@ class Job:
             if action == "resume" and self._chaining():
                 self._charge_to_presser()   # the next chunks spend the quota of whoever pressed Resume
             try:
-                run.request(action, count)
+                kept = run.request(action, count)
             except DiskRefused as exc:   # the trainer will fail on its own next write and say so
                 return f"Could not ask the trainer to {action}: {exc}."
+            if kept == "stop":
+                return f"Stopping already: {action.capitalize()} comes too late."
+            if kept == "step":
+                return "Still stepping: the grid after the last Step comes first."
             process = self._process
             if action == "stop" and process is not None and process is not self._watched:
                 # Stop must end the run even if the trainer never reads the request (a wedged

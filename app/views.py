@@ -56,8 +56,11 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
     if not status.state:
         return "No run yet. Pick a dataset and press **Start**."
     state = status.state
-    pending = {"stop": "stopping...", "pause": "pausing..."}.get(status.request)
-    parts = [f"**{pending if pending and state in ('running', 'compiling') else state}**"]
+    # A pending Stop shows in any state until the run ends (Job.snapshot sets request only until then;
+    # a Pause pressed after it is refused); a Pause only while the run still trains.
+    pending = ("stopping..." if status.request == "stop"
+               else "pausing..." if status.request == "pause" and state in ("running", "compiling") else "")
+    parts = [f"**{pending or state}**"]
     if status.device:
         split = (f", batch {status.batch_size} = {status.batch_size // status.devices} per device"
                  if status.devices > 1 and status.batch_size else "")

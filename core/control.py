@@ -30,7 +30,7 @@ class Control:
         self._last_check = 0.0
 
     def decision(self) -> str:
-        """The app gone first, then a stop, a pause."""
+        """The app gone first, then a stop (RunDir.request keeps it whatever is pressed after it), a pause."""
         if any(not pid_alive(p) for p in self.watch_pids):
             return "gone"
         return {"stop": "stop", "pause": "pause", "step": "step"}.get(self.run.read_request(), "run")
@@ -45,9 +45,9 @@ class Control:
 
     def wait_while_paused(self) -> str:
         """Wait until the pause request is gone; then the decision ("run" once resumed: the
-        request is cleared; "step": train the asked updates, still paused)."""
+        Resume is cleared; "step": train the asked updates, still paused)."""
         while (decision := self.decision()) == "pause":
             time.sleep(PAUSE_POLL_SECONDS)
         if decision == "run":
-            self.run.clear_request()
+            self.run.clear_request("resume")   # only the Resume: a Stop pressed since must still be heard
         return decision

@@ -10,7 +10,8 @@
       generator.safetensors    the generator's weights, loadable without pickle: G_ema's when
                                config.ema > 0 (what the grids show), else G's
       generator.json           what is needed to rebuild it (spec, config, step)
-      control.json             requests to the trainer: stop / pause / resume
+      control.json             the pending request to the trainer: pause / resume / step
+      stop.json                a pending Stop, a file of its own: no later request replaces it
 
 The trainer writes, readers never lock: they tolerate a half-written last event line. A
 request is a file rather than an in-memory Event so that a restarted UI, or a CLI user in
@@ -36,6 +37,7 @@ STATES = ("preparing", "waiting", "starting", "compiling", "running", "paused", 
 FINAL_STATES = ("done", "stopped", "failed")
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+REQUEST_FILE, STOP_FILE = "control.json", "stop.json"   # RunDir.request
 
 
 # A generator's two files, in a run directory and in any folder that holds one (the shipped
@@ -336,33 +338,64 @@ class RunDir:
         return all(os.path.exists(path) for path in generator_files(self.path))
 
     # ---- control requests -----------------------------------------------------------
-    def request(self, action: str, count: int = 0) -> None:
+    # One request is pending at a time and a later press replaces it, with two exceptions:
+    #
+    #   pending   pressed                 outcome
+    #   stop      stop                    stop (asked again)
+    #   stop      pause, resume, step     stop kept: the run is ending, the press comes too late
+    #   step      resume, step            step kept: its grid comes first (the trainer's Pause ends it)
+    #   step      pause                   pause: the run stays paused (the trainer writes it once stepped)
+    #   pause     step                    step (Job.request asks it only of a paused run)
+    #   pause     resume                  resume: a paused run goes on; one that had not yet heard the
+    #                                     Pause never pauses (a Resume reads as "run" to it)
+    #   resume    pause                   pause: the later press wins
+    #   any       stop                    stop
+    #
+    # A Stop is a file of its own that no other request's write replaces: a Pause read-then-written
+    # in the same instant (another thread, the trainer's own Pause after a Step) cannot lose it.
+    def request(self, action: str, count: int = 0) -> str:
         """Ask the trainer to stop, pause or resume, or, while paused, to step `count` generator
-        updates; it reads this between steps."""
+        updates; it reads this between steps. Returns "" when asked, else the pending request that
+        keeps its place (nothing is written)."""
         assert action in ("stop", "pause", "resume", "step"), action
-        self._write("control.json", json.dumps({"action": action, "time": time.time(), "count": count}).encode())
+        if action == "stop":
+            self._write(STOP_FILE, json.dumps({"action": "stop", "time": time.time()}).encode())
+            return ""
+        pending = self.read_request()
+        if pending == "stop" or (pending == "step" and action in ("resume", "step")):
+            return pending
+        self._write(REQUEST_FILE, json.dumps({"action": action, "time": time.time(), "count": count}).encode())
+        return ""
+
+    def _read_request_file(self) -> dict:
+        try:
+            with open(self.file(REQUEST_FILE)) as f:
+                request = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return request if isinstance(request, dict) else {}
 
     def read_step_count(self) -> int:
         """How many generator updates a step request asks for (0 if none)."""
-        try:
-            with open(self.file("control.json")) as f:
-                request = json.load(f)
-        except (OSError, ValueError):
-            return 0
+        request = self._read_request_file()
         return int(request.get("count", 0)) if request.get("action") == "step" else 0
 
     def read_request(self) -> str:
-        try:
-            with open(self.file("control.json")) as f:
-                return json.load(f).get("action", "")
-        except (OSError, ValueError):
-            return ""
+        """The pending request: "stop" while a Stop is, whatever came after it; "" when none."""
+        if os.path.exists(self.file(STOP_FILE)):
+            return "stop"
+        return self._read_request_file().get("action", "")
 
-    def clear_request(self) -> None:
-        try:
-            os.remove(self.file("control.json"))
-        except OSError:
-            pass
+    def clear_request(self, action: str = "") -> None:
+        """Remove the pending requests (acted on, or the run ended). With `action` (a Resume the
+        trainer heard): only a pending request of that kind, never a Stop pressed meanwhile."""
+        if action and self._read_request_file().get("action") != action:
+            return
+        for name in (REQUEST_FILE,) if action else (REQUEST_FILE, STOP_FILE):
+            try:
+                os.remove(self.file(name))
+            except OSError:
+                pass
 
 
 def list_runs(root: str | None = None) -> list[RunDir]:
