@@ -123,11 +123,11 @@ def _float(value, name: str, low: float, high: float) -> float:
 
 
 def as_text(text: str) -> str:
-    """Markdown that shows `text` as it is: every ASCII punctuation character but quotes (which
-    Markdown never reads) backslash-escaped. For what a generator file or a folder named (a class, a
-    dataset) in a caption every follower sees: Gradio's Markdown draws HTML, and an <img> in a class
-    name became one."""
-    return re.sub(r"([!#-&(-/:-@\[-`{-~])", r"\\\1", text)
+    """Markdown that shows `text` as it is: the characters that start HTML, links, images, emphasis
+    or code backslash-escaped, the rest (a dataset's hyphen) left as scripts read it. For what a
+    generator file or a folder named (a class, a dataset) in a caption every follower sees: Gradio's
+    Markdown draws HTML, and an <img> in a class name became one."""
+    return re.sub(r"([\\`*_\[\]<>&!#|~])", r"\\\1", text)
 
 
 def step_word(step) -> str:

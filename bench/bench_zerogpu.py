@@ -28,9 +28,9 @@ from tests.zerogpu.device_api import DeviceApi       # noqa: E402
 
 
 def samples_at_once(app, viewers: int) -> dict:
-    client = app.client()
+    clients = [app.client() for _ in range(viewers)]   # a viewer each, connected before the burst
     sent = time.perf_counter()
-    jobs = [client.submit(seed, 16, "seed", api_name="/sample") for seed in range(viewers)]
+    jobs = [client.submit(seed, 16, "seed", api_name="/sample") for seed, client in enumerate(clients)]
     seconds, refused = [], 0
     for job in jobs:
         try:

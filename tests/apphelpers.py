@@ -136,3 +136,25 @@ def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "cond
             return value
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def seed_finished_run(runs_root: str, names: list[str], step: int, grid_steps: tuple[int, ...], tiles: int):
+    """A finished run as a restarted server finds it, with nothing trained: the shipped generator
+    saved as the run's with its classes named `names`, `tiles` random digits a grid at each of
+    `grid_steps`, and the real images. Returns the RunDir (its status is the caller's to write)."""
+    import json
+    import numpy as np
+    from app.job import SHIPPED_GENERATOR
+    from core.config import TrainConfig
+    from core.rundir import RunDir
+    run = RunDir.create(TrainConfig(steps=step, grid_every=100, checkpoint_every=step), runs_root)
+    shutil.copy(os.path.join(SHIPPED_GENERATOR, "generator.safetensors"), run.path)
+    with open(os.path.join(SHIPPED_GENERATOR, "generator.json")) as f:
+        meta = {**json.load(f), "class_names": names, "step": step}
+    with open(os.path.join(run.path, "generator.json"), "w") as f:
+        json.dump(meta, f)
+    images = np.random.default_rng(0).uniform(-1, 1, (tiles, 1, 28, 28)).astype(np.float32)
+    for grid_step in grid_steps:
+        run.save_grid(images, grid_step, columns=10)
+    run.save_real_grid(images, columns=10)
+    return run

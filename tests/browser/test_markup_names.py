@@ -5,17 +5,10 @@ classes named, two of them with markup, and a status whose message and Diagnosti
 as the trainer writes text), so nothing trains. Names reach the page from a host's generator upload
 or a zip's folders; an <img> in one was drawn as an element in every follower's Sample captions.
 """
-import json
-import os
-import shutil
 
-import numpy as np
 import pytest
 
-from app.job import SHIPPED_GENERATOR
-from core.config import TrainConfig
-from core.rundir import RunDir
-from tests.apphelpers import needs_chromium
+from tests.apphelpers import needs_chromium, seed_finished_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
 STEP = 200
@@ -25,15 +18,7 @@ MARKUP = "#pwn, #bold"          # the elements the names would make, were they d
 
 
 def APP_SETUP(folder) -> None:
-    run = RunDir.create(TrainConfig(steps=STEP, grid_every=100, checkpoint_every=STEP), str(folder / "runs"))
-    shutil.copy(os.path.join(SHIPPED_GENERATOR, "generator.safetensors"), run.path)
-    with open(os.path.join(SHIPPED_GENERATOR, "generator.json")) as f:
-        meta = {**json.load(f), "class_names": NAMES, "step": STEP}
-    with open(os.path.join(run.path, "generator.json"), "w") as f:
-        json.dump(meta, f)
-    tiles = np.random.default_rng(0).uniform(-1, 1, (20, 1, 28, 28)).astype(np.float32)
-    run.save_grid(tiles, STEP, columns=10)
-    run.save_real_grid(tiles, columns=10)
+    run = seed_finished_run(str(folder / "runs"), NAMES, STEP, grid_steps=(STEP,), tiles=20)
     run.write_status("done", f"Finished. Classes {IMG} and {BOLD}.", step=STEP, steps=STEP, gan="dcgan",
                      classes=10, class_names=NAMES, diagnostics={"class_names": f"{IMG}, {BOLD}"})
 

@@ -8,17 +8,11 @@ projector: each output says which generator made it, a named class is called by 
 number typed into a slider's box and Enter sets it and the output follows, Escape in the
 generator picker changes nothing, and a timelapse that cannot be made says why.
 """
-import json
 import os
-import shutil
 
-import numpy as np
 import pytest
 
-from app.job import SHIPPED_GENERATOR
-from core.config import TrainConfig
-from core.rundir import RunDir
-from tests.apphelpers import needs_chromium
+from tests.apphelpers import needs_chromium, seed_finished_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
 STEP = 200
@@ -35,16 +29,7 @@ DRAWN = """img => { const box = img.getBoundingClientRect();
 def APP_SETUP(folder) -> None:
     """A finished run, as a restarted server finds it: 60 fixed-noise digits a grid (10 classes, 6
     rows, as the trainer draws them) at two steps, the real images, and a generator with class names."""
-    run = RunDir.create(TrainConfig(steps=STEP, grid_every=100, checkpoint_every=STEP), str(folder / "runs"))
-    shutil.copy(os.path.join(SHIPPED_GENERATOR, "generator.safetensors"), run.path)
-    with open(os.path.join(SHIPPED_GENERATOR, "generator.json")) as f:
-        meta = {**json.load(f), "class_names": NAMES, "step": STEP}
-    with open(os.path.join(run.path, "generator.json"), "w") as f:
-        json.dump(meta, f)
-    tiles = np.random.default_rng(0).uniform(-1, 1, (60, 1, 28, 28)).astype(np.float32)
-    for step in (100, STEP):
-        run.save_grid(tiles, step, columns=10)
-    run.save_real_grid(tiles, columns=10)
+    run = seed_finished_run(str(folder / "runs"), NAMES, STEP, grid_steps=(100, STEP), tiles=60)
     run.write_status("done", "Finished.", step=STEP, steps=STEP, gan="dcgan", classes=10, class_names=NAMES)
 
 

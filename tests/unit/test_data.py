@@ -27,15 +27,6 @@ from core.uploads import keep_upload
 from tests.filehelpers import leftovers, png_bytes
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    root.mkdir()
-    monkeypatch.setenv("BLINK_DATA_DIR", str(root))
-    monkeypatch.setenv("BLINK_OFFLINE", "1")
-    monkeypatch.delenv("BLINK_VERIFY_CHECKSUMS", raising=False)
-    return root
-
 
 # ---- writers for the real file formats -------------------------------------------------------
 def write_idx(path, array: np.ndarray, gz: bool) -> None:

@@ -26,15 +26,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CLASSES = {"blue": 2, "green": 1, "red": 0}
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    root.mkdir()
-    monkeypatch.setenv("BLINK_DATA_DIR", str(root))
-    monkeypatch.setenv("BLINK_OFFLINE", "1")
-    return root
-
-
 def coloured(channel: int, seed: int) -> bytes:
     """A small noisy PNG whose colour is mostly `channel`."""
     pixels = np.random.default_rng(seed).integers(0, 40, (12, 12, 3)).astype(np.uint8)
