@@ -21,10 +21,12 @@ def test_a_pause_pressed_just_after_stop_never_replaces_it(tmp_path):
     (tmp_path / "runs").mkdir()
     app = RunningApp(str(tmp_path / "runs"), env={"OMP_NUM_THREADS": "1"}).wait_ready()
     try:
-        client = app.client()
+        # A client each for the presses and the watching: one client's events share one stream,
+        # which gradio_client can lose when the server closes it between two of them.
+        client, pauser, watcher = app.client(), app.client(), app.client()
 
         def status():
-            return client.predict(api_name="/status")
+            return watcher.predict(api_name="/status")
 
         def ended(timeout):
             """The run's status once it has ended, else (after `timeout` s) the last one seen."""
@@ -45,7 +47,7 @@ def test_a_pause_pressed_just_after_stop_never_replaces_it(tmp_path):
             # Stop's answer to come back), so it lands before the trainer has heard the Stop.
             wait_for(lambda: run.read_request() == "stop" or stop.done(), 10, interval=0.002, what="the Stop")
             stopped_at = time.perf_counter()
-            answer = client.predict(api_name="/pause")
+            answer = pauser.predict(api_name="/pause")
             late = time.perf_counter() - stopped_at   # the Pause's round trip: it landed within this
             assert "Stopping" in stop.result()
             final = ended(END_SECONDS)
