@@ -173,11 +173,10 @@ class ChunkCall:
         return self.run.read_request() != "stop"
 
     def log_message(self, event_id=None, log="", title="", level="info", duration=None, visible=True) -> None:
-        if log.startswith("Waiting for a GPU") and self.run.read_status().state not in ("waiting",):
-            status = self.run.read_status()
+        if log.startswith("Waiting for a GPU") and self.run.read_status().state != "waiting":
             self.run.write_status("waiting", f"Waiting for a GPU for chunk {self.number}: {log.rstrip('.')} in "
                                              "ZeroGPU's queue. Nothing is charged while waiting; Stop leaves the "
-                                             "queue.", pid=None, step=status.step)
+                                             "queue.", pid=None)
 
     def set_progress(self, *args, **kwargs) -> None:
         pass

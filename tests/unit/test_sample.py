@@ -13,6 +13,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from gradio_client.exceptions import AppError
 import torch
 from PIL import Image
 from safetensors.torch import save_file
@@ -402,7 +403,7 @@ def test_download_and_upload_generator(app_client, tmp_path):
     bad = str(tmp_path / "generator.safetensors")
     with open(bad, "wb") as f:
         pickle.dump({"x": 1}, f)
-    with pytest.raises(Exception, match="pickle"):
+    with pytest.raises(AppError, match="The weights file is a pickle / torch.save file, not safetensors"):
         client.predict([handle_file(bad), handle_file(os.path.join(SHIPPED, "generator.json"))],
                        api_name="/upload_generator")
     # The shipped generator, uploaded, is used by the tab until switched back.

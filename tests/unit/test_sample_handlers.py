@@ -5,12 +5,9 @@ where nothing stands between the input and the project's own refusal. The tab sa
 generator: its runs folder is empty. `named_tab`'s server has one run, whose generator is the
 shipped one with its classes named (as a folder's class subfolders name them), and two grids.
 """
-import json
 import os
 import re
-import shutil
 
-import numpy as np
 
 import gradio as gr
 import pytest
@@ -21,8 +18,8 @@ from app.sample_tab import (DIRECTION_RANGE, FOLLOW, KEEP_OUTPUTS, MAX_GRID, MAX
                             MAX_ZIP, SEED_MAX, SHIPPED, OutputFolders, SampleTab)
 from app.ui import DeviceCache, TrainTab
 from core import sample as sampling
-from core.config import TrainConfig
 from core.rundir import RunDir
+from tests.apphelpers import seed_finished_run
 
 HOST_KEY = "the-host-key"
 SHIPPED_CLASSES = sampling.read_spec(os.path.join(SHIPPED_GENERATOR, "generator.json"))[0].classes
@@ -47,15 +44,7 @@ NAMED_STEP = 200
 
 def run_with_named_classes(root: str) -> RunDir:
     """A run whose generator is the shipped one saved at NAMED_STEP with CLASS_NAMES, and its grids."""
-    run = RunDir.create(TrainConfig(steps=NAMED_STEP, grid_every=100, checkpoint_every=NAMED_STEP), root)
-    shutil.copy(os.path.join(SHIPPED_GENERATOR, "generator.safetensors"), run.path)
-    with open(os.path.join(SHIPPED_GENERATOR, "generator.json")) as f:
-        meta = {**json.load(f), "class_names": CLASS_NAMES, "step": NAMED_STEP}
-    with open(os.path.join(run.path, "generator.json"), "w") as f:
-        json.dump(meta, f)
-    for step in (100, NAMED_STEP):
-        run.save_grid(np.zeros((4, 1, 28, 28), np.float32), step)
-    return run
+    return seed_finished_run(root, CLASS_NAMES, NAMED_STEP, grid_steps=(100, NAMED_STEP), tiles=4)
 
 
 @pytest.fixture
