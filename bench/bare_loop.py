@@ -28,14 +28,13 @@ def bare_loop(settings: dict, steps: int, warmup: int, compile_models: bool = Fa
 
     compile_models: torch.compile G and D first (an experiment's lever; the trainer does not)."""
     from core import devices
-    from core.config import TrainConfig, validate
-    from core.resume import resolved_for
-    from core.training import build_training
+    from core.config import TrainConfig
+    from core.training import build_training, planned
     config = TrainConfig(**settings)
     devices.prepare_environment(config.device)
     info = devices.probe(config.device)
-    config = validate(resolved_for(config, info.kind)[0], device_caps=info.to_dict())
-    training = build_training(config, info)
+    training = build_training(*planned(config, info))
+    config = training.config   # as it trains: 'auto' and the defaults resolved
     if compile_models:
         import torch
         training.gan_step.G = torch.compile(training.G)

@@ -51,17 +51,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from core import devices
-    from core.config import TrainConfig, validate
+    from core.config import TrainConfig
     from core.data.stream import BatchStream
-    from core.resume import resolved_for
-    from core.training import build_training
+    from core.training import build_training, planned
     config = TrainConfig(device=args.device, batch_size=args.batch_size)
     devices.prepare_environment(config.device)
     info = devices.probe(config.device)
     if info.kind != config.device:   # a fallback would measure another device under this one's name
         sys.exit(info.notice)
-    config = validate(resolved_for(config, info.kind)[0], device_caps=info.to_dict())
-    training = build_training(config, info)
+    training = build_training(*planned(config, info))
+    config = training.config   # as it trains: 'auto' and the defaults resolved
     built = training.stream
     if built.keep_on_device:
         sys.exit(f"{info.name} keeps the set on the device: there is no host input work to overlap")

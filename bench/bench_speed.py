@@ -178,11 +178,10 @@ def step_flops() -> tuple[int, dict]:
     matrix products, which are nearly all of it)."""
     from torch.utils.flop_counter import FlopCounterMode
     from core import devices, models
-    from core.config import TrainConfig, validate
-    from core.resume import resolved_for
-    from core.training import build_training
-    config = validate(resolved_for(TrainConfig(device="cpu"), "cpu")[0])
-    training = build_training(config, devices.probe("cpu"))
+    from core.config import TrainConfig
+    from core.training import build_training, planned
+    training = build_training(*planned(TrainConfig(device="cpu"), devices.probe("cpu")))
+    config = training.config
     with FlopCounterMode(display=False) as counter:
         training.step()
     info = {"preset": config.preset, "classes": training.classes, "width": models.PRESET_WIDTH[config.preset],

@@ -90,11 +90,10 @@ def profile_child() -> None:
     from torch.utils.flop_counter import FlopCounterMode
     from bench_speed import matmul_peak
     from core import devices
-    from core.config import TrainConfig, validate
-    from core.resume import resolved_for
-    from core.training import build_training
+    from core.config import TrainConfig
+    from core.training import build_training, planned
     torch.set_num_threads(2)
-    training = build_training(validate(resolved_for(TrainConfig(device="cpu"), "cpu")[0]), devices.probe("cpu"))
+    training = build_training(*planned(TrainConfig(device="cpu"), devices.probe("cpu")))
     for _ in range(30):
         training.step()
     kinds = {"aten::mkldnn_convolution": "conv forward", "aten::_convolution": "conv forward",

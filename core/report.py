@@ -4,7 +4,7 @@ The training loop says what happened and the Reporter works out the rest and wri
 run's Status (core/status.py) through RunDir.write_status, as stylegan2-ada's training loop hands
 its progress to a `progress_fn`:
 
-    report = Reporter(run, rt, config, trainer_pid=..., preset_reason=..., classes=..., class_names=..., ...)
+    report = Reporter(run, training, trainer_pid=os.getpid())   # training: core.training's Training
     report.start()                         # the loop begins: training time counts from here
     report.stepped(step)                   # after each step's mark_step
     report.paused(seconds)                 # paused time is not training time
@@ -56,18 +56,12 @@ def memory_due(step: int, log_every: int) -> bool:
 class Reporter:
     """The run's progress, as the trainer sees it; `write` makes it the run's status."""
 
-    def __init__(self, run, rt, config, *, trainer_pid: int, preset_reason: str, classes: int,
-                 matmul_precision: str | None, data_load_seconds: float, images_skipped: int, chunk: int = 0,
-                 class_names: list[str] = (), resolution: int = 0, augment: str = ""):
-        """run: the RunDir; rt: the trainer's core.devices.Runtime; config: the resolved TrainConfig.
-        The keywords are facts of the run's setup that every status repeats."""
-        self.run, self.rt, self.config = run, rt, config
-        self.trainer_pid, self.preset_reason, self.classes = trainer_pid, preset_reason, classes
-        self.matmul_precision = matmul_precision
-        self.data_load_seconds, self.images_skipped = data_load_seconds, images_skipped
-        self.chunk = chunk          # > 0: the run trains in chunks and this session is that one
-        self.class_names = list(class_names)   # what class i is, where the dataset names them; [] otherwise
-        self.resolution, self.augment = resolution, augment
+    def __init__(self, run, training, *, trainer_pid: int, chunk: int = 0):
+        """run: the RunDir; training: what trains (its plan, runtime and the setup's measures, which
+        every status repeats); chunk > 0: the run trains in chunks and this session is that one."""
+        self.run, self.training, self.rt, self.config = run, training, training.rt, training.config
+        self.plan = training.plan
+        self.trainer_pid, self.chunk = trainer_pid, chunk
         # Each device's piece of a batch, read from the batch's sharding once it exists (the loop sets it).
         self.batch_shards: list[list[int]] | None = None
         self.elapsed_before = 0.0   # training seconds of earlier sessions: a resumed run's checkpoint says
@@ -118,10 +112,10 @@ class Reporter:
             "graph_executions": rt.execution_count(), "batch_shards": self.batch_shards,
             "compile_seconds": round(rt.compile_seconds(), 2) if rt.is_xla else None,
             "compile_cache": rt.compile_cache(),
-            "matmul_precision": self.matmul_precision,
+            "matmul_precision": self.training.matmul_precision,
             "data_wait_share": round(data_seconds / session_seconds, 4) if session_seconds > 0 else None,
-            "data_load_seconds": round(self.data_load_seconds, 2),
-            "unreadable_images_skipped": self.images_skipped,
+            "data_load_seconds": round(self.training.data_load_seconds, 2),
+            "unreadable_images_skipped": self.training.dataset.skipped,
             "first_step_seconds": round(self.first_step_seconds, 2) if self.first_step_seconds else None,
             "augment_p": round(augment_p, 3) if augment_p is not None else None,
         }
@@ -137,8 +131,8 @@ class Reporter:
             device=rt.info.name, device_kind=rt.kind, devices=rt.device_count, layout=rt.info.layout,
             batch_size=cfg.batch_size,
             precision=cfg.precision, gan=cfg.gan,
-            preset=cfg.preset, preset_reason=self.preset_reason, classes=self.classes,
-            class_names=self.class_names, resolution=self.resolution, augment=self.augment,
+            preset=cfg.preset, preset_reason=self.plan.preset_reason, classes=self.plan.classes,
+            class_names=list(self.plan.class_names), resolution=self.plan.resolution, augment=self.plan.augment_reason,
             steps_per_second=round(speed, 3) if speed else None,
             images_per_second=round(speed * images_per_step, 1) if speed else None,
             seconds_left=round(remaining, 1) if remaining is not None else None,

@@ -1,27 +1,16 @@
-"""Resume: the one policy for the CLI and the page (app/job.py), and the config a run trains with.
+"""Resume: the one policy for the CLI and the page (app/job.py).
 
     config = prepare_resume(run, steps=4000)     # raises ResumeRefused with what to do instead
-    config, why = resolved_for(config, "cpu")    # the preset and precision 'auto' made concrete
+    problem = checkpoint_problem(state, training)   # the trainer's check of the checkpoint it loads
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 
-from core.architecture import resolve_preset
 from core.config import MAX_STEPS, TrainConfig
+from core.plan import Plan, resolved_for
 from core.rundir import FINAL_STATES, RunDir, pid_alive
-
-
-def resolved_for(config: TrainConfig, device_kind: str) -> tuple[TrainConfig, str]:
-    """The config a run trains with on this kind of device, and why it has its preset: the preset
-    and precision 'auto' become here, and hyper-parameters left None set to their defaults for
-    it (TrainConfig.resolved)."""
-    from core.devices import default_precision   # no torch: devices imports it lazily
-    preset, reason = resolve_preset(config.preset, device_kind)
-    precision = default_precision(device_kind) if config.precision == "auto" else config.precision
-    return dataclasses.replace(config.resolved(preset), preset=preset, precision=precision), reason
-
 
 
 class ResumeRefused(ValueError):
@@ -72,21 +61,23 @@ def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = N
 
 
 
-def checkpoint_problem(state: dict, config: TrainConfig, device_kind: str, training) -> str | None:
-    """Why the trainer cannot continue `config` from this checkpoint (None: it can). training: the
-    core.training.Training built for `config`, whose nets the checkpoint's weights must fit."""
+def checkpoint_problem(state: dict, training) -> str | None:
+    """Why the trainer cannot continue its plan from this checkpoint (None: it can). training: the
+    core.training.Training built from the plan, whose nets the checkpoint's weights must fit."""
     if "conditional" not in state["config"]:
         # Saved before class-conditional training existed: unconditional, with the old defaults
         # (batch 64, lr 1e-3, z 100), which no longer resolve from this config.
         return ("Cannot resume: this run was saved by an older Blink (before class-conditional training and "
                 "the new defaults). Start a new run; its last generator is kept for sampling.")
-    # Resolved as this run's config was: a checkpoint from before config.json was resolved holds
-    # the preset 'auto', which is what became this config's preset.
-    saved, _ = resolved_for(TrainConfig.from_dict(state["config"]), device_kind)
-    changed = config.differences(saved)
-    if changed:
-        return config_changed_message(changed)
-    if not _weights_fit(state, training):
+    plan = training.plan
+    if "plan" in state:
+        changed = plan.differences(Plan.from_dict(state["plan"]))
+    else:   # saved before plans: its config alone, 'auto' resolved as its trainer resolved it
+        changed = plan.config.differences(resolved_for(TrainConfig.from_dict(state["config"]), plan.device.kind)[0])
+    built = [name for name in changed if name in ("resolution", "classes", "channels")]
+    if changed != built:
+        return config_changed_message([name for name in changed if name not in built])
+    if built or not _weights_fit(state, training):
         # The same config builds other shapes when Blink changed what it builds: an own-images run
         # of the fast preset trained at 64x64 before that preset trained at most 32x32.
         size = f"{training.resolution}x{training.resolution}"

@@ -1,7 +1,8 @@
 """The run directory: the one contract between a trainer and everyone who watches it.
 
     runs/<run-id>/
-      config.json              the TrainConfig as the trainer resolved it for its device (preset, defaults)
+      config.json              the run's plan (core/plan.py) as the trainer made it: the config it trains
+                               with (preset, defaults resolved) and what its device and data made of it
       status.json              core/status.py's Status: state, message, step, pid, ... (replaced atomically)
       events.jsonl             one JSON object per logged step (append-only)
       grids/step_000100.png    fixed-noise sample grids, one per grid step, never overwritten
@@ -203,12 +204,28 @@ class RunDir:
 
     # ---- config ---------------------------------------------------------------------
     def write_config(self, config) -> None:
+        """The config as asked for, before a trainer has planned the run (its plan replaces it)."""
         self._write("config.json", config.to_json().encode())
 
-    def read_config(self):
-        from core.config import TrainConfig
+    def write_plan(self, plan) -> None:
+        self._write("config.json", json.dumps(plan.to_dict(), indent=2, sort_keys=True).encode())
+
+    def _read_config_file(self) -> dict:
         with open(self.file("config.json")) as f:
-            return TrainConfig.from_json(f.read())
+            return json.load(f)
+
+    def read_config(self):
+        """The run's TrainConfig: its plan's, or the config as asked for (not planned yet, or saved
+        by a Blink before plans)."""
+        from core.config import TrainConfig
+        values = self._read_config_file()
+        return TrainConfig.from_dict(values["config"] if "format" in values else values)
+
+    def read_plan(self):
+        """The run's core.plan.Plan; None before its trainer made one (or from a Blink before plans)."""
+        from core.plan import PLAN_FORMAT, Plan
+        values = self._read_config_file()
+        return Plan.from_dict(values) if values.get("format") == PLAN_FORMAT else None
 
     # ---- status ---------------------------------------------------------------------
     def write_status(self, state: str, message: str = "", **fields: Any) -> None:

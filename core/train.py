@@ -14,6 +14,7 @@ the step.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -26,7 +27,7 @@ from core.failures import describe, divergence_message, failure_message, log_tra
 from core.heartbeat import Heartbeat
 from core.phase import Phase
 from core.report import Reporter
-from core.resume import ResumeRefused, checkpoint_problem, prepare_resume, resolved_for
+from core.resume import ResumeRefused, checkpoint_problem, prepare_resume
 from core.rundir import RunDir, default_root, writable_problem
 
 # What D's verdict on a grid image is: a probability of "real" for DCGAN's loss, a logit (above 0:
@@ -80,34 +81,32 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     run = RunDir(run_path)
     try:
         info = device_info or devices.probe(config.device)
-        config, preset_reason = resolved_for(config, info.kind)
-        config = validate(config, device_caps=info.to_dict(), preset=config.preset)
-    except (ConfigError, ValueError) as exc:
+    except ValueError as exc:
         run.write_status("failed", str(exc))
         return "failed"
-    if resume:   # the config is resolved already: keep why its preset was picked ('auto', first session)
-        previous = run.read_status()
-        preset_reason = previous.preset_reason if previous.preset == config.preset else preset_reason
-    # From here on, config.json is the config the run trains with: what resume, the Sample tab and
-    # every reader of the run see is what the checkpoint and the generator hold.
-    run.write_config(config)
+    # The plan it resumes: its preset's reason ('auto', first session) stays the run's.
+    previous = run.read_plan() if resume else None
     beat = Heartbeat(run).start()   # from here on the app can tell a busy trainer from a stuck one
     try:
-        from core.training import build_training
+        from core.training import build_training, planned
         rt = devices.Runtime(info)
         refusal = rt.multi_host_refusal(rt.hosts())   # one host decides Stop and Pause: not built yet
         if refusal:
             raise Stop("failed", refusal)
         beat.doing("loading data")
-        training = build_training(config, info, rt)
+        try:
+            plan, dataset = planned(config, info)
+        except ConfigError as exc:
+            raise Stop("failed", str(exc))
+        if previous is not None and previous.config.preset == plan.config.preset:
+            plan = dataclasses.replace(plan, preset_reason=previous.preset_reason)
+        # From here on, config.json is the plan the run trains with: what resume, the Sample tab and
+        # every reader of the run see is what the checkpoint and the generator hold.
+        run.write_plan(plan)
+        training = build_training(plan, dataset, rt)
         beat.compiling = training.rt.compiling
         beat.on_compiling = lambda: _say_compiling(run, beat.step)
-        report = Reporter(run, training.rt, config, trainer_pid=os.getpid(), preset_reason=preset_reason,
-                          classes=training.classes, class_names=training.class_names,
-                          resolution=training.resolution, augment=training.augment_reason,
-                          matmul_precision=training.matmul_precision,
-                          data_load_seconds=training.data_load_seconds, images_skipped=training.dataset.skipped,
-                          chunk=chunk.number if chunk else 0)
+        report = Reporter(run, training, trainer_pid=os.getpid(), chunk=chunk.number if chunk else 0)
         loop = Loop(training, run, Control(run, (watch_parent,)), report, resume=resume,
                     chunk_seconds=chunk.seconds if chunk else None, beat=beat)
         try:
@@ -148,7 +147,8 @@ def prepare_data(config: TrainConfig, run_path: str, device_kind: str) -> bool:
     a chunked run does this before its first GPU call (app/job.py), so a call's seconds are
     training seconds, and the trainer then reads the cached files."""
     from core import data
-    from core.architecture import model_resolution
+    from core.devices import DeviceInfo
+    from core.training import planned
     run = RunDir(run_path)
     last_write = 0.0
 
@@ -160,11 +160,9 @@ def prepare_data(config: TrainConfig, run_path: str, device_kind: str) -> bool:
             run.write_status("preparing", f"Preparing the dataset: {done:,} of {total:,} images...", pid=os.getpid())
 
     try:
-        config, _ = resolved_for(config, device_kind)   # as train() resolves it: the same preset, the same size
-        config = validate(config, preset=config.preset)
-        dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb, progress=progress)
-        data.resized(dataset, model_resolution(config.preset, dataset.resolution), progress)
-        validate(config, dataset_size=len(dataset))
+        # Planned as the trainer will plan it on that device: the same preset, the same size.
+        plan, dataset = planned(config, DeviceInfo(device_kind, device_kind.upper()), progress)
+        data.resized(dataset, plan.resolution, progress)
     except (ConfigError, data.DatasetError) as exc:
         run.write_status("failed", str(exc), pid=None)
         return False
@@ -191,7 +189,7 @@ class Loop:
         self.saved_step = 0
         if resume:
             state = run.load_checkpoint()
-            problem = checkpoint_problem(state, self.config, self.rt.kind, training)
+            problem = checkpoint_problem(state, training)
             if problem:
                 raise Stop("failed", problem)
             training.load_checkpoint_state(state)

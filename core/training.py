@@ -1,6 +1,7 @@
 """What a run trains: the data, the nets, their optimizers and the one step, built once.
 
-    training = build_training(config, info)    # config resolved for the device (core.resume.resolved_for)
+    plan, dataset = planned(config, info)      # the data loaded, and the run's plan made from it (core/plan.py)
+    training = build_training(plan, dataset)
     tensors = training.step()                  # one generator update: learning rates, GanStep, EMA
     training.checkpoint_state()                # what a checkpoint holds; load_checkpoint_state() restores it
 
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.architecture import grid_columns
-from core.config import TrainConfig, augments, validate
+from core.config import TrainConfig
+from core.plan import DataFacts, Plan, make_plan
 from core.step import GanStep
 
 GRID_SIZE = 64        # the seed's 64 fixed noise vectors
@@ -33,7 +35,7 @@ def lr_factor(step: int, steps: int, decay_start: float) -> float:
 
 @dataclass
 class Training:
-    config: TrainConfig
+    plan: Plan
     rt: Any                      # core.devices.Runtime
     G: Any
     D: Any
@@ -41,21 +43,34 @@ class Training:
     opt_d: Any
     gan_step: GanStep
     stream: Any                  # core.data.BatchStream
-    dataset: Any                 # core.data.Dataset: the quality meter's real images
-    resolution: int
-    classes: int                 # 0: unconditional
+    dataset: Any                 # core.data.ImageSet: the quality meter's real images
     fixed_noise: Any             # the grid's latents, on the CPU (what checkpoints keep)
     ema: Any = None              # core.ema.WeightAverage, or None: G_sampled is G
     real_grid: Any = None        # uint8 real images laid out as the grid's fakes (a class per column), CPU
-    # What each class is (class i is class_names[i]) where the dataset names them (a folder's
-    # class subfolders); [] for unnamed classes (MNIST's digits are their indices) and unconditional runs.
-    class_names: list = field(default_factory=list)
-    augment_reason: str = ""     # whether D sees augmented images (core/augment.py), and why
     augmented: Any = None        # the core.augment.Augmented D that GanStep trains, or None
     matmul_precision: str | None = None
     data_load_seconds: float = 0.0
     step_count: int = 0
     fixed_noise_device: Any = field(default=None, repr=False)
+
+    # What the plan settled, as the loop and the checkpoints read it.
+    @property
+    def config(self) -> TrainConfig:
+        return self.plan.config
+
+    @property
+    def resolution(self) -> int:
+        return self.plan.resolution
+
+    @property
+    def classes(self) -> int:
+        return self.plan.classes
+
+    @property
+    def class_names(self) -> list[str]:
+        """What class i is where the dataset names its classes (a folder's subfolders); [] for
+        unnamed classes (MNIST's digits are their indices) and unconditional runs."""
+        return list(self.plan.class_names)
 
     @property
     def grid_columns(self) -> int:
@@ -123,7 +138,7 @@ class Training:
         rt, step = self.rt, self.gan_step
         g_state = rt.cpu_state_dict(self.G)
         return {
-            "version": 1, "config": self.config.to_dict(), "step": self.step_count,
+            "version": 1, "config": self.config.to_dict(), "plan": self.plan.to_dict(), "step": self.step_count,
             "G": g_state, "D": rt.cpu_state_dict(self.D),
             "opt_g": _cpu(self.opt_g.state_dict()), "opt_d": _cpu(self.opt_d.state_dict()),
             "scaler_g": step.scaler_g.state_dict() if step.scaler_g else None,
@@ -156,37 +171,36 @@ class Training:
             self.stream.load_state(state["random"]["stream"])
 
 
-def build_training(config: TrainConfig, info, rt=None) -> Training:
-    """Everything a run of `config` (resolved for info's device) trains, on that device, seeded.
+def planned(config: TrainConfig, info, progress=None) -> tuple[Plan, Any]:
+    """The run's data, decoded, resized and cached once (core.data.load), and the run's plan of
+    `config` on info's device (core.devices.DeviceInfo) made from it: ConfigError when it cannot work."""
+    from core import data
+    dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb, progress=progress)
+    return make_plan(config, info, DataFacts.of(dataset)), dataset
 
-    info: core.devices.DeviceInfo; rt: its Runtime when the caller has one already."""
+
+def build_training(plan: Plan, dataset, rt=None) -> Training:
+    """Everything a run of `plan` trains, on its device, seeded. dataset: the loaded set the plan
+    was made from (planned()); rt: the device's Runtime when the caller has one already."""
     import torch
     from core import data, devices, losses, models
     from core.augment import Augmented
     from core.ema import WeightAverage
 
+    config, info = plan.config, plan.device
     rt = rt or devices.Runtime(info)
     rt.seed(config.seed)
     matmul_precision = rt.set_matmul_precision(config.precision)
 
-    # ---- data: decoded, resized and cached once, in this one process ---------------------
     t0 = time.perf_counter()
-    dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb)
-    resolution = models.model_resolution(config.preset, dataset.resolution)
-    images = data.resized(dataset, resolution)
-    validate(config, dataset_size=len(images))
-    # Class-conditional when the dataset has labels (config.conditional "auto"): a viewer can
-    # ask for a class, and on MNIST it learns faster (lab/README.md, "Conditional").
-    labels = dataset.labels if config.conditional == "auto" else None
-    classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
-    class_names = list(dataset.class_names) if classes else []
+    images = data.resized(dataset, plan.resolution)
+    labels = dataset.labels if plan.classes else None
     stream = data.BatchStream(images, config.batch_size, rt.device, config.seed,
-                              keep_on_device=info.kind == "cuda", labels=labels if classes else None,
-                              place=rt.to_device)
-    data_load_seconds = time.perf_counter() - t0
+                              keep_on_device=info.kind == "cuda", labels=labels, place=rt.to_device)
+    data_load_seconds = dataset.load_seconds + time.perf_counter() - t0
 
     # ---- models and optimizers -------------------------------------------------------------
-    G, D = models.build(config.gan, config.preset, dataset.channels, resolution, config.z_dim, classes)
+    G, D = models.build(config.gan, config.preset, dataset.channels, plan.resolution, config.z_dim, plan.classes)
     G.to(rt.device)
     D.to(rt.device)
     if info.kind in ("cuda", "cpu"):
@@ -202,10 +216,9 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     fused = {"fused": True} if info.kind in ("cpu", "cuda") else {"capturable": True}
     opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas, **fused)
     opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
-    augmenting, augment_reason = augments(config, len(images), classes)
     # D trains on augmented images (both D's and G's steps); the checkpoint and the verdicts keep D itself.
     # Adaptive where D's logits have a sign to read (core/augment.py): not WGAN-GP's critic.
-    augmented = Augmented(D, adaptive=config.gan != "wgan-gp") if augmenting else None
+    augmented = Augmented(D, adaptive=config.gan != "wgan-gp") if plan.augment else None
     D_trained = augmented if augmented is not None else D
     gan_step = GanStep(G, D_trained, opt_g, opt_d, losses.make_loss(config.gan, config.gp_weight), rt,
                        config.n_critic, config.z_dim, config.precision)
@@ -213,17 +226,15 @@ def build_training(config: TrainConfig, info, rt=None) -> Training:
     # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device. A
     # conditional G's grid has one column per class, so its rows are GRID_SIZE rounded down
     # to whole rows: 6 rows of 10 for MNIST.
-    columns = grid_columns(classes)
+    columns = grid_columns(plan.classes)
     cpu_noise = torch.Generator().manual_seed(config.seed)
     fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)[:GRID_SIZE // columns * columns]
-    real_grid = _real_grid(images, labels if classes else None, len(fixed_noise), classes, config.seed)
-    return Training(config=config, rt=rt, G=G, D=D, opt_g=opt_g, opt_d=opt_d, gan_step=gan_step, stream=stream,
-                    dataset=dataset, resolution=resolution, classes=classes, class_names=class_names,
-                    fixed_noise=fixed_noise,
+    real_grid = _real_grid(images, labels, len(fixed_noise), plan.classes, config.seed)
+    return Training(plan=plan, rt=rt, G=G, D=D, opt_g=opt_g, opt_d=opt_d, gan_step=gan_step, stream=stream,
+                    dataset=dataset, fixed_noise=fixed_noise,
                     ema=WeightAverage(G, config.ema) if config.ema else None, matmul_precision=matmul_precision,
-                    augment_reason=augment_reason, augmented=augmented,
-                    data_load_seconds=data_load_seconds, fixed_noise_device=fixed_noise.to(rt.device),
-                    real_grid=real_grid)
+                    augmented=augmented, data_load_seconds=data_load_seconds,
+                    fixed_noise_device=fixed_noise.to(rt.device), real_grid=real_grid)
 
 
 def _real_grid(images, labels, n: int, classes: int, seed: int):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import random
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,7 +63,10 @@ def load(dataset: str, data_path: str = "", max_mb: int = DEFAULT_MAX_MB, progre
     (TrainConfig.max_image_mb). progress(done, total): called while images are decoded, where the
     loader decodes them one by one (own images, CelebA).
     """
-    return source_of(dataset).load(data_path, max_mb, progress)
+    started = time.perf_counter()
+    images = source_of(dataset).load(data_path, max_mb, progress)
+    images.load_seconds = time.perf_counter() - started
+    return images
 
 
 def dataset_info(dataset: str, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:

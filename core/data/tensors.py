@@ -35,6 +35,7 @@ class ImageSet:
     class_names: list[str] = field(default_factory=list)
     # Its decoded file in the cache ("" for a set kept nowhere): copies resized from it are kept beside it.
     cache_path: str = ""
+    load_seconds: float = 0.0   # what decoding it (or reading its cache) took: core.data.load says
 
     def __post_init__(self):
         self.images = torch.as_tensor(self.images)

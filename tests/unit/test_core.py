@@ -460,12 +460,11 @@ def test_device_memory_is_read_at_the_first_step_and_about_every_hundred():
 def test_reporter_writes_the_status_with_no_speed_until_a_step_after_the_steady_one(tmp_path):
     from core import devices
     from core.report import Reporter
-    from core.resume import resolved_for
-    config, _ = resolved_for(TrainConfig(steps=100), "cpu")
+    from core.training import build_training, planned
+    training = build_training(*planned(TrainConfig(steps=100), devices.probe("cpu")))
+    config = training.config
     run = RunDir(str(tmp_path))
-    report = Reporter(run, devices.Runtime(devices.probe("cpu")), config, trainer_pid=os.getpid(),
-                      preset_reason="the CPU's preset", classes=10, matmul_precision=None,
-                      data_load_seconds=0.25, images_skipped=3)
+    report = Reporter(run, training, trainer_pid=os.getpid())
     report.elapsed_before = 50.0        # a resumed run's earlier sessions
     report.start()
     speeds = []
@@ -478,8 +477,11 @@ def test_reporter_writes_the_status_with_no_speed_until_a_step_after_the_steady_
     assert (status.state, status.step, status.steps, status.pid, status.devices) == ("running", 3, 100, os.getpid(), 1)
     assert status.images_per_second == pytest.approx(status.steps_per_second * config.batch_size * config.n_critic,
                                                      rel=1e-3)
-    assert status.elapsed >= 50.0 and status.classes == 10 and status.preset_reason == "the CPU's preset"
-    assert status.diagnostics["data_load_seconds"] == 0.25 and status.diagnostics["unreadable_images_skipped"] == 3
+    # The plan's facts and the setup's measures, as the plan and the Training hold them.
+    assert status.elapsed >= 50.0 and status.classes == 10 and status.preset_reason == training.plan.preset_reason
+    assert status.preset_reason.startswith("auto: ") and status.resolution == 28
+    assert status.diagnostics["data_load_seconds"] == round(training.data_load_seconds, 2) > 0
+    assert status.diagnostics["unreadable_images_skipped"] == 0
     report.paused(3600.0)                                   # an hour paused is not training time
     assert report.elapsed() < 50.0
 

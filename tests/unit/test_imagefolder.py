@@ -121,14 +121,13 @@ def test_a_class_with_too_few_images_is_refused_by_name(cache, tmp_path):
 def test_the_trainer_is_class_conditional_on_a_class_folder_unless_told_off(cache, tmp_path):
     from core import devices
     from core.config import TrainConfig
-    from core.resume import resolved_for
-    from core.training import build_training
+    from core.training import build_training, planned
     folder = write_folder(tmp_path / "colours", class_files())
     info = devices.probe("cpu")
     for conditional, classes, names in (("auto", 3, list(CLASSES)), ("off", 0, [])):
-        config, _ = resolved_for(TrainConfig(dataset="folder", data_path=folder, preset="fast", batch_size=8,
-                                             steps=2, device="cpu", conditional=conditional), "cpu")
-        training = build_training(config, info)
+        training = build_training(*planned(TrainConfig(dataset="folder", data_path=folder, preset="fast",
+                                                       batch_size=8, steps=2, device="cpu",
+                                                       conditional=conditional), info))
         assert (training.classes, training.class_names, training.G.spec.classes) == (classes, names, classes)
 
 
@@ -175,10 +174,12 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     # refuses in words, and keeps its checkpoint and generator.
     from core import models
     state = torch.load(run / "checkpoint.pt", weights_only=False)
-    config = json.loads((run / "config.json").read_text())
-    old_g, old_d = models.build(config["gan"], config["preset"], 3, 64, config["z_dim"], 3)
+    from core.rundir import RunDir
+    config = RunDir(str(run)).read_config()
+    old_g, old_d = models.build(config.gan, config.preset, 3, 64, config.z_dim, 3)
     state.update(G=old_g.state_dict(), D=old_d.state_dict())
     state.pop("G_ema", None)
+    state.pop("plan")   # its checkpoints held the config alone
     torch.save(state, run / "checkpoint.pt")
     kept = (run / "checkpoint.pt").read_bytes(), (run / "generator.safetensors").read_bytes()
     resumed = subprocess.run([sys.executable, "-m", "core.train", "--resume", str(run), "--steps", "8"],

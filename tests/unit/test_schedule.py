@@ -10,9 +10,9 @@ import torch
 
 from core import devices, train
 from core.config import TrainConfig, validate
-from core.resume import prepare_resume, resolved_for
+from core.resume import prepare_resume
 from core.rundir import RunDir
-from core.training import build_training, lr_factor
+from core.training import build_training, lr_factor, planned
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LR = validate(TrainConfig(), preset="fast").lr_g   # the fast preset's, what these CLI runs train at
@@ -68,7 +68,7 @@ def test_the_first_step_after_a_resume_sets_the_rates_the_checkpoint_brought(tmp
     run_path = tmp_path / "run"
     assert train.main(["--steps", "10", *SMALL_RUN, "--run-dir", str(run_path)]) == 0
     run = RunDir(str(run_path))
-    training = build_training(resolved_for(prepare_resume(run, steps=40), "cpu")[0], devices.probe("cpu"))
+    training = build_training(*planned(prepare_resume(run, steps=40), devices.probe("cpu")))
     training.load_checkpoint_state(run.load_checkpoint())
     assert training.opt_g.param_groups[0]["lr"] == pytest.approx(LR / 5)   # as the checkpoint brought it
     training.step()

@@ -99,13 +99,12 @@ def test_status_shows_the_fullest_device_each_device_and_warns_when_one_is_nearl
     from core import devices
     from core.config import TrainConfig
     from core.report import Reporter
-    from core.resume import resolved_for
     from core.rundir import RunDir
-    config, _ = resolved_for(TrainConfig(steps=100), "cpu")
+    from core.training import build_training, planned
+    training = build_training(*planned(TrainConfig(steps=100), devices.probe("cpu")))
     run = RunDir(str(tmp_path))
-    rt = devices.Runtime(devices.probe("cpu"))
-    report = Reporter(run, rt, config, trainer_pid=os.getpid(), preset_reason="", classes=0,
-                      matmul_precision=None, data_load_seconds=0.0, images_skipped=0)
+    rt = training.rt
+    report = Reporter(run, training, trainer_pid=os.getpid())
     rt.memory_per_device = lambda: [(2 << 30, 16 << 30), (15 << 30, 16 << 30)]   # as a runtime that can say
     report.write("running", "Training...", 1, 0, "", 0.0)
     status = run.read_status()

@@ -14,12 +14,11 @@ from _common import tiny_config, write_result
 
 def main(out: str, gan: str, preset: str, precision: str, steps: str, beta: str = "0.3") -> None:
     from core import devices
-    from core.resume import resolved_for
-    from core.training import build_training
+    from core.training import build_training, planned
     info = devices.probe("xla-cpu")
-    config, _ = resolved_for(tiny_config(gan=gan, preset=preset, precision=precision, batch_size=8,
-                                         beta1=float(beta), beta2=float(beta), steps=int(steps)), info.kind)
-    training = build_training(config, info)
+    training = build_training(*planned(tiny_config(gan=gan, preset=preset, precision=precision, batch_size=8,
+                                                   beta1=float(beta), beta2=float(beta), steps=int(steps)), info))
+    config = training.config
     compiles = []
     for _ in range(int(steps)):
         tensors = training.step()

@@ -1,0 +1,133 @@
+"""A run's plan: what the config, the device and the data make of a run, worked out once.
+
+    plan = make_plan(config, device, DataFacts.of(dataset))   # ConfigError naming the field
+    plan.config        # the config as it trains: preset, precision and every default concrete
+    plan.describe()    # what will train, in words: the page before Start, the doctor
+
+As stylegan2-ada settles its "training options" once and saves them as training_options.json,
+one function turns (config, device, data) into a frozen Plan, and every reader takes that: the page
+makes one before Start (the device from its probe, the data from dataset_info, no decoding), the
+trainer one once its data is loaded, which it writes as the run's config.json and into every
+checkpoint; build_training and the Reporter take it, and resume compares the saved plan with the
+new one. Validation happens here, in one place. No torch: the UI process makes plans.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from core import gans
+from core.architecture import model_resolution, resolve_preset
+from core.config import TrainConfig, augments, validate
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What the plan needs of a dataset. None: not known before the images are decoded (the page's
+    plan of a folder it has only listed); the trainer's plan knows them all."""
+    size: int | None = None
+    resolution: int | None = None        # native: the model's resolution is worked out from it
+    channels: int | None = None
+    classes: int | None = None           # labelled classes (0: unlabelled)
+    class_names: tuple[str, ...] = ()    # where the dataset names its classes (a folder's subfolders)
+
+    @classmethod
+    def of(cls, dataset) -> "DataFacts":
+        """The facts of a loaded dataset (core.data.ImageSet)."""
+        labels = dataset.labels
+        classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
+        return cls(len(dataset), dataset.resolution, dataset.channels, classes, tuple(dataset.class_names))
+
+    @classmethod
+    def from_info(cls, info: dict) -> "DataFacts":
+        """The facts core.data.dataset_info reports before any decoding."""
+        return cls(info.get("size"), info.get("resolution"), info.get("channels"))
+
+
+def resolved_for(config: TrainConfig, device_kind: str) -> tuple[TrainConfig, str]:
+    """The config a run trains with on this kind of device, and why it has its preset: the preset
+    and precision 'auto' become concrete, and hyper-parameters left None take their defaults for
+    that preset (TrainConfig.resolved). A config resolved already comes back the same."""
+    from core.devices import default_precision   # no torch: devices imports it lazily
+    preset, reason = resolve_preset(config.preset, device_kind)
+    precision = default_precision(device_kind) if config.precision == "auto" else config.precision
+    return dataclasses.replace(config.resolved(preset), preset=preset, precision=precision), reason
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: TrainConfig             # resolved: what trains
+    preset_reason: str
+    device: Any                     # core.devices.DeviceInfo: where it trains
+    data: DataFacts
+    resolution: int | None          # the model's (the data is resized to it)
+    classes: int | None             # 0: unconditional
+    class_names: tuple[str, ...]
+    augment: bool | None            # D sees augmented images
+    augment_reason: str
+
+    @property
+    def gan(self) -> gans.GanType:
+        return gans.get(self.config.gan)
+
+    @property
+    def batch_per_device(self) -> int:
+        return self.config.batch_size // max(self.device.devices, 1)
+
+    # ---- saved as the run's config.json and in every checkpoint --------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": PLAN_FORMAT, "config": self.config.to_dict(), "preset_reason": self.preset_reason,
+                "device": self.device.to_dict(), "data": dataclasses.asdict(self.data),
+                "resolution": self.resolution, "classes": self.classes, "class_names": list(self.class_names),
+                "augment": self.augment, "augment_reason": self.augment_reason}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Plan":
+        from core.devices import DeviceInfo
+        data = dict(values["data"], class_names=tuple(values["data"].get("class_names") or ()))
+        return cls(config=TrainConfig.from_dict(values["config"]), preset_reason=values["preset_reason"],
+                   device=DeviceInfo(**values["device"]), data=DataFacts(**data), resolution=values["resolution"],
+                   classes=values["classes"], class_names=tuple(values["class_names"]), augment=values["augment"],
+                   augment_reason=values["augment_reason"])
+
+    def differences(self, other: "Plan") -> list[str]:
+        """What differs between two plans of one run but its length: a checkpoint of the one cannot
+        continue as the other (its weights have other shapes, or its optimizer other settings)."""
+        built = [name for name in ("resolution", "classes") if getattr(self, name) != getattr(other, name)]
+        if self.data.channels != other.data.channels:
+            built.append("channels")
+        return self.config.differences(other.config) + built
+
+    def describe(self) -> str:
+        """What will train, in words."""
+        cfg = self.config
+        size = f" at {self.resolution}x{self.resolution}" if self.resolution else ""
+        parts = [f"{self.gan.label}, model size {cfg.preset}{size} ({self.preset_reason})"]
+        if self.classes:
+            parts.append(f"class-conditional on {self.classes} classes")
+        elif self.classes == 0:
+            parts.append("unconditional")
+        if self.augment is not None:
+            parts.append(f"augmentation {self.augment_reason}")
+        split = f" = {self.batch_per_device} per device on {self.device.devices}" if self.device.devices > 1 else ""
+        parts.append(f"batch {cfg.batch_size}{split}, {cfg.precision}, {cfg.steps:,} steps on {self.device.name}")
+        return "; ".join(parts) + "."
+
+
+PLAN_FORMAT = "blink-plan-v1"
+
+
+def make_plan(config: TrainConfig, device, data: DataFacts = DataFacts()) -> Plan:
+    """The plan of a run of `config` on `device` (core.devices.DeviceInfo) from `data`, or a
+    ConfigError naming the field when it cannot work there: every check, in one place."""
+    resolved, preset_reason = resolved_for(config, device.kind)
+    validate(resolved, dataset_size=data.size, device_caps=device.to_dict(), preset=resolved.preset)
+    resolution = model_resolution(resolved.preset, data.resolution) if data.resolution else None
+    # Class-conditional when the dataset has labels and the config leaves it "auto": a viewer can
+    # ask for a class, and on MNIST it learns faster (lab/README.md, "Conditional").
+    classes = data.classes if resolved.conditional == "auto" else 0
+    augment, augment_reason = augments(resolved, data.size, classes or 0) if data.size else (None, "")
+    return Plan(config=resolved, preset_reason=preset_reason, device=device, data=data, resolution=resolution,
+                classes=classes, class_names=data.class_names if classes else (), augment=augment,
+                augment_reason=augment_reason)

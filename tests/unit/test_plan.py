@@ -1,0 +1,73 @@
+"""The run plan (core/plan.py): made once from the config, the device and the data, refused by
+field, saved as config.json and in the checkpoint, and compared on resume."""
+import pytest
+
+from core.config import ConfigError, TrainConfig
+from core.devices import DeviceInfo
+from core.plan import DataFacts, Plan, make_plan
+from core.rundir import RunDir
+
+MNIST = DataFacts(size=6000, resolution=28, channels=1, classes=10)
+CPU = DeviceInfo("cpu", "CPU (2 cores)")
+FOUR_TPU_CORES = DeviceInfo("tpu", "TPU v5e (4 chips)", devices=4)
+
+
+def test_a_plan_settles_what_auto_and_the_data_make_of_a_run():
+    plan = make_plan(TrainConfig(), CPU, MNIST)
+    assert (plan.config.preset, plan.config.precision, plan.config.n_critic) == ("fast", "fp32", 1)
+    assert plan.preset_reason.startswith("auto: ") and plan.resolution == 28 and plan.classes == 10
+    assert (plan.augment, plan.augment_reason) == (False, "off: 600 images a class is at least 500")
+    tpu = make_plan(TrainConfig(batch_size=256), FOUR_TPU_CORES, DataFacts(50_000, 32, 3, 10))
+    assert (tpu.config.preset, tpu.config.precision, tpu.resolution, tpu.batch_per_device) == ("dcgan64", "bf16", 64, 64)
+    assert "batch 256 = 64 per device on 4" in tpu.describe() and "class-conditional on 10 classes" in tpu.describe()
+
+
+def test_a_plan_before_the_data_is_decoded_leaves_what_it_cannot_know_open():
+    plan = make_plan(TrainConfig(dataset="folder", data_path="/x", batch_size=32), CPU, DataFacts(size=90, resolution=64))
+    assert (plan.resolution, plan.classes, plan.augment) == (32, None, True)
+    assert "class-conditional" not in plan.describe() and "unconditional" not in plan.describe()
+
+
+@pytest.mark.parametrize("config, device, data, message", [
+    (TrainConfig(batch_size=128), CPU, DataFacts(size=90), "batch_size 128 is larger than the dataset (90 images)"),
+    (TrainConfig(batch_size=6), FOUR_TPU_CORES, MNIST, "Batch size 6 does not split evenly over 4 devices"),
+    (TrainConfig(gan="nope"), CPU, MNIST, "GAN type 'nope' is not supported"),
+])
+def test_a_config_that_cannot_work_is_refused_naming_the_field(config, device, data, message):
+    with pytest.raises(ConfigError) as refused:
+        make_plan(config, device, data)
+    assert str(refused.value).startswith(message)
+
+
+def test_the_plan_is_the_runs_config_json_and_reads_back_whole(tmp_path):
+    plan = make_plan(TrainConfig(steps=300), CPU, DataFacts(6000, 28, 1, 10, ()))
+    run = RunDir(str(tmp_path))
+    run.write_plan(plan)
+    assert run.read_plan() == plan and run.read_config() == plan.config
+    assert Plan.from_dict(plan.to_dict()) == plan
+    run.write_config(TrainConfig(steps=7))   # the config as asked, before a trainer has planned the run
+    assert run.read_plan() is None and run.read_config().steps == 7
+
+
+def test_plans_of_one_run_differ_only_where_a_checkpoint_could_not_continue():
+    plan = make_plan(TrainConfig(steps=300), CPU, MNIST)
+    longer = make_plan(TrainConfig(steps=900), CPU, MNIST)
+    assert plan.differences(longer) == []
+    assert plan.differences(make_plan(TrainConfig(conditional="off"), CPU, MNIST)) == ["conditional", "classes"]
+    colour = make_plan(TrainConfig(), CPU, DataFacts(6000, 28, 3, 10))
+    assert plan.differences(colour) == ["channels"]
+
+
+def test_resume_refuses_a_checkpoint_whose_plan_built_other_nets(cache):
+    """The trainer's check (core/resume.py checkpoint_problem) on a real Training: a checkpoint of
+    the same config whose plan had no classes cannot continue as a conditional run."""
+    import dataclasses
+    from core import devices
+    from core.resume import checkpoint_problem
+    from core.training import build_training, planned
+    training = build_training(*planned(TrainConfig(steps=4, batch_size=16, device="cpu"), devices.probe("cpu")))
+    state = training.checkpoint_state()
+    assert checkpoint_problem(state, training) is None
+    unconditional = dataclasses.replace(training.plan, classes=0, class_names=())
+    problem = checkpoint_problem({**state, "plan": unconditional.to_dict()}, training)
+    assert problem.startswith("Cannot resume: this run's networks were saved at another size"), problem
