@@ -8,8 +8,8 @@ import signal
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 # Page sessions whose state (the Sample tab's choices) the server keeps, the oldest going first.
-# Gradio keeps 10,000, about a quarter of a MB each here, so every page load, reload or script
-# client grew the app for good (bench/README.md, "The UI process's memory").
+# Gradio keeps 10,000, so every page load, reload or script client grew the app for good
+# (bench/README.md, "The UI process's memory").
 SESSIONS_KEPT = 300
 # Events Gradio's queue holds waiting. Left unset, Gradio holds one on a ZeroGPU Space (gradio
 # 6.31 Blocks.queue: max_size 1 when SPACES_ZERO_GPU=true), so a room pressing Sample together
@@ -60,17 +60,18 @@ def room_host_key(host: str, share: bool) -> str:
 
 def quiet_queue_when_idle(demo) -> None:
     """Gradio's queue checks for work every 1 ms when it has none, and for progress every 10 ms:
-    ~65 ms of CPU per second on an idle server, taken from the trainer. 50 ms and 250 ms cost a
-    queued event at most 50 ms before it starts (a button press; the live view is not queued)."""
+    CPU an idle server takes from the trainer (lab/README.md, "Viewers": the idle server). 50 ms
+    and 250 ms cost a queued event at most 50 ms before it starts (a button press; the live view
+    is not queued)."""
     demo._queue.sleep_when_free = 0.05
     demo._queue.progress_update_sleep_when_free = 0.25
 
 
 def limit_malloc_arenas() -> None:
     """glibc gives each thread that allocates its own malloc arena, where freed memory stays:
-    Gradio's worker threads grew the app to 1.6 GB in the issue-13 soak; with two arenas (and the
-    viewer-work pool) its peak was 1.13 GB. (No torch threads to limit here: the UI process never
-    imports torch; viewer work and training run in processes of their own.)"""
+    Gradio's worker threads grew the app past its memory target in the issue-13 soak, and two
+    arenas held it lower (lab/README.md, "Soak"). (No torch threads to limit here: the UI process
+    never imports torch; viewer work and training run in processes of their own.)"""
     import ctypes
     try:
         ctypes.CDLL("libc.so.6").mallopt(-8, 2)   # M_ARENA_MAX (glibc only; elsewhere nothing to do)

@@ -105,9 +105,9 @@ def _prepare_child(config_dict: dict, run_path: str, device_kind: str) -> None:
 
 
 def _standby_main(connection, parent_pid: int) -> None:
-    """A trainer process started ahead of time: it pays the imports (torch: ~1.5 s on 2 cores)
-    while nobody waits, then trains the first job sent to it. Start then shows its first loss
-    point in well under a second instead of after a cold process start."""
+    """A trainer process started ahead of time: it pays the imports (torch's above all) while
+    nobody waits, then trains the first job sent to it. Start then shows its first loss point
+    without waiting for a cold process start (bench/README.md, "The page")."""
     _own_process_group()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from core.train import warm_up

@@ -1,7 +1,7 @@
 """The live view's server side: one watcher of the run for every viewer, pushing changes.
 
-A viewer's cost must follow the trainer's writes, not clock ticks: a loss point every ~2 s and a
-grid every ~8 s are all that change. So no viewer polls. One watcher (an asyncio task on the web
+A viewer's cost must follow the trainer's writes, not clock ticks: a loss point every
+`log_every` steps and a grid every `grid_every` are all that change. So no viewer polls. One watcher (an asyncio task on the web
 server's loop, alive while anyone watches) looks at the run twice a second, renders each new
 snapshot once into ready-to-send bytes, and every connected page receives them over one
 Server-Sent Events stream (`/live/events`). Between changes a viewer costs an idle socket.

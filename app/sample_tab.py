@@ -170,7 +170,7 @@ def first_checkpoint(run: RunDir) -> str:
 # Returned files kept: the newest KEEP_OUTPUTS always, more than can be in flight (app.py queues 4
 # at a time per event, and three events return files); younger ones too, for a viewer slow to
 # fetch its file after the reply (under the soak's flood a 16-file limit deleted a timelapse GIF
-# ~25 s after it was made, while its client was still fetching it), up to MAX_OUTPUTS whatever
+# while its client was still fetching it: lab/README.md, "Soak"), up to MAX_OUTPUTS whatever
 # their age, so the folder stays bounded.
 KEEP_OUTPUTS = 16
 MAX_OUTPUTS = 64

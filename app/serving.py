@@ -66,7 +66,7 @@ def write_cached_images_whole() -> None:
     """Gradio writes an image output to `<cache>/<hash of its bytes>/image.webp` in place, every
     time: two viewers given the same picture at once (the dataset preview on every page load, seed
     0's samples) rewrite the file while it is served to the other, who gets a cut-off response
-    ("received 0 bytes, expected 5790": 5 of 1,500 requests in bench/bench_ui_memory.py). Here it is
+    ("received 0 bytes, expected 5790"; lab/README.md, "History: The UI process's memory"). Here it is
     written under a temporary name and renamed into place, and an existing copy is reused (touched,
     since Gradio's delete_cache ages files by time), as Gradio already does for files. A picture
     already written is not encoded again."""

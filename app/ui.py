@@ -194,7 +194,7 @@ def page_url(headers, trust_forwarded: bool | None = None) -> str:
 
 
 # Images per second (per critic update) of the fast CPU model on a 2-core machine, for the estimate
-# before any run here has measured its own (bench/README.md, "Speed and start-up").
+# before any run here has measured its own (lab/README.md, "History: Speed and start-up").
 CPU_FAST_IMAGES_PER_SECOND = 1350
 # Seconds per step beyond which a run crawls: loss points, grids and Stop all feel slow.
 CRAWL_SECONDS_PER_STEP = 1.0

@@ -16,7 +16,7 @@ no longer holds decoded images and generators.
 values; it may keep module-level caches, which live in the worker. Two workers, a lane each, so
 a student's look at the generator never waits behind a file being made (bench/README.md,
 "Viewer work beside training"): the quick lane (samples, strips, directions, grids of the run,
-the dataset preview) at nice 10, a sample in about half a second beside a training run; the heavy
+the dataset preview) at nice 10, a sample back quickly beside a training run; the heavy
 lane (zips, GIFs, neighbours, timelapses, uploads) at nice 19 and, while a run trains, resting between requests, so
 that it takes at most HEAVY_SHARE of a core however many ask. In each lane requests take turns,
 so their memory is one request's however many viewers ask; more than MAX_WAITING waiting are told
@@ -45,8 +45,9 @@ from core.rundir import DISK_FULL
 QUICK_NICE = int(os.environ.get("BLINK_VIEWER_NICE", "10"))
 HEAVY_NICE = 19
 # The most of one core the heavy lane takes while a run trains, however many ask: it rests after
-# each request in proportion to the CPU that request took. The quick lane needs no rest: a room
-# acting every 8 s gives it about 25 ms/s, and a student waits on it.
+# each request in proportion to the CPU that request took. The quick lane needs no rest: a busy
+# room's looks take little of a core (bench/README.md, "Viewer work beside training"), and a
+# student waits on it.
 HEAVY_SHARE = float(os.environ.get("BLINK_VIEWER_HEAVY_SHARE", "0.05"))
 # The modules whose functions viewers' requests run here (no Gradio among them), and core.sample,
 # which app.sample_work imports only inside them (the UI process imports sample_work too).

@@ -48,7 +48,7 @@ def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: 
 
     stop_when(event) -> True asks the run to stop (through the run directory, as the UI does),
     so tuning runs end as soon as digits appear. command: another entry point with core.train's
-    flags (an experiment's wrapper in lab/); env: added to the child's environment.
+    flags (an experiment's own, e.g. lab/snapshot_trainer.py); env: added to the child's environment.
     startup_seconds: from launch to the loop's start (the status's write time less its training
     seconds); vm_hwm_mb: the child's peak resident memory, from the kernel's account at exit.
     keep: a new folder to train into and leave behind (its grids, generator and events), instead
@@ -80,13 +80,6 @@ def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: 
         return {"events": events, "startup_seconds": (loop_start or launched) - launched,
                 "vm_hwm_mb": peak_kb / 1024, "wall_seconds": time.time() - launched,
                 "status": run.read_status().to_dict()}
-
-
-def snapshot_trainer(folder: str, width: int | None = None) -> dict:
-    """run_trainer's keywords for lab/snapshot_trainer.py: G at every grid step and the saved
-    generator at every checkpoint kept in `folder`, optionally another width of the 'fast' preset."""
-    return {"command": [sys.executable, os.path.join(ROOT, "lab", "snapshot_trainer.py")],
-            "env": {"BLINK_LAB_SNAPSHOTS": folder, **({"BLINK_LAB_WIDTH": str(width)} if width else {})}}
 
 
 def _exited_peak_rss_kb(proc: subprocess.Popen) -> int | None:

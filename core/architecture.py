@@ -39,9 +39,9 @@ def resolve_preset(preset: str, device_kind: str) -> tuple[str, str]:
     return "fast", f"auto: a small DCGAN at the data's size (at most 32x32) trains in minutes on a {device_kind.upper()}"
 
 
-# The most the CPU preset trains at. At 32x32 a 64x64 colour folder trains ~5x the steps a second
-# it does at 64x64 on a 2-core CPU and shows the set's shapes within 2 minutes, where at 64x64 it
-# shows blobs (lab/results/colour_64_vs_32_2026-12-03.jpg); the page draws the grid in whole pixels.
+# The most the CPU preset trains at. At 32x32 a 64x64 colour folder trains several times the steps
+# a second it does at 64x64 on a CPU, and shows the set's shapes in the time 64x64 shows blobs
+# (lab/README.md, "Own images on a CPU: 64x64 against 32x32"); the page draws the grid in whole pixels.
 FAST_MAX_RESOLUTION = 32
 
 

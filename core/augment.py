@@ -15,9 +15,10 @@ Data", NVlabs/stylegan2-ada-pytorch): each augmentation is applied to each image
 probability p that starts at 0 and follows how sure D is of the real images. While the share of
 real images D calls real (the sign of its logit, averaged) stays above OVERFIT_TARGET, D is
 learning the set by heart and p rises; below it, p falls. So a run starts as fast as one without
-augmentation (fixed DiffAugment slowed the first minutes: bench/README.md, "Augmentation") and
-gets it once D starts to memorise, which on the benchmark set's 111 images a class came between
-2 and 5 minutes, as every class's samples turned into one image. The losses report D's logits on
+augmentation (fixed DiffAugment slowed the first minutes) and gets it once D starts to memorise,
+which on the benchmark set's 111 images a class came within a default run's first minutes, as
+every class's samples turned into one image (lab/README.md, "Augmentation at three sizes of the
+set" and "Own images: augmentation off, on every image, adaptive"). The losses report D's logits on
 the real batch (`saw_real`); p is a tensor updated in the step's graph, never read there.
 WGAN-GP's critic scores have no sign to read: it augments every image (p = 1).
 

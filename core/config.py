@@ -27,8 +27,8 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "tpu", "xla-cpu", "cuda", "cpu")
 CONDITIONAL = ("auto", "off")   # auto: class-conditional when the dataset has labels
 AUGMENT = ("auto", "on", "off")   # auto: on below AUGMENT_BELOW images (a class, when conditional)
-# Measured on the benchmark set (bench/README.md, "Augmentation" and "Your own images on a CPU"):
-# without it, a conditional run on 111 images a class drew one image per class by 5-10 minutes;
+# Measured on the benchmark set (lab/README.md, "Augmentation at three sizes of the set"): without
+# it, a conditional run on 111 images a class came to draw one image per class as D learnt the set;
 # MNIST (1,000 a class) and CIFAR (5,000) train without it as before.
 AUGMENT_BELOW = 500
 MAX_STEPS = 1_000_000           # a demo's longest run; also the most any step interval may be

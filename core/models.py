@@ -47,9 +47,10 @@ class FP32BatchNorm2d(nn.BatchNorm2d):
 
 class LatentProjection(nn.ConvTranspose2d):
     """G's first layer, z (N, z_dim, 1, 1) -> (N, ch, k, k): a ConvTranspose2d on a 1x1 input is a
-    matrix product, and computed as one it is ~5x faster on CPU (oneDNN's transposed convolution
-    is slow for this shape). Same weight and state-dict key as the seed's ConvTranspose2d, so
-    checkpoints and the seed's architecture are unchanged."""
+    matrix product, and computed as one it is faster on CPU (oneDNN's transposed convolution is
+    slow for this shape: lab/README.md, "Results (2026-12-01, the class-conditional defaults)").
+    Same weight and state-dict key as the seed's ConvTranspose2d, so checkpoints and the seed's
+    architecture are unchanged."""
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         k = self.kernel_size[0]
@@ -63,7 +64,8 @@ def default_labels(n: int, classes: int, device=None) -> torch.Tensor:
 
 class LogitHead(nn.Conv2d):
     """D's last layer, a conv whose kernel covers the whole (ch, k, k) feature map: a matrix
-    product, computed as one (on CPU ~7x faster than oneDNN's convolution for this shape).
+    product, computed as one (on CPU faster than oneDNN's convolution for this shape: lab/README.md,
+    "Results (2026-12-01, the class-conditional defaults)").
     Same weight and state-dict key as the Conv2d; spectral norm's parametrization still applies."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

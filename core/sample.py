@@ -274,8 +274,8 @@ def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int
     """Indices and pixel-L2 distances (in [-1, 1] units) of the k pool images closest to image.
 
     image: (C, H, W) float in [-1, 1]; pool: uint8 (N, C, H, W). Chunked, so a large pool never
-    becomes one big float copy: a chunk of 2,048 is ~6 MB of float per copy at 28x28 (8,192 took
-    the viewer worker up by 130 MB), 100 MB at 64x64 RGB."""
+    becomes one big float copy: a chunk of 2,048 is ~6 MB of float per copy at 28x28, 100 MB at
+    64x64 RGB (what larger chunks cost the viewer worker: lab/README.md, "Soak")."""
     query = torch.as_tensor(image, dtype=torch.float32).flatten()
     best_d, best_i = torch.empty(0), torch.empty(0, dtype=torch.long)
     for start in range(0, len(pool), chunk):

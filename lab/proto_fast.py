@@ -46,7 +46,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))   # bench_digits: the wide meter
 
 import torch
 import torch.nn.functional as F
@@ -236,7 +235,7 @@ def main() -> None:
     p.add_argument("--at", default="400,800,1200")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--wide", default=None, metavar="MNIST_DIR",
-                   help="score 10,000 samples against MNIST's 60,000 training digits (bench_digits.py ceiling's meter)")
+                   help="score 10,000 samples against MNIST's 60,000 training digits (lab/quality_ceiling.py ceiling's meter)")
     a = p.parse_args()
     at = scored_steps(a.at)
     decays = [float(d) for d in a.ema.split(",")]
@@ -275,7 +274,7 @@ def main() -> None:
                        devices.Runtime(devices.probe("cpu")), z_dim=a.zdim)
     emas = {("ema" if len(decays) == 1 else f"ema{decay:g}"): (copy.deepcopy(g), decay) for decay in decays}
     if a.wide:
-        from bench_digits import wide_meter
+        from quality_ceiling import wide_meter
         meter = wide_meter(a.wide, 10_000)
     else:
         meter = quality.default_mnist_meter()

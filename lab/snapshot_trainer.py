@@ -5,43 +5,53 @@
 The real CLI trainer, with two additions made here, in an experiment's own entry point (the
 product has no hook for them): G's weights at every grid step (DIR/G_<step>.safetensors) and the
 generator the run saved at every checkpoint (DIR/checkpoint_<step>/); BLINK_LAB_WIDTH sets the
-'fast' preset's width for the candidate being tried.
+'fast' preset's width for the candidate being tried. From another lab script,
+bench_speed.run_trainer(args, **trainer_keywords(DIR, width)) runs it.
 """
 import os
 import shutil
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-from core import architecture, train  # noqa: E402
-from core.rundir import GENERATOR_FILES  # noqa: E402
-
-SNAPSHOTS = os.environ.get("BLINK_LAB_SNAPSHOTS")
-_save_grid, _write_checkpoint = train.Loop.save_grid, train.Loop._write_checkpoint
 
 
-def save_grid(loop):
+def trainer_keywords(folder: str, width: int | None = None) -> dict:
+    """bench_speed.run_trainer's keywords for this entry point: G at every grid step and the saved
+    generator at every checkpoint kept in `folder`, optionally another width of the 'fast' preset."""
+    return {"command": [sys.executable, os.path.abspath(__file__)],
+            "env": {"BLINK_LAB_SNAPSHOTS": folder, **({"BLINK_LAB_WIDTH": str(width)} if width else {})}}
+
+
+def keep_snapshots(folder: str) -> None:
+    """Make the trainer's Loop also write G at every grid and copy the generator at every checkpoint."""
     from safetensors.torch import save_file
-    _save_grid(loop)
-    state = {k: v.detach().cpu().contiguous() for k, v in loop.training.G.state_dict().items()}
-    save_file(state, os.path.join(SNAPSHOTS, f"G_{loop.step_count:06d}.safetensors"),
-              {"time": str(loop.report.elapsed()), "step": str(loop.step_count),
-               "width": str(loop.training.G.spec.width)})
+    from core import train
+    from core.rundir import GENERATOR_FILES
+    save_grid, write_checkpoint = train.Loop.save_grid, train.Loop._write_checkpoint
 
+    def save_grid_and_g(loop):
+        save_grid(loop)
+        state = {k: v.detach().cpu().contiguous() for k, v in loop.training.G.state_dict().items()}
+        save_file(state, os.path.join(folder, f"G_{loop.step_count:06d}.safetensors"),
+                  {"time": str(loop.report.elapsed()), "step": str(loop.step_count),
+                   "width": str(loop.training.G.spec.width)})
 
-def write_checkpoint(loop):
-    _write_checkpoint(loop)
-    folder = os.path.join(SNAPSHOTS, f"checkpoint_{loop.step_count:06d}")
-    os.makedirs(folder, exist_ok=True)
-    for name in GENERATOR_FILES:
-        shutil.copy(loop.run_dir.file(name), folder)
+    def write_checkpoint_and_copy(loop):
+        write_checkpoint(loop)
+        kept = os.path.join(folder, f"checkpoint_{loop.step_count:06d}")
+        os.makedirs(kept, exist_ok=True)
+        for name in GENERATOR_FILES:
+            shutil.copy(loop.run_dir.file(name), kept)
+
+    train.Loop.save_grid, train.Loop._write_checkpoint = save_grid_and_g, write_checkpoint_and_copy
 
 
 if __name__ == "__main__":
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from core import architecture, train
     if os.environ.get("BLINK_LAB_WIDTH"):
         architecture.PRESET_WIDTH["fast"] = int(os.environ["BLINK_LAB_WIDTH"])
-    if SNAPSHOTS:
-        train.Loop.save_grid, train.Loop._write_checkpoint = save_grid, write_checkpoint
+    if os.environ.get("BLINK_LAB_SNAPSHOTS"):
+        keep_snapshots(os.environ["BLINK_LAB_SNAPSHOTS"])
     sys.exit(train.main(sys.argv[1:]))

@@ -28,12 +28,13 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 
 def run(args) -> None:
-    from bench_speed import config_args, run_trainer, snapshot_trainer
+    from bench_speed import config_args, run_trainer
+    from snapshot_trainer import trainer_keywords
     folder = os.path.join(args.out, args.name)
     os.makedirs(folder, exist_ok=True)
     settings = dict(kv.split("=", 1) for kv in args.set)
     settings.update(steps=args.steps, grid_every=50, seed=args.seed)
-    out = run_trainer(config_args(settings), **snapshot_trainer(os.path.abspath(folder), args.width), timeout=3000)
+    out = run_trainer(config_args(settings), **trainer_keywords(os.path.abspath(folder), args.width), timeout=3000)
     with open(os.path.join(folder, "run.json"), "w") as f:
         json.dump({"settings": settings, "width": args.width, "startup_seconds": out["startup_seconds"],
                    "events": out["events"], "status": out["status"].get("message")}, f)

@@ -4,8 +4,8 @@
 # pickle-free pair (generator.safetensors + generator.json) into assets/generator/.
 #   usage: tools/make_shipped_generator.sh [STEPS] [RUN_DIR]
 set -euo pipefail
-# Torch's default threads: on a quiet 2-core machine two threads are 1.75x faster than one
-# (bench/bench_threads.py); on a busy one, set OMP_NUM_THREADS=1 (two threads then collapse).
+# Torch's default threads: on a quiet 2-core machine two threads beat one, on a busy one they
+# collapse, so set OMP_NUM_THREADS=1 there (lab/bench_threads.py; lab/README.md, "Earlier results").
 STEPS="${1:-3000}"
 RUN_DIR="${2:-/tmp/shipgen}"
 cd "$(dirname "$0")/.."

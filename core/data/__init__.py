@@ -1,7 +1,8 @@
 """Datasets and the input pipeline.
 
-The seed's lesson: a naive loader spent 37% of training time on data; preprocessing done once,
-cached and prefetched brought it under 5%. So every dataset here is decoded, resized and
+The seed's lesson: a naive loader spent much of training time on data; preprocessing done once,
+cached and prefetched made that a small share (lab/README.md, "Data: a naive loader against the
+decoded cache"). So every dataset here is decoded, resized and
 cropped once into one uint8 tensor (N, C, H, W), saved in the cache folder (the next load
 memory-maps it: TPU replica processes share its pages) and the trainer draws batches from it
 by index: per-replica disjoint shards, a fresh shuffle each epoch, fixed batch shapes

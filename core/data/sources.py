@@ -58,7 +58,7 @@ def network_allowed(host: tuple[str, int] = ("www.cs.toronto.edu", 443), timeout
     """False at once when BLINK_OFFLINE=1; else a connect probe that gives up after `timeout` s.
 
     The probe runs in a daemon thread because DNS lookups ignore socket timeouts and can hang
-    for half a minute on a machine without network; the answer is remembered for 5 minutes.
+    far past the timeout on a machine without network; the answer is remembered for 5 minutes.
     """
     if os.environ.get("BLINK_OFFLINE", "") == "1":
         return False

@@ -1,6 +1,6 @@
 """How much memory does each Sample-tab action take in the viewer-work process?
 
-    python bench/bench_worker_memory.py
+    python lab/bench_worker_memory.py
 
 Starts the real app (`python app.py`, private runs folder, no run: the shipped generator), finds
 its viewer-work process (the child at nice 19), and calls each action three times through

@@ -2,7 +2,7 @@
 step asks for it (before), against cutting and sending the next one in a thread while the step runs
 (after: prefetch, the default on XLA).
 
-    CPU_NUM_DEVICES=4 python bench/bench_input.py --steps 60 --warmup 10
+    CPU_NUM_DEVICES=4 python lab/bench_input.py --steps 60 --warmup 10
 
 The trainer's own setup and step (core/training.py; a mark_step after each, as the Loop does) at
 batch 64, 16 per device on 4 XLA:CPU devices (SPMD), bundled MNIST at the preset the device gets.

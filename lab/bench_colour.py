@@ -1,8 +1,8 @@
 """A colour 64x64 folder on this machine's CPU: what the page shows 1, 2, 5 and 10 minutes after Start.
 
     python tools/build_benchmark_set.py --limit 1000
-    python bench/bench_colour.py                        # 3 seeds x 10 minutes (~32 min)
-    python bench/bench_colour.py --seeds 0 --minutes 2 --at 1 2 --grids /tmp/grids   # a smoke run
+    python lab/bench_colour.py                        # 3 seeds x 10 minutes (~32 min)
+    python lab/bench_colour.py --seeds 0 --minutes 2 --at 1 2 --grids /tmp/grids   # a smoke run
 
 Each seed is one CLI trainer run (`python -m core.train`, bench_speed.run_trainer) at the page's
 defaults on the benchmark set's 1,000 images (tools/build_benchmark_set.py: 64x64 RGB emoji in 9

@@ -1,8 +1,8 @@
 """Speed levers for the default CPU step (issue 17), each against the step as it trains today.
 
-    python bench/bench_step_levers.py compile     # bare loop, eager vs torch.compile(G), torch.compile(D)
-    python bench/bench_step_levers.py layers      # the 1-channel layers: conv vs unfold/fold + matmul
-    python bench/bench_step_levers.py profile     # where the FLOP share goes: GFLOP/s per kind of op
+    python lab/bench_step_levers.py compile     # bare loop, eager vs torch.compile(G), torch.compile(D)
+    python lab/bench_step_levers.py layers      # the 1-channel layers: conv vs unfold/fold + matmul
+    python lab/bench_step_levers.py profile     # where the FLOP share goes: GFLOP/s per kind of op
 
 compile: bench_speed.py's bare loop (2 threads, channels_last, fused Adam) in fresh processes,
 eager then compiled (inductor, its cache in a temp folder: the first compile is what a cold

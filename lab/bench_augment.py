@@ -2,10 +2,10 @@
 
     python tools/build_benchmark_set.py --limit 300; python tools/build_benchmark_set.py --limit 1000
     python tools/build_benchmark_set.py
-    python bench/bench_augment.py                       # 300, 1,000 and 3,641 images, 3 seeds (~50 min)
-    python bench/bench_augment.py --sizes 300 --seeds 0 --steps 500    # a smoke run
-    python bench/bench_augment.py --table runs.jsonl --target 35       # the table again, from --out's file
-    python bench/bench_augment.py --choices on --out runs.jsonl        # only the augmented runs, beside old ones
+    python lab/bench_augment.py                       # 300, 1,000 and 3,641 images, 3 seeds (~50 min)
+    python lab/bench_augment.py --sizes 300 --seeds 0 --steps 500    # a smoke run
+    python lab/bench_augment.py --table runs.jsonl --target 35       # the table again, from --out's file
+    python lab/bench_augment.py --choices on --out runs.jsonl        # only the augmented runs, beside old ones
 
 Each run is the CLI trainer (`python -m core.train`, bench_speed.run_trainer) at the defaults on
 a folder of the benchmark set (tools/build_benchmark_set.py), with `--augment on` or `--augment

@@ -1,8 +1,8 @@
 """Time to recognisable digits per loss (dcgan, wgan-gp, hinge) on this machine.
 
-    python bench/bench_losses.py                  # 10 min per loss
-    python bench/bench_losses.py --quick          # 2 min per loss: a smoke figure, not a verdict
-    python bench/bench_losses.py --losses wgan-gp --seconds 300 --threads 1
+    python lab/bench_losses.py                  # 10 min per loss
+    python lab/bench_losses.py --quick          # 2 min per loss: a smoke figure, not a verdict
+    python lab/bench_losses.py --losses wgan-gp --seconds 300 --threads 1
 
 Each loss trains through the real entry point, core.train.train, on bundled MNIST with the
 defaults (device cpu, preset auto -> fast, batch 64, the GAN type's optimizer and n_critic),

@@ -1,6 +1,6 @@
 """Data-wait share of GAN step time: a naive loader versus Blink's cached BatchStream.
 
-    python bench/bench_data.py [--steps 30] [--images 2000] [--workers 0]
+    python lab/bench_data.py [--steps 30] [--images 2000] [--workers 0]
 
 Two workloads, each trained for the same steps with the real models from core.models:
   * MNIST (the real 60k IDX files in ../shared/data/mnist), preset "fast" at 28x28, batch 64.
