@@ -69,6 +69,14 @@ class RunningApp:
         from gradio_client import Client
         return Client(self.url, verbose=False)
 
+    def status(self) -> dict:
+        """The run's status as a script reads it from the page's own feed (/live/status): the named
+        API's /status but its grid URL. For the tests' wait loops: a gradio_client call costs this
+        process tens of milliseconds of CPU, this one under one."""
+        import json
+        with urllib.request.urlopen(self.url + "live/status", timeout=60) as answer:
+            return json.load(answer)
+
     def stop(self, sig: int = signal.SIGINT, timeout: float = 60.0) -> int:
         """Stop the app as Ctrl-C would; kill it if it does not exit in time."""
         if self.process.poll() is None:

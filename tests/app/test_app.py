@@ -96,7 +96,7 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     run_path = os.path.join(app.runs_root, status["run"])
     assert status["grid"] == f"live/grid/{status['run']}/120"   # a URL of this server, never a server path
     with open(os.path.join(run_path, "config.json")) as f:   # the form's values, the Advanced seed among them
-        assert (json.load(f)["seed"], status["step"]) == (7, 120)
+        assert (json.load(f)["config"]["seed"], status["step"]) == (7, 120)
     with open(os.path.join(run_path, "events.jsonl")) as f:
         events = [json.loads(line) for line in f]
     losses = [e for e in events if "loss_d" in e]
@@ -134,11 +134,10 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
 def test_stop_ends_the_run_and_keeps_what_was_trained(app):
     client = app.client()
     client.predict("bundled-mnist", "", "dcgan", "auto", 32, "fp32", "auto", 100000, api_name="/start")
-    wait_for(lambda: client.predict(api_name="/status")["step"] or None if
-             client.predict(api_name="/status")["state"] == "running" else None, timeout=300, what="training")
+    wait_for(lambda: (s := app.status())["state"] == "running" and s["step"], timeout=300, what="training")
     time.sleep(1)
     assert "Stopping" in client.predict(api_name="/stop")
-    status = wait_for(lambda: (s := client.predict(api_name="/status"))["state"] == "stopped" and s, timeout=120,
+    status = wait_for(lambda: (s := app.status())["state"] == "stopped" and s, timeout=120,
                       what="the run to stop")
     assert status["saved_step"] == status["step"] > 0
     run_path = os.path.join(app.runs_root, status["run"])
@@ -180,7 +179,7 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
         client = app.client()
         _, first, _ = client.predict(handle_file(zips[0]), key, api_name="/upload_dataset")
         client.predict("folder", first, "dcgan", "fast", 8, "fp32", "cpu", 5, key=key, api_name="/start")
-        wait_for(lambda: client.predict(api_name="/status").get("state") == "done", timeout=300, what="the run on it")
+        wait_for(lambda: app.status().get("state") == "done", timeout=300, what="the run on it")
         kept = [client.predict(handle_file(z), key, api_name="/upload_dataset")[1] for z in zips[1:5]]
         # An upload is named to the page by its name, never by where the server keeps it.
         assert all(re.fullmatch(r"upload:[0-9a-f]+\.zip", name) for name in [first, *kept]), [first, *kept]

@@ -33,7 +33,7 @@ def _weights(path: str) -> dict:
 def _unbroken_run(config_path: str, run_dir: str) -> dict:
     """The same config trained in one piece by the CLI."""
     with open(config_path) as f:
-        config = json.load(f)
+        config = json.load(f)["config"]   # the run's plan: the config it trained with
     flags = [f"--{name.replace('_', '-')}={value}" for name, value in config.items() if value is not None]
     subprocess.run([sys.executable, "-m", "core.train", *flags, "--run-dir", run_dir], check=True,
                    capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -49,7 +49,7 @@ def test_a_run_in_chunks_from_the_page_pauses_survives_a_kill_and_equals_an_unbr
         client = app.client()
 
         def status():
-            seen.append(client.predict(api_name="/status"))
+            seen.append(app.status())
             return seen[-1]
 
         press_start(client, *FORM, **OPTIONS)

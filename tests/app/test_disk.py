@@ -65,14 +65,26 @@ def test_cli_refuses_a_read_only_runs_folder_in_plain_words(read_only_folder):
     assert "Traceback" not in done.stderr and "Errno" not in done.stderr
 
 
-def test_disk_filling_up_mid_run_ends_it_failed_and_every_viewer_keeps_the_page(tmp_path, mount):
-    disk = mount("disk", "size=8m")
+def test_a_read_only_runs_folder_is_refused_then_one_filling_up_mid_run_fails_and_viewers_keep_the_page(
+        tmp_path, mount):
+    """One app on a small disk: read-only at launch (warned, Start refused), then writable and filled
+    to its last byte mid-run (the run fails saying what to free, every viewer's poll answers)."""
+    disk = mount("disk", "ro,size=8m")
     app = RunningApp(str(tmp_path), env={"BLINK_RUNS_DIR": disk}).wait_ready()
     try:
+        warnings = [line for line in app.read_log().splitlines() if "is not writable" in line]
+        assert len(warnings) == 1 and f"The runs folder {disk} " in warnings[0], app.read_log()
         client = app.client()
+        with pytest.raises(AppError) as refused:
+            client.predict("bundled-mnist", "", "dcgan", "auto", 16, "fp32", "cpu", 50, api_name="/start")
+        assert f"The runs folder {disk} is not writable" in str(refused.value)
+        assert "Errno" not in str(refused.value)
+        assert client.predict(api_name="/status")["run"] == ""   # no run began
+
+        subprocess.run(["mount", "-o", "remount,rw", disk], check=True)   # the host fixes it: Start works
         client.predict("bundled-mnist", "", "dcgan", "auto", 16, "fp32", "cpu", 100000, 5, 10, 1000,
                        api_name="/start")
-        wait_for(lambda: client.predict(api_name="/status").get("step", 0) >= 5, timeout=300, what="training")
+        wait_for(lambda: app.status().get("step", 0) >= 5, timeout=300, what="training")
         filler = os.path.join(disk, "filler")
         with open(filler, "wb", buffering=0) as f:   # fill the disk to its last byte
             try:
@@ -86,7 +98,7 @@ def test_disk_filling_up_mid_run_ends_it_failed_and_every_viewer_keeps_the_page(
             except OSError:
                 pass
         # Every poll answers (none raises), until the run shows failed with what to do.
-        status = wait_for(lambda: (s := client.predict(api_name="/status"))["state"] == "failed" and s,
+        status = wait_for(lambda: (s := app.status())["state"] == "failed" and s,
                           timeout=120, what="the run to fail")
         message = status["message"]
         assert re.search(rf"The disk is full: free \d+ MB in the runs folder {re.escape(disk)} ", message), message
@@ -96,22 +108,7 @@ def test_disk_filling_up_mid_run_ends_it_failed_and_every_viewer_keeps_the_page(
         # Once space is freed the failure is on the disk too, for a restarted UI or the CLI.
         os.remove(filler)
         run_status = os.path.join(disk, status["run"], "status.json")
-        wait_for(lambda: client.predict(api_name="/status") and json.load(open(run_status))["state"] == "failed",
+        wait_for(lambda: app.status() and json.load(open(run_status))["state"] == "failed",
                  timeout=30, what="the failure to be written")
-    finally:
-        app.stop()
-
-
-def test_a_read_only_runs_folder_is_warned_at_launch_and_refused_at_start(tmp_path, read_only_folder):
-    app = RunningApp(str(tmp_path), env={"BLINK_RUNS_DIR": read_only_folder}).wait_ready()
-    try:
-        warnings = [line for line in app.read_log().splitlines() if "is not writable" in line]
-        assert len(warnings) == 1 and f"The runs folder {read_only_folder} " in warnings[0], app.read_log()
-        client = app.client()
-        with pytest.raises(AppError) as refused:
-            client.predict("bundled-mnist", "", "dcgan", "auto", 16, "fp32", "cpu", 50, api_name="/start")
-        assert f"The runs folder {read_only_folder} is not writable" in str(refused.value)
-        assert "Errno" not in str(refused.value)
-        assert client.predict(api_name="/status")["run"] == ""   # no run began
     finally:
         app.stop()

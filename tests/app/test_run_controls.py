@@ -27,8 +27,7 @@ FORM = ("bundled-mnist", "", "dcgan", "fast", 16, "fp32", "cpu", 100000)
 def test_step_and_ten_steps_while_paused_train_exactly_that_and_show_before_and_after(app):
     client = app.client()
 
-    def status():
-        return client.predict(api_name="/status")
+    status = app.status
 
     assert client.predict(api_name="/step") == "No run is training."
     press_start(client, *FORM, log_every=5)
@@ -72,12 +71,10 @@ END_SECONDS = 30
 
 
 def test_a_pause_pressed_just_after_stop_never_replaces_it(app):
-    # A client each for the presses and the watching: one client's events share one stream,
-    # which gradio_client can lose when the server closes it between two of them.
-    client, pauser, watcher = app.client(), app.client(), app.client()
-
-    def status():
-        return watcher.predict(api_name="/status")
+    # A client each for the two presses: one client's events share one stream, which
+    # gradio_client can lose when the server closes it between two of them.
+    client, pauser = app.client(), app.client()
+    status = app.status
 
     def ended(timeout):
         """The run's status once it has ended, else (after `timeout` s) the last one seen."""
@@ -123,8 +120,8 @@ WEDGE_FORM = ("bundled-mnist", "", "dcgan", "fast", 8, "fp32", "cpu", 100000)
 WEDGE_OPTIONS = {"log_every": 1, "checkpoint_every": 2}
 
 
-def _running(client, min_step: int = 0):
-    status = client.predict(api_name="/status")
+def _running(app, min_step: int = 0):
+    status = app.status()
     assert status["state"] != "failed", status   # said at once, not after the wait
     return status if status["state"] == "running" and status["saved_step"] >= min_step else None
 
@@ -133,13 +130,13 @@ def test_stop_ends_a_wedged_trainer_by_force_and_start_works_again(app):
     try:
         client = app.client()
         press_start(client, *WEDGE_FORM, **WEDGE_OPTIONS)
-        status = wait_for(lambda: _running(client, min_step=2), timeout=300, what="a checkpoint")
+        status = wait_for(lambda: _running(app, min_step=2), timeout=300, what="a checkpoint")
         trainer = status["pid"]
         # A real wedge, from outside: a stopped process reads no request and answers nothing.
         os.kill(trainer, signal.SIGSTOP)
         assert "Stopping" in client.predict(api_name="/stop")
 
-        stopped = wait_for(lambda: (s := client.predict(api_name="/status"))["state"] in ("stopped", "failed") and s,
+        stopped = wait_for(lambda: (s := app.status())["state"] in ("stopped", "failed") and s,
                            timeout=30, what="the forced stop")
         assert stopped["state"] == "stopped", stopped
         assert stopped["message"].startswith("Stopped by force: the trainer did not answer Stop (it has not answered for ")
@@ -149,7 +146,7 @@ def test_stop_ends_a_wedged_trainer_by_force_and_start_works_again(app):
 
         # Start works again without restarting the app: a new trainer, which stops normally.
         press_start(client, *WEDGE_FORM, **WEDGE_OPTIONS)
-        second = wait_for(lambda: _running(client, min_step=2), timeout=300, what="the second run's checkpoint")
+        second = wait_for(lambda: _running(app, min_step=2), timeout=300, what="the second run's checkpoint")
         assert second["pid"] != trainer and second["run"] != stopped["run"]
 
         # A trainer that has written its end but hangs on exit does not block Resume: the app
@@ -159,10 +156,10 @@ def test_stop_ends_a_wedged_trainer_by_force_and_start_works_again(app):
         RunDir(os.path.join(app.runs_root, second["run"])).write_status("stopped", "Stopped by request.")
         assert "Resuming" in client.predict(resume_steps=0, api_name="/resume")
         assert not alive(hung)
-        second = wait_for(lambda: _running(client), timeout=300, what="the resumed run")
+        second = wait_for(lambda: _running(app), timeout=300, what="the resumed run")
         assert second["pid"] != hung
         assert "Stopping" in client.predict(api_name="/stop")
-        ended = wait_for(lambda: (s := client.predict(api_name="/status"))["state"] in ("stopped", "failed") and s,
+        ended = wait_for(lambda: (s := app.status())["state"] in ("stopped", "failed") and s,
                          timeout=120, what="the second run to stop")
         assert ended["state"] == "stopped" and "by force" not in ended["message"], ended
         left = children_of(app.process.pid)
