@@ -148,7 +148,7 @@ def prepare_data(config: TrainConfig, run_path: str, device_kind: str) -> bool:
     """Decode, resize and cache the run's data on the CPU, as a run of `config` on a `device_kind`
     device will train it, writing the progress into the run's status ("preparing"); False (status
     "failed", in the dataset's own words) when the data or the config is refused. No device work:
-    a chunked run does this before its first GPU call (app/job.py), so a call's seconds are
+    a chunked run does this before its first GPU call (app/chain.py), so a call's seconds are
     training seconds, and the trainer then reads the cached files."""
     from core import data
     from core.architecture import model_resolution
