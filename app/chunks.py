@@ -4,7 +4,7 @@ On a ZeroGPU Space a GPU exists only inside a function decorated with `@spaces.G
 runs, for the duration it declares (counted against the presser's daily quota); a background
 trainer never sees one. So there a run trains in chunks: each chunk continues the run from its
 checkpoint (weights, optimizers, EMA, step, schedule, random state), trains for its seconds,
-saves and returns, and app/job.py starts the next one until the run is done, stopped or paused.
+saves and returns, and app/chain.py starts the next one until the run is done, stopped or paused.
 Viewers see one run: the chunks write the same run directory.
 
 What ended a chunk is read from what the chunk wrote, never from pids (ZeroGPU keeps its worker

@@ -7,6 +7,10 @@ stylegan2-ada's `abort_fn`, it is passed into the loop, so a test or a bench can
     control.request_waiting()       # between log steps: make this step a log step?
     control.decision()              # "run" | "pause" | "stop" | "gone" | "step" (while paused)
     control.wait_while_paused()     # the decision once the pause ends (or a step is asked for)
+    control.between_chunks(paused)  # a chunked run's decision between two chunks (app/chain.py)
+
+The words a run ends or pauses with (`stopped_message`, `paused_message`) are here too, so the
+Loop and the chunk chain, which both act on these decisions, say the same thing.
 """
 from __future__ import annotations
 
@@ -21,19 +25,35 @@ CONTROL_CHECK_SECONDS = 0.5
 PAUSE_POLL_SECONDS = 0.2
 
 
+def stopped_message(decision: str, step: int, while_doing: str = "") -> str:
+    """What a run ended by `decision` ("stop": a request; "gone": the app closed) at `step` says."""
+    if decision == "gone":
+        return "Stopped: the app that started this run has closed. Resume it from the UI or CLI."
+    return f"Stopped by request at step {step}" + (f", {while_doing}" if while_doing else "") + "."
+
+
+def paused_message(step: int) -> str:
+    return f"Paused at step {step}."
+
+
 class Control:
-    def __init__(self, run, watch_pids=()):
+    def __init__(self, run, watch_pids=(), app_closing=None):
         """run: the RunDir whose request file the UI and the CLI write; watch_pids: processes
-        whose end stops the run (the app that started it)."""
+        whose end stops the run (the app that started it); app_closing: says whether the app is
+        closing, for a decision taken inside the app itself (the chunk chain), whose end no pid shows."""
         self.run = run
         self.watch_pids = [p for p in (watch_pids or ()) if p and p != os.getpid()]
+        self.app_closing = app_closing or (lambda: False)
         self._last_check = 0.0
 
     def decision(self) -> str:
         """The app gone first, then a stop (RunDir.request keeps it whatever is pressed after it), a pause."""
-        if any(not pid_alive(p) for p in self.watch_pids):
+        return self._decision(self.run.read_request())
+
+    def _decision(self, request: str) -> str:
+        if self.app_closing() or any(not pid_alive(p) for p in self.watch_pids):
             return "gone"
-        return {"stop": "stop", "pause": "pause", "step": "step"}.get(self.run.read_request(), "run")
+        return {"stop": "stop", "pause": "pause", "step": "step"}.get(request, "run")
 
     def request_waiting(self) -> bool:
         """Between log steps, at most every CONTROL_CHECK_SECONDS: is there something to act on?"""
@@ -50,4 +70,19 @@ class Control:
             time.sleep(PAUSE_POLL_SECONDS)
         if decision == "run":
             self.run.clear_request("resume")   # only the Resume: a Stop pressed since must still be heard
+        return decision
+
+    def between_chunks(self, paused: bool) -> str:
+        """Between two chunks of a chunked run, without waiting (the app holds no GPU meanwhile):
+        "stop" or "gone" end the run; "resume" goes on from a pause (the Resume is cleared, as
+        wait_while_paused clears it); "run" goes on; "pause" waits, for a run the app paused (a GPU
+        refused, a chunk aborted) until a Resume, or for a Pause the last chunk had no time to
+        hear. A Step is a pause here: a paused chunked run holds no GPU to step with."""
+        request = self.run.read_request()
+        decision = self._decision(request)
+        if decision == "run" and request == "resume":
+            self.run.clear_request("resume")   # only the Resume: a Stop pressed since must still be heard
+            return "resume"
+        if decision == "step" or (decision == "run" and paused):
+            return "pause"
         return decision

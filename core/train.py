@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, fields
 
 from core.config import ConfigError, TrainConfig, validate
-from core.control import Control
+from core.control import Control, paused_message, stopped_message
 from core.failures import describe, divergence_message, failure_message, log_traceback
 from core.heartbeat import Heartbeat
 from core.phase import Phase
@@ -59,8 +59,11 @@ class Chunk:
     seconds: float
 
 
-class Stop(Exception):
-    """Raised inside the loop to end a run cleanly (checkpoint kept)."""
+class SessionEnds(Exception):
+    """Raised inside the loop to end this trainer session cleanly (checkpoint kept), carrying the
+    state and message the run is left with: "done", "stopped" or "failed" when the run ends, or
+    "running" (a chunk's time is up) and "paused" (a chunk heard Pause) when the next session
+    goes on with it."""
     def __init__(self, state: str, message: str):
         super().__init__(message)
         self.state, self.message = state, message
@@ -92,12 +95,12 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
         rt = devices.Runtime(info)
         refusal = rt.multi_host_refusal(rt.hosts())   # one host decides Stop and Pause: not built yet
         if refusal:
-            raise Stop("failed", refusal)
+            raise SessionEnds("failed", refusal)
         beat.doing("loading data")
         try:
             plan, dataset = planned(config, info)
         except ConfigError as exc:
-            raise Stop("failed", str(exc))
+            raise SessionEnds("failed", str(exc))
         if previous is not None and previous.config.preset == plan.config.preset:
             plan = dataclasses.replace(plan, preset_reason=previous.preset_reason)
         # From here on, config.json is the plan the run trains with: what resume, the Sample tab and
@@ -111,11 +114,11 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
                     chunk_seconds=chunk.seconds if chunk else None, beat=beat)
         try:
             loop.run()
-        except Stop as stop:
-            loop.finish(stop.state, stop.message)
-    except Stop as stop:   # raised while building the loop (a refused resume), or while finishing
+        except SessionEnds as end:
+            loop.finish(end.state, end.message)
+    except SessionEnds as end:   # raised while building the loop (a refused resume), or while finishing
         try:
-            run.write_status(stop.state, stop.message)
+            run.write_status(end.state, end.message)
         except OSError:
             pass
     except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
@@ -144,7 +147,7 @@ def prepare_data(config: TrainConfig, run_path: str, device_kind: str) -> bool:
     """Decode, resize and cache the run's data on the CPU, as a run of `config` on a `device_kind`
     device will train it, writing the progress into the run's status ("preparing"); False (status
     "failed", in the dataset's own words) when the data or the config is refused. No device work:
-    a chunked run does this before its first GPU call (app/job.py), so a call's seconds are
+    a chunked run does this before its first GPU call (app/chain.py), so a call's seconds are
     training seconds, and the trainer then reads the cached files."""
     from core import data
     from core.devices import DeviceInfo
@@ -191,7 +194,7 @@ class Loop:
             state = run.load_checkpoint()
             problem = checkpoint_problem(state, training)
             if problem:
-                raise Stop("failed", problem)
+                raise SessionEnds("failed", problem)
             training.load_checkpoint_state(state)
             self.saved_step = training.step_count
             report.elapsed_before = state.get("elapsed", 0.0)
@@ -264,8 +267,8 @@ class Loop:
                                       or step == min(EARLY_QUALITY_STEP, cfg.quality_every)):
                 self._work("measuring quality", self._measure_quality)
             if chunk_over and self.step_count < cfg.steps:
-                raise Stop("running", f"Chunk {self.report.chunk} ended at step {self.step_count} (checkpoint "
-                                      "saved); the next chunk continues the run.")
+                raise SessionEnds("running", f"Chunk {self.report.chunk} ended at step {self.step_count} (checkpoint "
+                                             "saved); the next chunk continues the run.")
         self.finish("done", f"Finished {self.step_count} steps.")
 
     def _on_values(self, values: dict) -> None:
@@ -283,13 +286,13 @@ class Loop:
     def _after_log(self) -> None:
         diverged = divergence_message(self.last_values, self.step_count, self.saved_step, self.config.precision)
         if diverged:
-            raise Stop("failed", diverged)
+            raise SessionEnds("failed", diverged)
         self.warning = self.phase.warning()
         decision = self.control.decision()
         if decision == "pause" and self.chunk_seconds is not None:   # the GPU is given back while paused
-            raise Stop("paused", f"Paused at step {self.step_count}.")
+            raise SessionEnds("paused", paused_message(self.step_count))
         if decision == "pause":
-            self._status("paused", f"Paused at step {self.step_count}.")
+            self._status("paused", paused_message(self.step_count))
             self.beat.doing("paused")
             paused_at, stepping = time.perf_counter(), 0.0
             decision = self.control.wait_while_paused()
@@ -325,10 +328,8 @@ class Loop:
         self._status("paused", f"Paused at step {self.step_count}: stepped {updates} from step {before}.", before)
 
     def _stop_for(self, decision: str) -> None:
-        if decision == "gone":
-            raise Stop("stopped", "Stopped: the app that started this run has closed. Resume it from the UI or CLI.")
-        if decision == "stop":
-            raise Stop("stopped", f"Stopped by request at step {self.step_count}.")
+        if decision in ("stop", "gone"):
+            raise SessionEnds("stopped", stopped_message(decision, self.step_count))
 
     def _work(self, what: str, work) -> None:
         """Run the loop's bookkeeping (files, grids, quality): a failure ends the run as `failed`
@@ -340,7 +341,7 @@ class Loop:
         except Exception as exc:
             log_traceback(self.run_dir, what)
             message = f"Training failed while {what} at step {self.step_count}: {describe(exc)}."
-            raise Stop("failed", failure_message(self.run_dir, message, saved_step=self.saved_step)) from exc
+            raise SessionEnds("failed", failure_message(self.run_dir, message, saved_step=self.saved_step)) from exc
         finally:
             self.beat.doing(doing)
 

@@ -68,6 +68,29 @@ def test_a_resume_heard_is_cleared_but_a_stop_or_pause_pressed_meanwhile_stays(t
     assert run.read_request() == "pause"
 
 
+
+def test_between_chunks_a_chunked_run_decides_as_the_loop_does_without_waiting(tmp_path):
+    """The chunk chain (app/chain.py) asks Control between two chunks: no request goes on, unless
+    the app paused the run (a GPU refused); a Resume is heard once and cleared; a Stop is kept over
+    a later press; the app closing is "gone". The words are the Loop's."""
+    from core.control import paused_message, stopped_message
+    run = RunDir(str(tmp_path))
+    closing = False
+    control = Control(run, app_closing=lambda: closing)
+    assert control.between_chunks(paused=False) == "run"
+    assert control.between_chunks(paused=True) == "pause"     # paused by the app: until Resume
+    run.request("pause")
+    assert control.between_chunks(paused=False) == "pause"    # a Pause the last chunk had no time to hear
+    run.request("resume")
+    assert control.between_chunks(paused=True) == "resume" and run.read_request() == ""
+    run.request("stop")
+    run.request("resume")
+    assert control.between_chunks(paused=True) == "stop" and run.read_request() == "stop"
+    closing = True
+    assert control.between_chunks(paused=False) == control.decision() == "gone"
+    assert (stopped_message("stop", 12), paused_message(12)) == ("Stopped by request at step 12.", "Paused at step 12.")
+    assert stopped_message("gone", 12).startswith("Stopped: the app that started this run has closed.")
+
 @pytest.mark.parametrize("later", ["pause", "resume"])
 def test_a_stop_stays_when_a_later_press_races_it_from_another_thread(tmp_path, later):
     run = RunDir(str(tmp_path))
