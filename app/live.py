@@ -49,6 +49,13 @@ def extra_series(gan: str) -> dict[str, str]:
     return row.series if row else {}
 
 
+def log_scale(gan: str) -> bool:
+    """Whether the page's charts start on a log scale for this loss (core/gans.py); a viewer may
+    switch it either way."""
+    row = gans.BY_NAME.get(gan)
+    return bool(row and row.log_scale)
+
+
 def plot_points(events: list[dict], gan: str) -> dict[str, list]:
     """The plotted values of events, as {series key: [[step, value], ...]}, finite values only."""
     keys = list(views.LOSS_SERIES) + list(extra_series(gan)) + list(views.QUALITY_DISTANCES)
@@ -149,7 +156,7 @@ class LiveFeed:
             "version": version, "run": snap.run_name, "state": status.state,
             "final": status.state in FINAL_STATES, "step": status.step,
             "steps": status.steps, "updated": status.updated, "gan": gan,
-            "labels": series_labels(gan), "healthy": views.healthy_lines(gan),
+            "labels": series_labels(gan), "healthy": views.healthy_lines(gan), "log_scale": log_scale(gan),
             "status_html": status_html(status, snap.run_name, snap.events),
             "grid": f"live/grid/{snap.run_name}/{grid_step}" if grid_step is not None else None,
             # What D believes about each image of that grid and of the real grid beside it.

@@ -33,9 +33,6 @@ AUGMENT = ("auto", "on", "off")   # auto: on below AUGMENT_BELOW images (a class
 AUGMENT_BELOW = 500
 MAX_STEPS = 1_000_000           # a demo's longest run; also the most any step interval may be
 
-# Each GAN type trains best with its paper's optimizer settings (core/gans.py); a user who leaves
-# the learning rates and betas at None gets these.
-GAN_DEFAULTS: dict[str, dict[str, Any]] = {gan.name: gan.defaults for gan in gans.GAN_TYPES}
 # Latent size: the seed's 100 for its 64x64 DCGAN; 16 for the CPU preset, which reaches digits in
 # fewer steps with it (lab/README.md, "Conditional").
 Z_DIM = {"default": 100, "fast": 16}
