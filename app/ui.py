@@ -31,8 +31,8 @@ from core import data, devices
 from core.rundir import FINAL_STATES, DiskRefused
 from core import gans
 from core.architecture import resolve_preset
-from core.config import (AUGMENT_BELOW, DATASET_CHOICES, DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError,
-                         TrainConfig, form_number, spec, validate, whole_number)
+from core.config import (AUGMENT_BELOW, DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError, TrainConfig,
+                         form_number, spec, validate, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
 LIVE_PANEL = """
@@ -486,11 +486,12 @@ class TrainTab:
         with gr.Accordion("Settings", open=True, elem_id="blink-settings") as self.settings:
             self.setup_note = gr.Markdown(elem_id="setup-note")
             with gr.Row():
-                self.dataset = gr.Dropdown([(label, d) for d, label in DATASET_CHOICES.items()], value="bundled-mnist",
-                                           label=spec("dataset")["label"])
-                self.data_path = gr.Textbox(label=spec("data_path")["label"], value="")
-                self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value="dcgan", label=spec("gan")["label"])
-                self.preset = gr.Dropdown(list(PRESETS), value="auto", label=spec("preset")["label"],
+                self.dataset = gr.Dropdown([(source.label, source.key) for source in data.SOURCES.values()],
+                                           value=TrainConfig.dataset, label=spec("dataset")["label"])
+                self.data_path = gr.Textbox(label=spec("data_path")["label"], value=TrainConfig.data_path)
+                self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value=TrainConfig.gan,
+                                       label=spec("gan")["label"])
+                self.preset = gr.Dropdown(list(PRESETS), value=TrainConfig.preset, label=spec("preset")["label"],
                                           info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast one on CPU (the data's size, at most 32x32)")
             with gr.Row():
                 self.batch_size = whole_number_box(value=TrainConfig.batch_size, label=spec("batch_size")["label"],
