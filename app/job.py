@@ -298,7 +298,7 @@ class Job:
                     self._gpu_chunk(run, job)
                 else:
                     self._train_chunk_in_process(job)
-                resume = resume or os.path.exists(run.file("checkpoint.pt"))
+                resume = resume or run.has_checkpoint()
             except Exception as exc:   # the chain itself failed: say so in the run rather than hang
                 log.exception("The chunks of run %s ended unexpectedly", run.name)
                 with self._lock:
@@ -516,7 +516,7 @@ class Job:
             status = run.read_status()
             if status.state not in FINAL_STATES:   # a trainer that wrote its end and hung on exit keeps its words
                 kept = (f"The last checkpoint (step {status.saved_step}) is kept: press Resume to continue from it."
-                        if status.saved_step and os.path.exists(run.file("checkpoint.pt"))
+                        if status.saved_step and run.has_checkpoint()
                         else "No checkpoint had been saved yet.")
                 try:
                     run.write_status("stopped", f"Stopped by force: the trainer did not answer Stop ({reason}), "

@@ -468,8 +468,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         if run_dir:
-            os.makedirs(os.path.join(run_dir, "grids"), exist_ok=True)
             run = RunDir(run_dir)
+            os.makedirs(run.grids_folder, exist_ok=True)
             run.write_config(config)
         else:
             run = RunDir.create(config)
