@@ -74,7 +74,7 @@ class ChunkChain:
                     self._gpu_chunk(run, job, control)
                 else:
                     self._train_chunk_in_process(run, job)
-                resume = resume or os.path.exists(run.file("checkpoint.pt"))
+                resume = resume or run.has_checkpoint()
             except Exception as exc:   # the chain itself failed: say so in the run rather than hang
                 log.exception("The chunks of run %s ended unexpectedly", run.name)
                 with self._lock:

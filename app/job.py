@@ -222,7 +222,7 @@ class Job:
             return
         # Ended after a Stop it did not answer: "stopped", as the user asked, naming what is kept.
         kept = (f"The last checkpoint (step {status.saved_step}) is kept: press Resume to continue from it."
-                if status.saved_step and os.path.exists(run.file("checkpoint.pt"))
+                if status.saved_step and run.has_checkpoint()
                 else "No checkpoint had been saved yet.")
         try:
             run.write_status("stopped", f"Stopped by force: the trainer did not answer Stop ({end.reason}), "

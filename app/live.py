@@ -49,6 +49,13 @@ def extra_series(gan: str) -> dict[str, str]:
     return row.series if row else {}
 
 
+def log_scale(gan: str) -> bool:
+    """Whether the page's charts start on a log scale for this loss (core/gans.py); a viewer may
+    switch it either way."""
+    row = gans.BY_NAME.get(gan)
+    return bool(row and row.log_scale)
+
+
 def plot_points(events: list[dict], gan: str) -> dict[str, list]:
     """The plotted values of events, as {series key: [[step, value], ...]}, finite values only."""
     keys = list(views.LOSS_SERIES) + list(extra_series(gan)) + list(views.QUALITY_DISTANCES)
@@ -149,7 +156,7 @@ class LiveFeed:
             "version": version, "run": snap.run_name, "state": status.state,
             "final": status.state in FINAL_STATES, "step": status.step,
             "steps": status.steps, "updated": status.updated, "gan": gan,
-            "labels": series_labels(gan), "healthy": views.healthy_lines(gan),
+            "labels": series_labels(gan), "healthy": views.healthy_lines(gan), "log_scale": log_scale(gan),
             "status_html": status_html(status, snap.run_name, snap.events),
             "grid": f"live/grid/{snap.run_name}/{grid_step}" if grid_step is not None else None,
             # What D believes about each image of that grid and of the real grid beside it.
@@ -160,7 +167,7 @@ class LiveFeed:
                         "verdicts": RunDir(snap.run_path).read_verdicts(status.stepped_from)}
                        if status.state == "paused" and status.stepped_from else None),
             "real_grid": (f"live/real/{snap.run_name}" if grid_step is not None
-                          and os.path.exists(os.path.join(snap.run_path, "grids", "real.png")) else None),
+                          and RunDir(snap.run_path).has_real_grid() else None),
             "diagnostics": views.diagnostics_rows(status) if status.state else [],
         }
         full = {**head, "reset": True,
@@ -258,11 +265,11 @@ class LiveFeed:
     async def grid(self, request):
         """A grid image of the current run (the only run whose grids a page shows)."""
         step = whole_number(request.path_params["step"])
-        return self._grid_file(request.path_params["run"], None if step is None else f"step_{step:06d}.png")
+        return self._grid_file(request.path_params["run"], None if step is None else RunDir.grid_name(step))
 
     async def real_grid(self, request):
         """The current run's real images, shown beside its fakes with D's verdicts."""
-        return self._grid_file(request.path_params["run"], "real.png")
+        return self._grid_file(request.path_params["run"], RunDir.REAL_GRID)
 
     def _grid_file(self, run: str, name: str | None):
         """Only a regular file in the current run's own grids/ folder, never one a link there points to."""
@@ -270,7 +277,7 @@ class LiveFeed:
         current = self.job.run
         if current is None or run != current.name or name is None:
             return Response(status_code=404)
-        folder = os.path.join(current.path, "grids")
+        folder = current.grids_folder
         path = os.path.join(folder, name)
         try:
             regular = stat.S_ISREG(os.lstat(path).st_mode) and not os.path.islink(folder)

@@ -155,7 +155,8 @@ def generator_spec(directory: str):
 
 def run_of(directory: str) -> RunDir | None:
     """The run directory behind a generator directory; the shipped asset has no grids/."""
-    return RunDir(directory) if os.path.isdir(os.path.join(directory, "grids")) else None
+    run = RunDir(directory)
+    return run if os.path.isdir(run.grids_folder) else None
 
 
 def first_checkpoint(run: RunDir) -> str:
@@ -461,7 +462,7 @@ class SampleTab:
         pick) and its (step, PNG) grids; refused, saying why, when there are none."""
         following = (view or FOLLOW) == FOLLOW
         run = self.current_run() if following else None
-        if run is None or not os.path.isdir(os.path.join(run.path, "grids")):
+        if run is None or not os.path.isdir(run.grids_folder):
             directory = self.current_dir(view)
             run = run_of(directory)
         grids = run.grids() if run else []

@@ -31,8 +31,8 @@ from core import data, devices
 from core.rundir import FINAL_STATES, DiskRefused
 from core import gans
 from core.architecture import resolve_preset
-from core.config import (AUGMENT_BELOW, DATASET_CHOICES, DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError,
-                         TrainConfig, form_number, spec, validate, whole_number)
+from core.config import (AUGMENT_BELOW, DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError, TrainConfig,
+                         form_number, spec, validate, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
 LIVE_PANEL = """
@@ -124,6 +124,11 @@ def dataset_size(dataset: str, data_path: str) -> int | None:
     return info["size"]
 
 
+# The form: TrainConfig fields (their labels, choices and ranges are TrainConfig's), each shown by
+# the TrainTab component of its name, in the order of the named API's /start parameters (scripts
+# pass them by position, the host key last).
+FORM_FIELDS = ("dataset", "data_path", "gan", "preset", "batch_size", "precision", "device", "steps",
+               "log_every", "grid_every", "checkpoint_every", "conditional", "augment", "seed")
 # URL query parameters that may preset the form (a teacher's "Share this setup" link).
 QUERY_FIELDS = ("dataset", "gan", "preset", "batch_size", "precision", "steps", "device")
 CHOICE_FIELDS = {name: spec(name)["choices"] for name in QUERY_FIELDS if spec(name)["choices"]}
@@ -305,26 +310,28 @@ class TrainTab:
             time.sleep(WRONG_KEY_SECONDS)
         return False
 
-    def config_from_form(self, dataset, data_path, gan, preset, batch_size, precision, device, steps,
-                         log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
-                         checkpoint_every=TrainConfig.checkpoint_every,
-                         conditional=TrainConfig.conditional, augment=TrainConfig.augment,
-                         seed=TrainConfig.seed) -> TrainConfig:
-        """The form as a TrainConfig, validated once against the dataset's size and the device's caps."""
+    def config_from_form(self, **form) -> TrainConfig:
+        """The form's values by field name (FORM_FIELDS; one left out keeps TrainConfig's default) as
+        a TrainConfig, validated once against the dataset's size and the device's caps."""
+        unknown = sorted(set(form) - set(FORM_FIELDS))
+        if unknown:
+            raise TypeError(f"not fields of the form: {', '.join(unknown)}")
         try:
-            config = TrainConfig(dataset=str(dataset), data_path=check_data_path(str(dataset), data_path), gan=str(gan),
-                                 preset=str(preset), conditional=str(conditional), augment=str(augment),
-                                 batch_size=form_number(batch_size, "batch_size"),
-                                 precision=str(precision), device=str(device), steps=form_number(steps, "steps"),
-                                 log_every=form_number(log_every, "log_every"),
-                                 grid_every=form_number(grid_every, "grid_every"),
-                                 checkpoint_every=form_number(checkpoint_every, "checkpoint_every"),
-                                 seed=form_number(seed, "seed"))
+            # A whole number is checked against its range and named by its label; a choice goes on as
+            # text for validate to check; the path only for 'My images', through its guard.
+            values: dict = {}
+            for name in FORM_FIELDS:
+                value = form.get(name, getattr(TrainConfig, name))
+                if name == "data_path":
+                    values[name] = check_data_path(values["dataset"], value)
+                else:
+                    values[name] = form_number(value, name) if spec(name)["range"] else str(value)
+            config = TrainConfig(**values)
             # The only checks before the one validate are the two its inputs need: the probe would
             # run for any string, and an unknown dataset has no size (validate names it, with the
             # choices). A probe is kept (DeviceCache), so this is the one probe of this Start.
-            if device not in DEVICES:
-                raise ConfigError(f"Device '{device}' is not supported; choose one of: {', '.join(DEVICES)}.")
+            if config.device not in DEVICES:
+                raise ConfigError(f"Device '{config.device}' is not supported; choose one of: {', '.join(DEVICES)}.")
             caps = self.devices.get(config.device).to_dict()
             size = dataset_size(config.dataset, config.data_path) if config.dataset in DATASETS else None
             validate(config, dataset_size=size, device_caps=caps)
@@ -334,17 +341,14 @@ class TrainTab:
             raise refused(f"Invalid form value: {exc}", title="Check the settings")
         return config
 
-    def start(self, dataset, data_path, gan, preset, batch_size, precision, device, steps,
-              log_every=TrainConfig.log_every, grid_every=TrainConfig.grid_every,
-              checkpoint_every=TrainConfig.checkpoint_every, conditional=TrainConfig.conditional,
-              augment=TrainConfig.augment, seed=TrainConfig.seed, key=""):
+    def start(self, key="", **form):
+        """Start a run of the form's settings, given by field name (FORM_FIELDS), for the host."""
         self.require_host(key)
         # Answered at once, before the settings are checked (a device probe can take seconds). A
         # trainer that has written its final status may take a moment to exit: job.start waits.
         if self.job.is_active() and self.job.snapshot().status.state not in FINAL_STATES:
             raise refused(self.job.busy_message(), title="A run is going")
-        config = self.config_from_form(dataset, data_path, gan, preset, batch_size, precision, device, steps,
-                                       log_every, grid_every, checkpoint_every, conditional, augment, seed)
+        config = self.config_from_form(**form)
         try:
             run = self.job.start(config)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
@@ -486,11 +490,12 @@ class TrainTab:
         with gr.Accordion("Settings", open=True, elem_id="blink-settings") as self.settings:
             self.setup_note = gr.Markdown(elem_id="setup-note")
             with gr.Row():
-                self.dataset = gr.Dropdown([(label, d) for d, label in DATASET_CHOICES.items()], value="bundled-mnist",
-                                           label=spec("dataset")["label"])
-                self.data_path = gr.Textbox(label=spec("data_path")["label"], value="")
-                self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value="dcgan", label=spec("gan")["label"])
-                self.preset = gr.Dropdown(list(PRESETS), value="auto", label=spec("preset")["label"],
+                self.dataset = gr.Dropdown([(source.label, source.key) for source in data.SOURCES.values()],
+                                           value=TrainConfig.dataset, label=spec("dataset")["label"])
+                self.data_path = gr.Textbox(label=spec("data_path")["label"], value=TrainConfig.data_path)
+                self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value=TrainConfig.gan,
+                                       label=spec("gan")["label"])
+                self.preset = gr.Dropdown(list(PRESETS), value=TrainConfig.preset, label=spec("preset")["label"],
                                           info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast one on CPU (the data's size, at most 32x32)")
             with gr.Row():
                 self.batch_size = whole_number_box(value=TrainConfig.batch_size, label=spec("batch_size")["label"],
@@ -498,7 +503,7 @@ class TrainTab:
                 self.precision = gr.Radio(precision_choices(self.info), value=devices.default_precision(self.info.kind),
                                           label=spec("precision")["label"],
                                           info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
-                self.device = gr.Dropdown(list(DEVICES), value="auto", label=spec("device")["label"])
+                self.device = gr.Dropdown(list(DEVICES), value=TrainConfig.device, label=spec("device")["label"])
                 self.steps = whole_number_box(value=TrainConfig.steps, label=spec("steps")["label"])
 
     def _lay_out_more_choices(self) -> None:
@@ -531,16 +536,15 @@ class TrainTab:
                                                          label=spec("checkpoint_every")["label"])
                 self.seed = whole_number_box(value=TrainConfig.seed, label=spec("seed")["label"],
                                              info="the same seed and settings start the same run; another seed, another run")
-        self.query_form = [self.dataset, self.gan, self.preset, self.batch_size, self.precision, self.steps,
-                           self.device]   # QUERY_FIELDS order
+        self.form = {name: getattr(self, name) for name in FORM_FIELDS}   # each field's component
+        self.query_form = [self.form[name] for name in QUERY_FIELDS]
 
     def _wire_events(self, blocks: gr.Blocks) -> None:
-        form = [self.dataset, self.data_path, self.gan, self.preset, self.batch_size, self.precision, self.device,
-                self.steps, self.log_every, self.grid_every, self.checkpoint_every, self.conditional, self.augment,
-                self.seed]
         # In the browser only: the last message goes at once, so a refusal is not shown beside it.
         self.start_button.click(None, None, self.message, js="() => ''", api_visibility="private")
-        self.start_button.click(self.start, form + [self.key], self.message, api_name="start").success(
+        # By name: the API's parameters are the form's fields in FORM_FIELDS order, then the key.
+        self.start_button.click(self.start, inputs_kwargs={**self.form, "key": self.key}, outputs=self.message,
+                                api_name="start").success(
             lambda: gr.Accordion(open=False), None, self.settings, api_visibility="private", show_progress="hidden")
         blocks.load(self.settings_on_open, None, self.settings, api_visibility="private", show_progress="hidden")
         estimate_inputs = [self.gan, self.preset, self.batch_size, self.device, self.steps]

@@ -21,6 +21,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 DEFAULT_CONFIGS = ("dcgan:fast:fp32:1700", "wgan-gp:fast:fp32:60", "hinge:fast:fp32:200")
 
 
@@ -34,14 +35,14 @@ def run(gan: str, preset: str, precision: str, steps: int, beta: float | None, d
                     "--grid-every", "1000", "--quality-every", "0", "--checkpoint-every", "100000", *betas,
                     "--run-dir", os.path.join(folder, "run")], cwd=ROOT, env=env, check=True, capture_output=True)
     wall = time.perf_counter() - started
-    with open(os.path.join(folder, "run", "events.jsonl")) as f:
-        events = [e for e in map(json.loads, f) if "xla_compiles" in e]
-    with open(os.path.join(folder, "run", "status.json")) as f:
-        status = json.load(f)
+    from core.rundir import RunDir
+    trained = RunDir(os.path.join(folder, "run"))
+    events = [e for e in trained.read_events()[0] if "xla_compiles" in e]
+    status = trained.read_status()
     compiles = {e["step"]: e["xla_compiles"] for e in events}
     warm = [count for step, count in compiles.items() if step >= 10]
     return {"config": f"{gan}:{preset}:{precision}", "steps": steps, "beta": beta, "wall_s": round(wall, 1),
-            "compile_s": status["diagnostics"].get("compile_seconds"), "compiles_by_step": compiles,
+            "compile_s": status.diagnostics.get("compile_seconds"), "compiles_by_step": compiles,
             "new_after_step_10": warm[-1] - warm[0] if warm else None}
 
 

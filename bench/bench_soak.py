@@ -561,7 +561,8 @@ def main() -> None:
         with open(out) as f:
             clients = json.load(f)
 
-        rates = trainer_rates(sampler.rows, glob.glob(os.path.join(paths["runs"], "*", "events.jsonl"))[0])
+        from core.rundir import RunDir
+        rates = trainer_rates(sampler.rows, glob.glob(os.path.join(paths["runs"], "*", RunDir.EVENTS))[0])
         soak = summarise(sampler.rows, "soak")
         run_end = describe_run_end([r for r in sampler.rows if "state" in r], steps)
         baseline = summarise(sampler.rows, "baseline")

@@ -98,6 +98,7 @@ def client_main(url: str, kind: str, count: int, runs_root: str, out: str) -> No
     clients run at idle priority. Browsers cannot: at idle priority beside a trainer that takes
     both cores they never even render (measured: a page's attribute unreadable for 30 s), so
     their rows give the server's own cost, and their trainer ratio includes the browsers' CPU."""
+    from core.rundir import RunDir
     if kind != "browser" and os.environ.get("BLINK_BENCH_CLIENTS") != "normal":
         deprioritise_clients()
     stop, lock = threading.Event(), threading.Lock()
@@ -113,7 +114,7 @@ def client_main(url: str, kind: str, count: int, runs_root: str, out: str) -> No
             if grid and grid != seen_grid[0]:
                 if seen_grid[0] is not None:
                     _, _, run, step = grid.split("/")
-                    path = os.path.join(runs_root, run, "grids", f"step_{int(step):06d}.png")
+                    path = os.path.join(RunDir(os.path.join(runs_root, run)).grids_folder, RunDir.grid_name(int(step)))
                     result["grid_latency"].append(now - os.path.getmtime(path))
                 seen_grid[0] = grid
 

@@ -15,12 +15,11 @@ from typing import Any
 from core import gans
 from core.architecture import PRESET_WIDTH
 
-# Every dataset a run can learn from, with the page's name for it; each is one row of
-# core/data/sources.py SOURCES, in this order (tests/unit/test_shape.py holds the two together).
-DATASET_CHOICES = {"bundled-mnist": "MNIST (bundled, offline)", "mnist": "MNIST (full, torchvision)",
-                   "fashion-mnist": "Fashion-MNIST", "cifar10": "CIFAR-10", "celeba": "CelebA 64x64",
-                   "folder": "My images (folder or zip)"}
-DATASETS = tuple(DATASET_CHOICES)
+# Every dataset a run can learn from: the keys of core/data/sources.py SOURCES, in its order; the
+# row says the rest, the page's label included (tests/unit/test_shape.py holds the two together).
+# Named here rather than read from the rows, which would bring numpy and the loaders into every
+# reader of a config (and close an import circle through core/rundir.py).
+DATASETS = ("bundled-mnist", "mnist", "fashion-mnist", "cifar10", "celeba", "folder")
 GANS = gans.NAMES
 PRESETS = ("auto", *PRESET_WIDTH)   # auto: resolved per device (core/architecture.py resolve_preset)
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -33,9 +32,6 @@ AUGMENT = ("auto", "on", "off")   # auto: on below AUGMENT_BELOW images (a class
 AUGMENT_BELOW = 500
 MAX_STEPS = 1_000_000           # a demo's longest run; also the most any step interval may be
 
-# Each GAN type trains best with its paper's optimizer settings (core/gans.py); a user who leaves
-# the learning rates and betas at None gets these.
-GAN_DEFAULTS: dict[str, dict[str, Any]] = {gan.name: gan.defaults for gan in gans.GAN_TYPES}
 # Latent size: the seed's 100 for its 64x64 DCGAN; 16 for the CPU preset, which reaches digits in
 # fewer steps with it (lab/README.md, "Conditional").
 Z_DIM = {"default": 100, "fast": 16}

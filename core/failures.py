@@ -68,7 +68,7 @@ def failure_message(run: RunDir, message: str, saved_step: int | None = None) ->
     saved_step: the last checkpoint's step when the caller knows it (else the status says)."""
     saved = run.read_status().saved_step if saved_step is None else saved_step
     kept = (f" The last checkpoint (step {saved}) is kept: press Resume to continue from it."
-            if saved and os.path.exists(run.file("checkpoint.pt")) else "")
+            if saved and run.has_checkpoint() else "")
     hint = hint_for(message)
     return f"{message}{kept}" + (f" Hint: {hint}" if hint else "")
 

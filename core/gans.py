@@ -1,5 +1,6 @@
-"""The GAN types, one row each: everything the config, the models, the losses and the page know
-about a loss family. Adding a loss means adding a row here and its class in core/losses.py.
+"""The GAN types, one row each: everything the config, the models, the losses, the trainer's
+verdicts and phase rules and the page know about a loss family; nothing else names a GAN type.
+Adding a loss means adding a row here and its class in core/losses.py (or naming an existing one).
 
 No torch here: the UI process reads labels, plotted series and healthy ranges from this module
 without paying for the trainer's imports.
@@ -15,21 +16,34 @@ class GanType:
     name: str                   # the config's and the CLI's value
     label: str                  # the page's choice
     loss: str                   # the loss class in core/losses.py
+    # What D's output on an image is, as the page frames it (app/static/live.js): "probability"
+    # (the sigmoid of D's logit, real above 0.5), "logit" (real above 0) or "score" (a critic's:
+    # higher is more real, no fixed line between real and fake).
+    verdict: str
     defaults: dict[str, Any]    # the paper's Adam settings and critic steps, for hyper-parameters left None
     d_norm: str                 # the discriminator's normalisation: batch | layer | none
-    series: dict[str, str]      # the loss's stats keys -> plot labels, beyond loss_d and loss_g
+    # The loss's stats keys -> plot labels, beyond loss_d and loss_g: exactly the keys its loss
+    # returns (tests/unit/test_losses.py), which the trainer logs and the page plots by name.
+    series: dict[str, str]
     healthy: dict[str, str]     # one line under the "losses" and "extra" plots: what healthy curves look like
     spectral: bool = False      # spectral norm on the discriminator's layers
     gradient_penalty: bool = False   # the loss takes gp_weight
     fast_defaults: dict[str, Any] = field(default_factory=dict)   # the CPU "fast" preset's own values
     cpu_cost: float = 1.0       # time per image against DCGAN's on a CPU, for the estimate before any run
+    # Augmentation's strength follows the sign of D's logits on real images (core/augment.py);
+    # False where D's output has no sign to read: then every image is augmented.
+    adaptive_augment: bool = True
+    # The phase rules (core/phase.py); None where a rule does not apply to this loss.
+    d_apart: float | None = None     # "D is winning": D(x) - D(G(z)) stays above this while G's loss climbs
+    d_won: tuple[float, float] | None = None   # "D has won": D(x) above the first and D(G(z)) below the second
+    log_scale: bool = False     # the page's charts start on a log scale
     # The page's "What is a GAN?" panel: D's and G's losses in words, and what to watch for.
     primer: dict[str, str] = field(default_factory=dict)
 
 
 GAN_TYPES = (
     GanType(
-        name="dcgan", label="DCGAN (non-saturating)", loss="NonSaturating",
+        name="dcgan", label="DCGAN (non-saturating)", loss="NonSaturating", verdict="probability",
         # Radford et al. 2015 (the seed's DCGAN): Adam lr 2e-4, betas (0.5, 0.999), one D step per G step.
         defaults=dict(lr_g=2e-4, lr_d=2e-4, beta1=0.5, beta2=0.999, n_critic=1),
         # The CPU preset's values were measured fastest to digits on MNIST, the EMA and the
@@ -38,6 +52,9 @@ GAN_TYPES = (
         fast_defaults=dict(lr_g=3e-3, lr_d=3e-3, beta1=0.0, beta2=0.99, ema=0.99, lr_decay_start=0.5),
         d_norm="batch",
         series={"d_real": "D(x)", "d_fake": "D(G(z))"},
+        # Read off the recorded runs (core/phase.py, tests/data/phase/): D(x) and D(G(z)) are
+        # probabilities here, so a D sure of every image sits at 1 and 0.
+        d_apart=0.6, d_won=(0.99, 0.01),
         healthy={
             "losses": "Healthy: D loss around 0.5-1.4 and G loss around 0.7-3, wobbling with no trend. "
                       "D loss sliding to 0 while G loss climbs means D has won.",
@@ -51,12 +68,16 @@ GAN_TYPES = (
                      "gets almost no signal; the page warns you.",
         }),
     GanType(
-        name="wgan-gp", label="WGAN-GP", loss="WGANGP",
+        name="wgan-gp", label="WGAN-GP", loss="WGANGP", verdict="score",
         # Gulrajani et al. 2017: Adam(0, 0.9), 5 critic steps per generator step, lambda 10.
         defaults=dict(lr_g=1e-4, lr_d=1e-4, beta1=0.0, beta2=0.9, n_critic=5),
         d_norm="layer",   # the penalty needs per-sample gradients: no batch statistics in the critic
         gradient_penalty=True,
         cpu_cost=2.5,     # the penalty's second backward pass
+        adaptive_augment=False,   # a critic's scores have no sign to read
+        # No "D is winning" rule: the critic's scores have no fixed scale, and G's loss (minus the
+        # fakes' score) drifts up in healthy runs too (the recorded one's first 200 steps).
+        log_scale=True,   # the critic's early swings of tens would flatten the rest of the curves
         series={"wasserstein": "Wasserstein estimate", "gp": "gradient penalty"},
         healthy={
             "losses": "Healthy: the critic's loss is negative and shrinks toward 0 as G improves; "
@@ -73,11 +94,12 @@ GAN_TYPES = (
                      "the real images. The critic trains 5 steps for each step of G.",
         }),
     GanType(
-        name="hinge", label="Hinge + spectral norm (SNGAN)", loss="Hinge",
+        name="hinge", label="Hinge + spectral norm (SNGAN)", loss="Hinge", verdict="logit",
         # Miyato et al. 2018 (SNGAN, hinge): Adam 2e-4, betas (0.0, 0.9), n_dis 1 for the DCGAN-sized nets.
         defaults=dict(lr_g=2e-4, lr_d=2e-4, beta1=0.0, beta2=0.9, n_critic=1),
         d_norm="none", spectral=True,
         series={"d_real": "D(x) logit", "d_fake": "D(G(z)) logit"},
+        d_apart=2.0,   # the logits' difference: a hinge D aims for real above 1 and fakes below -1
         healthy={
             "losses": "Healthy: D loss around 0.5-2 (2: D cannot tell real from fake; 0: D wins outright), "
                       "G loss around 0-1.5.",
@@ -92,7 +114,17 @@ GAN_TYPES = (
                      "cannot tell real from fake; near 0, D wins outright.",
         }),
 )
-BY_NAME = {gan.name: gan for gan in GAN_TYPES}
+
+
+def by_name(rows: tuple[GanType, ...]) -> dict[str, GanType]:
+    """The rows keyed by name, in their order; two rows of one name are a mistake, refused."""
+    named = {gan.name: gan for gan in rows}
+    if len(named) != len(rows):
+        raise ValueError(f"two GAN types share a name: {[gan.name for gan in rows]}")
+    return named
+
+
+BY_NAME = by_name(GAN_TYPES)
 NAMES = tuple(BY_NAME)
 
 

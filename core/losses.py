@@ -22,11 +22,6 @@ from torch import nn
 
 from core import gans
 
-# What the plot shows for each loss, beyond loss_d and loss_g (name -> label), from core/gans.py.
-# The names are exactly the stats keys the loss returns (tests/unit/test_losses.py holds them to that),
-# because the trainer logs every stats key into events.jsonl and the UI plots these names from there.
-EXTRA_SERIES = {gan.name: gan.series for gan in gans.GAN_TYPES}
-
 
 def gradient_penalty(D: nn.Module, real: torch.Tensor, fake: torch.Tensor,
                      alpha: torch.Tensor | None = None, labels: torch.Tensor | None = None) -> torch.Tensor:
@@ -78,7 +73,6 @@ def _no_fp16(device_type: str):
 
 class NonSaturating:
     """The seed's DCGAN loss: BCE on logits (safe under autocast), G trained to make D say 1."""
-    name = "dcgan"
 
     def discriminator_loss(self, D, real, fake, labels=None):
         real_logits, fake_logits = _judge_real(D, real, labels), _judge(D, fake.detach(), labels).float()
@@ -94,7 +88,6 @@ class NonSaturating:
 
 class WGANGP:
     """Wasserstein loss with gradient penalty (Gulrajani et al. 2017)."""
-    name = "wgan-gp"
 
     def __init__(self, gp_weight: float = 10.0):
         self.gp_weight = gp_weight
@@ -111,7 +104,6 @@ class WGANGP:
 
 class Hinge:
     """Hinge loss (SNGAN, Miyato et al. 2018); the discriminator carries spectral norm."""
-    name = "hinge"
 
     def discriminator_loss(self, D, real, fake, labels=None):
         real_logits, fake_logits = _judge_real(D, real, labels), _judge(D, fake.detach(), labels).float()

@@ -1,11 +1,12 @@
 """What is happening in a run, in one line a room can read: the phase of its samples and what its
 losses say, from the run's own logged values (events.jsonl).
 
-Every rule is written once, here, with its threshold; the trainer keeps a `Phase` fed with each
-loss point and quality measurement (core/train.py) and writes `Phase.line()` and
-`Phase.warning()` into the status, so the page's phase line and its warnings come from the same
-rules. tests/unit/test_phase.py replays recorded runs (tests/data/phase/, made by
-tests/phase_scripts/record_runs.py) through them: a default run, a forced collapse, a D that wins.
+Every rule is written once, here, with its threshold (a loss's own thresholds on its row in
+core/gans.py); the trainer keeps a `Phase` fed with each loss point and quality measurement
+(core/train.py) and writes `Phase.line()` and `Phase.warning()` into the status, so the page's
+phase line and its warnings come from the same rules. tests/unit/test_phase.py replays recorded
+runs (tests/data/phase/, made by tests/phase_scripts/record_runs.py) through them: a default run, a
+forced collapse, a D that wins.
 
 The thresholds were read off those recordings and the shipped meters' values for real images
 (fd ~2, confident ~0.98, spread ~1.0) and for noise.
@@ -13,6 +14,8 @@ The thresholds were read off those recordings and the shipped meters' values for
 from __future__ import annotations
 
 from collections import deque
+
+from core import gans
 
 # ---- the samples' phase, from the quality meter ------------------------------------------
 # MNIST family (the shipped digit classifier, core/quality.py): the Frechet distance of its features
@@ -42,17 +45,14 @@ COLLAPSE_MEASURES = 1   # a fall from 0.6 to 0.35 over 1,024 samples is no measu
 MANY_CLASSES, FEW_CLASSES = 8, 3
 
 # D is winning: over the last WINDOW loss points, G's loss rose by more than G_LOSS_RISE (its
-# second half's mean over its first half's, minus 1) while D kept calling the batches apart.
+# second half's mean over its first half's, minus 1) while D kept calling the batches apart: D(x) -
+# D(G(z)) above the GAN type's `d_apart` (core/gans.py; no such rule where it is None).
 WINDOW = 8
 G_LOSS_RISE = 0.25
-# "Calls them apart": D(x) - D(G(z)) for DCGAN's probabilities; the logits' difference for hinge.
-# Not for WGAN-GP: its critic's scores have no fixed scale and G's loss (minus the fakes' score)
-# drifts up in healthy runs too (the recorded one's first 200 steps).
-D_APART = {"dcgan": 0.6, "hinge": 2.0}
-# D has won outright (a DCGAN D sure of every image) for this many loss points in a row: the
-# generator gets no useful gradient. The warning that the page shows in its yellow box.
+# D has won outright (D(x) and D(G(z)) past the GAN type's `d_won`: a D sure of every image) for
+# this many loss points in a row: the generator gets no useful gradient. The warning that the page
+# shows in its yellow box.
 WON_OUTRIGHT_LOGS = 8
-WON_REAL, WON_FAKE = 0.99, 0.01
 
 # The losses have settled: both losses' means over the last SETTLED_WINDOW points moved less than
 # SETTLED_CHANGE (relative) between its halves, or by SETTLED_SCALE at most for losses near 0.
@@ -71,10 +71,11 @@ COLLAPSE_WARNING = ("The fakes all look alike (mode collapse): G has found a few
                     "only those. Restarting with another seed, WGAN-GP or hinge loss usually helps.")
 
 
-def d_has_won(values: dict) -> bool:
-    """A non-saturating D that calls the real images real and the fakes fake, outright (D(x), D(G(z))
-    are probabilities only for that loss: the caller asks for dcgan runs only)."""
-    return "d_real" in values and values["d_real"] > WON_REAL and values["d_fake"] < WON_FAKE
+def d_has_won(values: dict, gan: str) -> bool:
+    """A D that calls the real images real and the fakes fake, outright, by its GAN type's `d_won`
+    (never where that is None: a critic's scores or a hinge D's logits have no "sure")."""
+    won = gans.get(gan).d_won
+    return won is not None and "d_real" in values and values["d_real"] > won[0] and values["d_fake"] < won[1]
 
 
 def samples_stage(quality: dict, first_swd: float | None) -> tuple[str, str]:
@@ -120,8 +121,8 @@ def _halves(points: list[dict], key: str) -> tuple[float, float]:
 
 
 def d_winning(points: list[dict], gan: str) -> bool:
-    """G's loss keeps climbing while D keeps telling real from fake (DCGAN and hinge)."""
-    apart = D_APART.get(gan)
+    """G's loss keeps climbing while D keeps telling real from fake (where the GAN type has a `d_apart`)."""
+    apart = gans.get(gan).d_apart
     if apart is None or len(points) < WINDOW:
         return False
     window = points[-WINDOW:]
@@ -159,7 +160,7 @@ class Phase:
         """A loss point ({"loss_d", "loss_g", ...}) or a quality measurement ({"quality_...": ...})."""
         if "loss_d" in event and "loss_g" in event:
             self.points.append(event)
-            self.won_streak = self.won_streak + 1 if self.gan == "dcgan" and d_has_won(event) else 0
+            self.won_streak = self.won_streak + 1 if d_has_won(event, self.gan) else 0
             self.is_settled = settled(list(self.points), SETTLED_CHANGE * (2 if self.is_settled else 1))
         if any(key.startswith("quality_") for key in event):
             self.measures.append(event)

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from core.config import MAX_STEPS, TrainConfig
 from core.plan import Plan, resolved_for
@@ -36,7 +35,7 @@ def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = N
         saved = run.read_config()
     except (OSError, ValueError):
         raise ResumeRefused(f"{run.name} is not a run folder (it has no config.json): name a run to resume.")
-    if not os.path.exists(run.file("checkpoint.pt")):
+    if not run.has_checkpoint():
         raise ResumeRefused(f"Run {run.name} has no checkpoint yet, so it cannot be resumed: start a new run.")
     status = run.read_status()
     if status.state not in FINAL_STATES and pid_alive(status.pid):

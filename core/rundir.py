@@ -144,6 +144,11 @@ def pid_alive(pid: int | None) -> bool:
 
 
 class RunDir:
+    # The run's files, and its grids' folder (the module docstring says what each holds).
+    CONFIG, STATUS, EVENTS, HEARTBEAT = "config.json", "status.json", "events.jsonl", "heartbeat.json"
+    CHECKPOINT, GRIDS = "checkpoint.pt", "grids"
+    REAL_GRID = "real.png"   # in GRIDS, beside the fakes' grids (grid_name)
+
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
 
@@ -158,7 +163,7 @@ class RunDir:
             n += 1
             path = f"{base}-{n}"
         try:
-            os.makedirs(os.path.join(path, "grids"))
+            os.makedirs(os.path.join(path, cls.GRIDS))
         except OSError as exc:
             raise disk_refusal(exc, root) or exc
         run = cls(path)
@@ -172,6 +177,15 @@ class RunDir:
     @property
     def name(self) -> str:
         return os.path.basename(self.path)
+
+    @property
+    def grids_folder(self) -> str:
+        return self.file(self.GRIDS)
+
+    @staticmethod
+    def grid_name(step: int, kind: str = "png") -> str:
+        """The file in GRIDS of the grid drawn at `step` (png), or of D's verdicts on it (json)."""
+        return f"step_{step:06d}.{kind}"
 
     def _refused(self, exc: OSError, needed_bytes: int = 0) -> OSError:
         """The error to raise for a failed write: in plain words when the disk refused it."""
@@ -187,7 +201,7 @@ class RunDir:
         """Remove what killed writes left (write_atomic's `NAME.tmpPID-THREAD` of a process that is gone);
         the names removed. A live writer's temp file is left alone."""
         removed = []
-        for folder in (self.path, os.path.join(self.path, "grids")):
+        for folder in (self.path, self.grids_folder):
             try:
                 names = os.listdir(folder)
             except OSError:
@@ -205,13 +219,13 @@ class RunDir:
     # ---- config ---------------------------------------------------------------------
     def write_config(self, config) -> None:
         """The config as asked for, before a trainer has planned the run (its plan replaces it)."""
-        self._write("config.json", config.to_json().encode())
+        self._write(self.CONFIG, config.to_json().encode())
 
     def write_plan(self, plan) -> None:
-        self._write("config.json", json.dumps(plan.to_dict(), indent=2, sort_keys=True).encode())
+        self._write(self.CONFIG, json.dumps(plan.to_dict(), indent=2, sort_keys=True).encode())
 
     def _read_config_file(self) -> dict:
-        with open(self.file("config.json")) as f:
+        with open(self.file(self.CONFIG)) as f:
             return json.load(f)
 
     def read_config(self):
@@ -232,16 +246,16 @@ class RunDir:
         """Replace state and message, and the given Status fields; the others keep their values."""
         assert state in STATES, state
         status = replace(self.read_status(), **fields, state=state, message=message, updated=time.time())
-        self._write("status.json", json.dumps(status.to_dict()).encode())
+        self._write(self.STATUS, json.dumps(status.to_dict()).encode())
 
     def write_heartbeat(self, beat: dict) -> None:
         """The trainer's pulse (core/heartbeat.py), written by a thread of its own every second."""
-        self._write("heartbeat.json", json.dumps(beat).encode())
+        self._write(self.HEARTBEAT, json.dumps(beat).encode())
 
     def read_heartbeat(self) -> dict:
         """The trainer's last beat; {} before its first or when unreadable."""
         try:
-            with open(self.file("heartbeat.json")) as f:
+            with open(self.file(self.HEARTBEAT)) as f:
                 beat = json.load(f)
         except (OSError, ValueError):
             return {}
@@ -250,7 +264,7 @@ class RunDir:
     def read_status(self) -> Status:
         """The run's status; an empty Status (state "") when none is written or the file is unreadable."""
         try:
-            with open(self.file("status.json")) as f:
+            with open(self.file(self.STATUS)) as f:
                 values = json.load(f)
         except (OSError, ValueError):
             return Status()
@@ -262,7 +276,7 @@ class RunDir:
         # full disk took only part of is cut off again, so the next line does not continue it.
         line = (json.dumps(event, allow_nan=True) + "\n").encode()
         try:
-            with open(self.file("events.jsonl"), "ab", buffering=0) as f:
+            with open(self.file(self.EVENTS), "ab", buffering=0) as f:
                 end = f.seek(0, os.SEEK_END)
                 try:
                     if f.write(line) != len(line):
@@ -276,7 +290,7 @@ class RunDir:
     def read_events(self, offset: int = 0) -> tuple[list[dict], int]:
         """Events from byte offset on, and the offset after the last complete line."""
         try:
-            with open(self.file("events.jsonl"), "rb") as f:
+            with open(self.file(self.EVENTS), "rb") as f:
                 f.seek(offset)
                 data = f.read()
         except OSError:
@@ -297,35 +311,38 @@ class RunDir:
         events, _ = self.read_events(0)
         kept = [e for e in events if e.get("step", 0) <= step]
         if len(kept) != len(events):
-            self._write("events.jsonl", "".join(json.dumps(e, allow_nan=True) + "\n" for e in kept).encode())
+            self._write(self.EVENTS, "".join(json.dumps(e, allow_nan=True) + "\n" for e in kept).encode())
 
     # ---- grids ----------------------------------------------------------------------
     def save_grid(self, images, step: int, columns: int = 8) -> str:
-        name = os.path.join("grids", f"step_{step:06d}.png")
+        name = os.path.join(self.GRIDS, self.grid_name(step))
         self._write(name, png_bytes(grid_image(images, columns)))
         return self.file(name)
 
     def save_verdicts(self, step: int, verdicts: dict) -> None:
         """D's verdicts on the grid of `step` (core/train.py Loop.save_grid), beside its PNG."""
-        self._write(os.path.join("grids", f"step_{step:06d}.json"), json.dumps(verdicts).encode())
+        self._write(os.path.join(self.GRIDS, self.grid_name(step, "json")), json.dumps(verdicts).encode())
 
     def has_grid(self, step: int) -> bool:
-        return os.path.exists(self.file(os.path.join("grids", f"step_{step:06d}.png")))
+        return os.path.exists(os.path.join(self.grids_folder, self.grid_name(step)))
 
     def read_verdicts(self, step: int) -> dict | None:
         try:
-            with open(self.file(os.path.join("grids", f"step_{step:06d}.json"))) as f:
+            with open(self.file(os.path.join(self.GRIDS, self.grid_name(step, "json")))) as f:
                 return json.load(f)
         except (OSError, ValueError):
             return None
 
     def save_real_grid(self, images, columns: int) -> None:
         """The real images D's verdicts are shown on beside the fakes (grids/real.png)."""
-        self._write(os.path.join("grids", "real.png"), png_bytes(grid_image(images, columns)))
+        self._write(os.path.join(self.GRIDS, self.REAL_GRID), png_bytes(grid_image(images, columns)))
+
+    def has_real_grid(self) -> bool:
+        return os.path.exists(os.path.join(self.grids_folder, self.REAL_GRID))
 
     def grids(self) -> list[tuple[int, str]]:
         """(step, path) of every grid, oldest first."""
-        folder = os.path.join(self.path, "grids")
+        folder = self.grids_folder
         try:
             names = sorted(n for n in os.listdir(folder) if n.startswith("step_") and n.endswith(".png"))
         except OSError:
@@ -338,11 +355,14 @@ class RunDir:
         import torch
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        self._write("checkpoint.pt", buffer.getvalue())
+        self._write(self.CHECKPOINT, buffer.getvalue())
 
     def load_checkpoint(self) -> dict:
         import torch
-        return torch.load(self.file("checkpoint.pt"), map_location="cpu", weights_only=False)
+        return torch.load(self.file(self.CHECKPOINT), map_location="cpu", weights_only=False)
+
+    def has_checkpoint(self) -> bool:
+        return os.path.exists(self.file(self.CHECKPOINT))
 
     def save_generator(self, state_dict: dict, meta: dict) -> None:
         """Weights as safetensors (no pickle: safe to share) plus their JSON description."""
@@ -422,4 +442,4 @@ def list_runs(root: str | None = None) -> list[RunDir]:
         names = sorted(os.listdir(root), reverse=True)
     except OSError:
         return []
-    return [RunDir(os.path.join(root, n)) for n in names if os.path.exists(os.path.join(root, n, "config.json"))]
+    return [RunDir(os.path.join(root, n)) for n in names if os.path.exists(os.path.join(root, n, RunDir.CONFIG))]

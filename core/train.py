@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, fields
 
+from core import gans
 from core.config import ConfigError, TrainConfig, validate
 from core.control import Control, paused_message, stopped_message
 from core.failures import describe, divergence_message, failure_message, log_traceback
@@ -30,9 +31,6 @@ from core.report import Reporter
 from core.resume import ResumeRefused, checkpoint_problem, prepare_resume
 from core.rundir import RunDir, default_root, writable_problem
 
-# What D's verdict on a grid image is: a probability of "real" for DCGAN's loss, a logit (above 0:
-# real) for the hinge loss, a critic's score (higher: more real) for WGAN-GP.
-VERDICT_KINDS = {"dcgan": "probability", "hinge": "logit", "wgan-gp": "score"}
 MAX_STEPS_WHILE_PAUSED = 100   # one Step press at most: a class watches each one
 
 # Grids come often while the picture changes fastest, then at the configured interval.
@@ -364,7 +362,7 @@ class Loop:
         self._work("saving the sample grid", lambda: (
             self.run_dir.save_grid(images.float().cpu().numpy(), self.step_count, training.grid_columns),
             self.run_dir.save_verdicts(self.step_count, {
-                "kind": VERDICT_KINDS[self.config.gan], "columns": training.grid_columns,
+                "kind": gans.get(self.config.gan).verdict, "columns": training.grid_columns,
                 "fake": [round(v, 4) for v in fake], "real": [round(v, 4) for v in real]})))
 
     def _measure_quality(self) -> None:
@@ -469,8 +467,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         if run_dir:
-            os.makedirs(os.path.join(run_dir, "grids"), exist_ok=True)
             run = RunDir(run_dir)
+            os.makedirs(run.grids_folder, exist_ok=True)
             run.write_config(config)
         else:
             run = RunDir.create(config)

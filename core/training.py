@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from core import gans
 from core.architecture import grid_columns
 from core.config import TrainConfig
 from core.plan import DataFacts, Plan, make_plan
@@ -108,7 +109,8 @@ class Training:
 
     def verdicts(self, fakes):
         """D's output on the grid's fakes and on the real grid, each image with its column's class:
-        a (2, n) tensor, fakes first; the caller holds no_grad. Nothing of D changes.
+        a (2, n) tensor, fakes first, as the GAN type's `verdict` says (a probability is the sigmoid
+        of D's logit); the caller holds no_grad. Nothing of D changes.
 
         A BatchNorm D judges as it does in training: each set as a batch of its own, on its own
         statistics (its running averages are no judge: D never uses them, and on them it called
@@ -131,7 +133,7 @@ class Training:
                 m.running_mean.copy_(mean)
                 m.running_var.copy_(var)
                 m.num_batches_tracked.copy_(count)
-        return torch.sigmoid(scores) if self.config.gan == "dcgan" else scores
+        return torch.sigmoid(scores) if gans.get(self.config.gan).verdict == "probability" else scores
 
     # ---- checkpoints: replicated weights (SPMD included) come to the host whole ----------
     def checkpoint_state(self) -> dict:
@@ -217,8 +219,8 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas, **fused)
     opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
     # D trains on augmented images (both D's and G's steps); the checkpoint and the verdicts keep D itself.
-    # Adaptive where D's logits have a sign to read (core/augment.py): not WGAN-GP's critic.
-    augmented = Augmented(D, adaptive=config.gan != "wgan-gp") if plan.augment else None
+    # Adaptive where D's logits have a sign to read (core/augment.py; the GAN type's row says).
+    augmented = Augmented(D, adaptive=gans.get(config.gan).adaptive_augment) if plan.augment else None
     D_trained = augmented if augmented is not None else D
     gan_step = GanStep(G, D_trained, opt_g, opt_d, losses.make_loss(config.gan, config.gp_weight), rt,
                        config.n_critic, config.z_dim, config.precision)

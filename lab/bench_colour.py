@@ -75,6 +75,7 @@ def grid_strip(run_dir: str, rows: list[dict], out: str) -> None:
 def main() -> None:
     from bench_speed import run_trainer
     from core.config import TrainConfig
+    from core.rundir import RunDir
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-path", default=DEFAULT_SET)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -102,7 +103,7 @@ def main() -> None:
             if args.grids:
                 os.makedirs(args.grids, exist_ok=True)
                 grid_strip(run_dir, table[seed], os.path.join(args.grids, f"seed{seed}.png"))
-                shutil.copy(os.path.join(run_dir, "grids", "real.png"), os.path.join(args.grids, "real.png"))
+                shutil.copy(os.path.join(RunDir(run_dir).grids_folder, RunDir.REAL_GRID), args.grids)
         print(f"seed {seed}: start-up {result['startup_seconds']:.1f} s; " + "; ".join(
             f"{r['minute']:g} min: step {r['step']}, swd {number(r['swd'])}, augmented "
             f"{'-' if r['augment_p'] is None else format(r['augment_p'], '.0%')}, "

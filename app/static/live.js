@@ -14,7 +14,7 @@ const grid = element.querySelector(".live-grid img.fakes");
 const realGrid = element.querySelector(".live-grid img.reals");
 const showVerdicts = element.querySelector(".live-verdicts");
 const beforeGrid = element.querySelector(".live-grid img.before");
-// What D's verdict on an image is, and where "real" begins (core/train.py VERDICT_KINDS).
+// What D's verdict on an image is, and where "real" begins (core/gans.py, a GAN type's verdict).
 const LEGENDS = {
   probability: "Frames: D's verdict on each image, the probability that it is real: green above 0.5 (D says real), red below.",
   logit: "Frames: D's score for each image (a logit; above 0 D says real): green above 0, red below.",
@@ -203,7 +203,8 @@ function apply(message) {
     const kept = (series[key] = (series[key] || []).concat(points));
     if (kept.length > MAX_KEPT) series[key] = kept.filter((_, i) => i % 2 === 0 || i === kept.length - 1);
   }
-  if (message.gan !== (lastMessage || {}).gan) logScale.checked = message.gan === "wgan-gp";
+  // Each GAN type starts on its own scale (core/gans.py log_scale); the viewer's choice holds until the type changes.
+  if (message.gan !== (lastMessage || {}).gan) logScale.checked = message.log_scale;
   lastMessage = message;
   element.querySelector(".live-status").innerHTML = message.status_html;
   if (message.grid && grid.getAttribute("src") !== message.grid) grid.setAttribute("src", message.grid);

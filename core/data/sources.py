@@ -1,7 +1,7 @@
 """Where each dataset comes from: one Source row per dataset, carrying its own behaviour.
 
 SOURCES is the table of every dataset a run can name. A row's fields say what the UI and the
-model need (title, native channels and resolution: the model adapts to these) and, for a
+model need (the page's label, native channels and resolution: the model adapts to these) and, for a
 torchvision set, where its files live and where to get them; its methods say how it loads, what
 dataset_info tells the UI before training, and how a preview is drawn. The row's class is the
 kind of source (the bundled subset, a torchvision file format, a student's own images), so a new
@@ -87,7 +87,7 @@ def network_allowed(host: tuple[str, int] = ("www.cs.toronto.edu", 443), timeout
 class Source:
     """One dataset a run can learn from: a row of SOURCES (see the module docstring)."""
     key: str                        # the name a config, the CLI and the UI use
-    title: str
+    label: str                      # the page's choice, and the dataset's name in messages
     channels: int                   # native shape: the model adapts to it
     resolution: int
 
@@ -116,10 +116,10 @@ class BundledMnist(Source):
         with np.load(self.path) as npz:
             images = npz["images"].copy()[:, None]      # (N, 1, 28, 28)
             labels = npz["labels"].astype(np.int64)
-        return ImageSet(images, self.title, labels)
+        return ImageSet(images, self.label, labels)
 
     def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
-        return availability(True, self.size, self.channels, self.resolution, f"{self.title}: always available.", True)
+        return availability(True, self.size, self.channels, self.resolution, f"{self.label}: always available.", True)
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ class TorchvisionSource(Source):
 
     def missing_message(self, root: str, missing: list[str], reason: str) -> str:
         where = os.path.join(root, self.folder)
-        return (f"{self.title} is not in the dataset cache and {reason}. Put these files in {where}"
+        return (f"{self.label} is not in the dataset cache and {reason}. Put these files in {where}"
                 f"{self.variants_hint(root)}: {', '.join(missing)}. Get them from {self.url}, or set "
                 f"BLINK_DATA_DIR to a folder that has them. The bundled MNIST subset (dataset "
                 f"'bundled-mnist') always works offline.")
@@ -225,18 +225,18 @@ class TorchvisionSource(Source):
             return self.dataset_class(_verify_checksums())(root, download=False, **self.training_split())
         except RuntimeError as exc:      # torchvision's "not found or corrupted"
             raise DatasetError(
-                f"{self.title} files in {os.path.join(root, self.folder)} failed torchvision's check ({exc}). "
+                f"{self.label} files in {os.path.join(root, self.folder)} failed torchvision's check ({exc}). "
                 f"Delete that folder and download again from {self.url}.") from exc
 
     def load(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB, progress=None) -> ImageSet:
         from core.data.tensors import ImageSet, load_cached, save_cached
         root = cache_dir()
         path = self.cache_path()
-        cached = load_cached(path, self.title)
+        cached = load_cached(path, self.label)
         if cached is not None:
             return cached
         with file_lock(path):
-            cached = load_cached(path, self.title)       # another replica may have just built it
+            cached = load_cached(path, self.label)       # another replica may have just built it
             if cached is not None:
                 return cached
             self.adopt(root, data_path)
@@ -254,34 +254,34 @@ class TorchvisionSource(Source):
             except (OSError, EOFError, ValueError, TypeError, AssertionError, KeyError, zlib.error,
                     pickle.UnpicklingError, tarfile.TarError) as exc:
                 # gzip/tar/pickle/IDX parsers fail in many ways on damaged files; the advice is the same.
-                raise DatasetError(f"{self.title} files in {os.path.join(root, self.folder)} could not be read "
+                raise DatasetError(f"{self.label} files in {os.path.join(root, self.folder)} could not be read "
                                    f"({type(exc).__name__}: {exc}). Delete them and fetch them again from {self.url}.") from exc
-            decoded = ImageSet(images, self.title, labels)
+            decoded = ImageSet(images, self.label, labels)
             try:
                 save_cached(path, decoded)
             except OSError:              # full or read-only disk: train from memory, decode again next time
                 return decoded
-        cached = load_cached(path, self.title)
+        cached = load_cached(path, self.label)
         return cached if cached is not None else decoded
 
     def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
         meta = read_meta(self.cache_path())
         if meta and os.path.exists(self.cache_path()):
             return availability(True, meta["size"], meta["channels"], meta["resolution"],
-                                f"{self.title}: {meta['size']:,} images, ready.", True)
+                                f"{self.label}: {meta['size']:,} images, ready.", True)
         root = cache_dir()
         missing = self.missing(root)
         if missing and self.found_in(data_path):
             missing = []
         if not missing:
             return availability(True, self.size, self.channels, self.resolution,
-                                f"{self.title}: files found; decoded once into the cache when training starts.")
+                                f"{self.label}: files found; decoded once into the cache when training starts.")
         reason = self.offline_reason()
         if reason:
             return availability(False, None, self.channels, self.resolution,
                                 self.missing_message(root, missing, reason))
         return availability(True, self.size, self.channels, self.resolution,
-                            f"{self.title} will be downloaded once (~{self.download_mb} MB) into {root} when training starts.")
+                            f"{self.label} will be downloaded once (~{self.download_mb} MB) into {root} when training starts.")
 
 
 def _idx_file(folder: str, name: str) -> str | None:
@@ -400,7 +400,7 @@ class CelebASource(TorchvisionSource):
         paths = [os.path.join(folder, name) for name in ds.filename]
         arrays, _, bad = own.decode_many(paths, own.read_file, progress=progress)
         if bad:
-            raise DatasetError(f"{len(bad)} {self.title} images could not be read (first: {bad[0]}). "
+            raise DatasetError(f"{len(bad)} {self.label} images could not be read (first: {bad[0]}). "
                                f"Extract {self.images_folder}.zip again into {os.path.join(root, self.folder)}.")
         return own.stack_images(arrays, grey=False), None
 
@@ -422,11 +422,12 @@ _CIFAR_FILES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", 
 _CELEBA_TEXT = ("list_attr_celeba.txt", "identity_CelebA.txt", "list_bbox_celeba.txt",
                 "list_landmarks_align_celeba.txt", "list_eval_partition.txt")
 
-BUNDLED = BundledMnist("bundled-mnist", "MNIST (bundled 10k subset)", 1, 28, size=10_000)
-# Every dataset, in the order the choices are listed. A new dataset is one row here.
+BUNDLED = BundledMnist("bundled-mnist", "MNIST (bundled, offline)", 1, 28, size=10_000)
+# Every dataset, in the order the page lists them: a new dataset is one row here, and its key in
+# core/config.py DATASETS (tests/unit/test_shape.py holds the two together).
 SOURCES: dict[str, Source] = {source.key: source for source in (
     BUNDLED,
-    IdxSource("mnist", "MNIST", 1, 28, os.path.join("MNIST", "raw"), _MNIST_FILES, 60_000,
+    IdxSource("mnist", "MNIST (full, torchvision)", 1, 28, os.path.join("MNIST", "raw"), _MNIST_FILES, 60_000,
               "https://ossci-datasets.s3.amazonaws.com/mnist/", 12, ("ossci-datasets.s3.amazonaws.com", 443),
               tv_class="MNIST"),
     IdxSource("fashion-mnist", "Fashion-MNIST", 1, 28, os.path.join("FashionMNIST", "raw"), _MNIST_FILES, 60_000,
@@ -435,11 +436,11 @@ SOURCES: dict[str, Source] = {source.key: source for source in (
     CifarSource("cifar10", "CIFAR-10", 3, 32, "cifar-10-batches-py", _CIFAR_FILES, 50_000,
                 "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz (extract it here)", 163,
                 ("www.cs.toronto.edu", 443), tv_class="CIFAR10"),
-    CelebASource("celeba", "CelebA", 3, OWN_RESOLUTION, "celeba",
+    CelebASource("celeba", "CelebA 64x64", 3, OWN_RESOLUTION, "celeba",
                  ("img_align_celeba/ (or img_align_celeba.zip)",) + _CELEBA_TEXT, 162_770,
                  "https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (Align&Cropped images)", 1_400,
                  ("drive.google.com", 443), tv_class="CelebA"),
-    OwnImages("folder", "own images", 3, OWN_RESOLUTION),
+    OwnImages("folder", "My images (folder or zip)", 3, OWN_RESOLUTION),
 )}
 
 

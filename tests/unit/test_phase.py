@@ -110,10 +110,11 @@ def test_without_a_quality_meter_there_is_no_stage_only_what_the_losses_say():
 
 
 def test_d_has_won_only_when_it_calls_both_batches_outright():
-    assert phase.d_has_won({"loss_d": 0.01, "d_real": 0.999, "d_fake": 0.001})
-    assert not phase.d_has_won({"d_real": 0.999, "d_fake": 0.02})      # fakes still fool it sometimes
-    assert not phase.d_has_won({"d_real": 0.98, "d_fake": 0.001})
-    assert not phase.d_has_won({"wasserstein": 5.0, "gp": 0.1})         # a critic reports no probabilities
+    assert phase.d_has_won({"loss_d": 0.01, "d_real": 0.999, "d_fake": 0.001}, "dcgan")
+    assert not phase.d_has_won({"d_real": 0.999, "d_fake": 0.02}, "dcgan")      # fakes still fool it sometimes
+    assert not phase.d_has_won({"d_real": 0.98, "d_fake": 0.001}, "dcgan")
+    assert not phase.d_has_won({"wasserstein": 5.0, "gp": 0.1}, "wgan-gp")      # a critic reports no probabilities
+    assert not phase.d_has_won({"d_real": 5.0, "d_fake": -5.0}, "hinge")         # logits have no "sure"
 
 
 def test_every_viewers_status_line_leads_with_the_phase():

@@ -60,6 +60,9 @@ def test_datasets_presets_and_gan_types_are_each_declared_once():
     from core.config import DATASETS, GANS, PRESETS, spec
     from core.data.sources import SOURCES
     assert tuple(SOURCES) == DATASETS == spec("dataset")["choices"]      # one row each, in the page's order
+    # Each row names itself on the page (tests/unit/test_rows.py: the page's choices are the rows').
+    assert len({source.label for source in SOURCES.values()}) == len(SOURCES)
+    assert len({gan.label for gan in gans.GAN_TYPES}) == len(gans.GAN_TYPES)
     assert PRESETS == ("auto", *architecture.PRESET_WIDTH) == spec("preset")["choices"]
     assert GANS == tuple(g.name for g in gans.GAN_TYPES) == spec("gan")["choices"]
     assert all(hasattr(losses, g.loss) for g in gans.GAN_TYPES)
