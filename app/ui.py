@@ -28,11 +28,11 @@ from app.errors import log_refusal, name_bad_values, refused
 from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed, live_grid_url
 from core import data, devices
+from core.plan import DataFacts, Plan, make_plan
 from core.rundir import FINAL_STATES, DiskRefused
 from core import gans
-from core.architecture import resolve_preset
 from core.config import (AUGMENT_BELOW, DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError, TrainConfig,
-                         form_number, spec, validate, whole_number)
+                         form_number, spec, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
 LIVE_PANEL = """
@@ -116,12 +116,15 @@ def precision_notes(info: devices.DeviceInfo) -> str:
     return "  \n".join(notes)
 
 
-def dataset_size(dataset: str, data_path: str) -> int | None:
-    """Size for validation (None when unknown until decoded; the trainer checks again)."""
+def data_facts(dataset: str, data_path: str) -> DataFacts:
+    """What the plan needs of a dataset, from dataset_info (no decoding: a folder's size from its
+    listing; what is only known once decoded is left open, and the trainer's plan settles it)."""
+    if dataset not in DATASETS:
+        return DataFacts()   # the plan refuses the name, with the choices
     info = data.dataset_info(dataset, data_path)
     if not info["available"]:
         raise ConfigError(info["message"])
-    return info["size"]
+    return DataFacts.from_info(info)
 
 
 # The form: TrainConfig fields (their labels, choices and ranges are TrainConfig's), each shown by
@@ -215,10 +218,15 @@ def measured_images_per_second(runs_root: str, kind: str, preset: str, gan: str)
     return None
 
 
-def estimate_note(config: TrainConfig, info: devices.DeviceInfo, runs_root: str) -> str:
-    """The time a run will take here, and a warning when its settings will crawl, before Start."""
-    preset, _ = resolve_preset(config.preset, info.kind)
-    n_critic = validate(config).n_critic
+def estimate_note(plan: Plan, runs_root: str) -> str:
+    """Before Start: what will train (the run's plan), the time it will take here, and a warning
+    when its settings will crawl."""
+    return f"What will train: {plan.describe()}  \n{time_note(plan, runs_root)}"
+
+
+def time_note(plan: Plan, runs_root: str) -> str:
+    config, info = plan.config, plan.device
+    preset, n_critic = config.preset, config.n_critic
     measured = measured_images_per_second(runs_root, info.kind, preset, config.gan)
     speed, source = measured, "measured on this server"
     if measured is None and info.kind == "cpu" and preset == "fast":
@@ -327,14 +335,11 @@ class TrainTab:
                 else:
                     values[name] = form_number(value, name) if spec(name)["range"] else str(value)
             config = TrainConfig(**values)
-            # The only checks before the one validate are the two its inputs need: the probe would
-            # run for any string, and an unknown dataset has no size (validate names it, with the
-            # choices). A probe is kept (DeviceCache), so this is the one probe of this Start.
+            # The only check before the plan's is the one its input needs: the probe would run for
+            # any string. A probe is kept (DeviceCache), so this is the one probe of this Start.
             if config.device not in DEVICES:
                 raise ConfigError(f"Device '{config.device}' is not supported; choose one of: {', '.join(DEVICES)}.")
-            caps = self.devices.get(config.device).to_dict()
-            size = dataset_size(config.dataset, config.data_path) if config.dataset in DATASETS else None
-            validate(config, dataset_size=size, device_caps=caps)
+            make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
         except ConfigError as exc:
             raise refused(str(exc), title="Check the settings")
         except (TypeError, ValueError) as exc:
@@ -357,14 +362,19 @@ class TrainTab:
             raise refused(str(exc), title="Cannot start")
         return f"Started run `{run.name}`."
 
-    def estimate(self, gan, preset, batch_size, device, steps) -> str:
-        """Before Start: how long the chosen run takes here, and whether it will crawl."""
+    def estimate(self, gan, preset, batch_size, device, steps, dataset=TrainConfig.dataset,
+                 data_path=TrainConfig.data_path) -> str:
+        """Before Start: what the chosen run will train (its plan), how long it takes here, and
+        whether it will crawl."""
         try:
-            config = TrainConfig(gan=str(gan), preset=str(preset), device=str(device),
+            config = TrainConfig(gan=str(gan), preset=str(preset), device=str(device), dataset=str(dataset),
+                                 data_path=check_data_path(str(dataset), data_path),
                                  batch_size=form_number(batch_size, "batch_size"), steps=form_number(steps, "steps"))
-            info = self.devices.get(device) if device in DEVICES else None
-            return estimate_note(config, info, self.job.runs_root) if info else ""
-        except ConfigError:
+            if device not in DEVICES:
+                return ""
+            plan = make_plan(config, self.devices.get(device), data_facts(config.dataset, config.data_path))
+            return estimate_note(plan, self.job.runs_root)
+        except (ConfigError, ValueError):
             return ""    # Start says what to change; an estimate of invalid settings means nothing
 
     def stop(self, key=""):
@@ -547,8 +557,11 @@ class TrainTab:
                                 api_name="start").success(
             lambda: gr.Accordion(open=False), None, self.settings, api_visibility="private", show_progress="hidden")
         blocks.load(self.settings_on_open, None, self.settings, api_visibility="private", show_progress="hidden")
-        estimate_inputs = [self.gan, self.preset, self.batch_size, self.device, self.steps]
-        gr.on([blocks.load] + [c.change for c in estimate_inputs], self.estimate, estimate_inputs, self.estimate_text,
+        estimate_inputs = [self.gan, self.preset, self.batch_size, self.device, self.steps, self.dataset,
+                           self.data_path]
+        # A typed path counts once submitted (as for the dataset's note), not at each keystroke.
+        triggers = [blocks.load, self.data_path.submit] + [c.change for c in estimate_inputs[:-1]]
+        gr.on(triggers, self.estimate, estimate_inputs, self.estimate_text,
               api_visibility="private", show_progress="hidden")
         # The live panel says "stopping..." / "pausing..." on the click (live.js); refused, it says the run's status again.
         status_again = "() => document.querySelector('#live .live').dispatchEvent(new Event('blink-refused'))"

@@ -2,7 +2,8 @@
 it, what a call asks for, and what the page says about the GPU a chunk gets."""
 
 from app import chunks
-from app.ui import DeviceCache, estimate_note, precision_choices
+from app.ui import DeviceCache, precision_choices, time_note
+from core.plan import DataFacts, make_plan
 from core.config import TrainConfig
 from core.rundir import RunDir
 from core.train import Chunk
@@ -55,12 +56,13 @@ def test_on_zero_gpu_the_page_describes_the_gpu_a_chunk_gets(tmp_path, monkeypat
     assert {value for label, value in precision_choices(info) if label == value} == {"fp32", "fp16", "bf16"}
     assert DeviceCache().get("cpu").kind == "cpu"   # Device: cpu trains on the Space's CPU, in one piece
     config = TrainConfig(steps=2000, batch_size=128)
-    assert estimate_note(config, info, str(tmp_path)).startswith(
+    plan = make_plan(config, info, DataFacts(6000, 28, 1))
+    assert time_note(plan, str(tmp_path)).startswith(
         "On ZeroGPU a run trains in turns, one GPU call each with 45 s of training on NVIDIA H200 MIG 3g.71gb")
     # Once a chunked run of the same settings measured its speed, the estimate is in turns.
     run = RunDir.create(config, str(tmp_path))
     run.write_status("running", "", device_kind="cuda", preset="dcgan64", gan="dcgan", images_per_second=1280.0)
-    assert estimate_note(config, info, str(tmp_path)) == (
+    assert time_note(plan, str(tmp_path)) == (
         "On ZeroGPU: each 45-s turn of NVIDIA H200 MIG 3g.71gb (ZeroGPU) trains about **450 steps**, so 2,000 "
         "steps take about 5 turns (measured on this server).")
 

@@ -125,7 +125,12 @@ def test_the_estimate_warns_that_a_huge_batch_on_a_cpu_will_crawl(tab):
     crawling = tab.estimate("dcgan", "auto", high, "cpu", 1000)
     assert "will crawl" in crawling and f"at batch {high}" in crawling
     quick = tab.estimate("dcgan", "auto", low, "cpu", 1000)
-    assert quick.startswith("About") and "crawl" not in quick
+    what, when = quick.split("  \n")
+    assert when.startswith("About") and "crawl" not in quick
+    # What will train, before Start: the run's plan in words (core/plan.py), worked out for this CPU.
+    assert what == ("What will train: DCGAN (non-saturating), model size fast at 28x28 (auto: a small DCGAN at "
+                    "the data's size (at most 32x32) trains in minutes on a CPU); augmentation off: 10,000 images "
+                    "is at least 500; batch 1, fp32, 1,000 steps on " + tab.info.name + "."), what
     assert tab.estimate("dcgan", "auto", 0, "cpu", 1000) == ""     # invalid settings: Start says what to change
     assert tab.estimate("dcgan", "auto", low, "quantum", 1000) == ""
 
