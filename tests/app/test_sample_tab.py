@@ -48,15 +48,15 @@ def _start(client, steps: int, checkpoint_every: int, gan: str = "dcgan", condit
     return client.predict(api_name="/status")["run"]
 
 
-def _wait(client, states, what: str) -> dict:
-    return wait_for(lambda: (status := client.predict(api_name="/status"))["state"] in states and status,
+def _wait(app, states, what: str) -> dict:
+    return wait_for(lambda: (status := app.status())["state"] in states and status,
                     timeout=400, interval=0.3, what=what)
 
 
-def _run_to_end(client, root: str, **settings) -> RunDir:
+def _run_to_end(app, client, **settings) -> RunDir:
     name = _start(client, **settings)
-    assert _wait(client, FINAL_STATES, "the run to end")["state"] == "done"
-    return RunDir(os.path.join(root, name))
+    assert _wait(app, FINAL_STATES, "the run to end")["state"] == "done"
+    return RunDir(os.path.join(app.runs_root, name))
 
 
 def test_the_class_picker_draws_the_chosen_digit_and_interpolation_morphs_classes(app, classifier):
@@ -90,7 +90,7 @@ def test_the_caption_names_the_generator_and_follows_the_live_run(app):
     # Paused at its first log step, the run has no generator yet: the shipped one is shown, and said so.
     name = _start(client, steps=400, checkpoint_every=20)
     client.predict(api_name="/pause")
-    paused = _wait(client, ("paused",) + FINAL_STATES, "the run to pause")
+    paused = _wait(app, ("paused",) + FINAL_STATES, "the run to pause")
     assert paused["state"] == "paused" and paused["step"] < 20, paused
     _, caption = client.predict(0, 10, api_name="/sample")
     assert (f"run {name} has no generator yet (first at step 20); showing the shipped one "
@@ -110,7 +110,7 @@ def test_the_caption_names_the_generator_and_follows_the_live_run(app):
     wait_for(lambda: followed(0), timeout=300, interval=0.2, what="the caption to show the live run")
     wait_for(lambda: followed(steps_seen[0]), timeout=300, interval=0.2, what="a newer checkpoint")
     client.predict(api_name="/stop")
-    _wait(client, FINAL_STATES, "the run to stop")
+    _wait(app, FINAL_STATES, "the run to stop")
     with open(os.path.join(root, name, "generator.json")) as f:
         saved = json.load(f)["step"]
     _, caption = client.predict(0, 10, api_name="/sample")
@@ -118,10 +118,10 @@ def test_the_caption_names_the_generator_and_follows_the_live_run(app):
 
 
 def test_an_earlier_run_can_be_picked_by_one_viewer_only(app):
-    running, root = app, app.runs_root
+    running = app
     host = running.client()
-    older = _run_to_end(host, root, steps=40, checkpoint_every=20)
-    newer = _run_to_end(host, root, steps=40, checkpoint_every=20, gan="hinge", conditional="off")
+    older = _run_to_end(app, host, steps=40, checkpoint_every=20)
+    newer = _run_to_end(app, host, steps=40, checkpoint_every=20, gan="hinge", conditional="off")
     viewer, other = running.client(), running.client()
     follow, picker, digit, *_, caption = viewer.predict(older.name, api_name="/choose_generator")
     assert follow is False and f"run {older.name} at step 40 (your pick" in caption

@@ -42,11 +42,11 @@ def xla_app(app):
     return app
 
 
-def _wait_status(client, predicate, timeout: float = XLA_TIMEOUT, what: str = "status") -> dict:
+def _wait_status(app, predicate, timeout: float = XLA_TIMEOUT, what: str = "status") -> dict:
     from tests.apphelpers import wait_for
 
     def check():
-        status = client.predict(api_name="/status")
+        status = app.status()
         return status if predicate(status) else None
     return wait_for(check, timeout, what=what)
 
@@ -54,7 +54,7 @@ def _wait_status(client, predicate, timeout: float = XLA_TIMEOUT, what: str = "s
 def _trainer_of(client, app) -> int:
     """The running run's trainer pid, checked against the real process tree: a child of the app,
     driving 4 devices, with no process of its own below it."""
-    status = _wait_status(client, lambda s: s.get("pid") and s.get("state") in ("compiling", "running"),
+    status = _wait_status(app, lambda s: s.get("pid") and s.get("state") in ("compiling", "running"),
                           what="the trainer to report")
     trainer = status["pid"]
     assert _parent(trainer) == app.process.pid, "the trainer is not the app's child"
@@ -64,8 +64,8 @@ def _trainer_of(client, app) -> int:
     return trainer
 
 
-def _wait_end(client, timeout: float = 120) -> dict:
-    return _wait_status(client, lambda s: s["state"] in ("done", "failed", "stopped"), timeout, what="the run to end")
+def _wait_end(app, timeout: float = 120) -> dict:
+    return _wait_status(app, lambda s: s["state"] in ("done", "failed", "stopped"), timeout, what="the run to end")
 
 
 def _wait_exit(*pids: int) -> None:
@@ -77,7 +77,7 @@ def _start_long_run(client, app, min_step: int) -> int:
     """Start a run that would outlast the test; its trainer once it trains past min_step."""
     client.predict(**{**XLA_FORM, "steps": 100000}, key="", api_name="/start")
     trainer = _trainer_of(client, app)
-    _wait_status(client, lambda s: s["state"] == "running" and s["step"] >= min_step, what="training")
+    _wait_status(app, lambda s: s["state"] == "running" and s["step"] >= min_step, what="training")
     return trainer
 
 
@@ -91,13 +91,13 @@ def test_stop_during_a_compile_is_waited_for_not_turned_into_a_kill(xla_app):
     client = xla_app.client()
     # The 64x64 model: its first graphs take seconds to compile here, as a large one takes minutes on a TPU.
     client.predict(**{**XLA_FORM, "preset": "dcgan64", "steps": 100000}, key="", api_name="/start")
-    status = _wait_status(client, lambda s: s.get("pid") and s["state"] == "compiling", what="the first compile")
+    status = _wait_status(xla_app, lambda s: s.get("pid") and s["state"] == "compiling", what="the first compile")
     xla_app.seen_pids.add(status["pid"])
     run = RunDir(os.path.join(xla_app.runs_root, status["run"]))
     wait_for(lambda: run.read_heartbeat().get("doing") == "compiling", 120, interval=0.05, what="a compile")
     clicked = time.time()
     assert "Stopping" in client.predict(key="", api_name="/stop")
-    ended = _wait_end(client, timeout=XLA_TIMEOUT)
+    ended = _wait_end(xla_app, timeout=XLA_TIMEOUT)
     assert ended["state"] == "stopped" and ended["message"].startswith("Stopped by request at step"), ended["message"]
     assert ended["updated"] - clicked > STOP_GRACE   # it outlasted the grace, and was waited for
     assert ended["saved_step"] == ended["step"] >= 1 and os.path.exists(run.file("checkpoint.pt"))
@@ -116,16 +116,16 @@ def test_app_pause_step_resume_then_a_killed_trainer_on_four_devices(xla_app):
     from tests.apphelpers import wait_for
     client = xla_app.client()
     trainer = _start_long_run(client, xla_app, min_step=4)
-    status = client.predict(api_name="/status")
+    status = xla_app.status()
     assert status["device"] == "XLA:CPU (4 devices)" and status["diagnostics"]["fallback_ops"] == []
     assert status["diagnostics"]["batch_shards"] == [[4, 1, 28, 28]] * 4
     assert "Paus" in client.predict(key="", api_name="/pause")
-    paused = _wait_status(client, lambda s: s["state"] == "paused", timeout=60, what="the pause")
+    paused = _wait_status(xla_app, lambda s: s["state"] == "paused", timeout=60, what="the pause")
     time.sleep(1.5)
-    assert client.predict(api_name="/status")["step"] == paused["step"], "steps ran while paused"
+    assert xla_app.status()["step"] == paused["step"], "steps ran while paused"
     # Step while paused: exactly ten updates on the 4 devices, the grid before and after, no new graph.
     assert "Stepping 10 generator updates" in client.predict(key="", api_name="/step_10")
-    stepped = _wait_status(client, lambda s: s["state"] == "paused" and s["stepped_from"] == paused["step"],
+    stepped = _wait_status(xla_app, lambda s: s["state"] == "paused" and s["stepped_from"] == paused["step"],
                            timeout=60, what="ten steps")
     assert stepped["step"] == paused["step"] + 10
     grids = os.listdir(os.path.join(xla_app.runs_root, stepped["run"], "grids"))
@@ -133,12 +133,12 @@ def test_app_pause_step_resume_then_a_killed_trainer_on_four_devices(xla_app):
     assert stepped["diagnostics"]["compiles"] == paused["diagnostics"]["compiles"]
     paused = stepped
     assert "Resum" in client.predict(resume_steps=0, key="", api_name="/resume")
-    _wait_status(client, lambda s: s["state"] == "running" and s["step"] > paused["step"] and s["saved_step"] >= 6,
+    _wait_status(xla_app, lambda s: s["state"] == "running" and s["step"] > paused["step"] and s["saved_step"] >= 6,
                  timeout=60, what="training to go on after Resume, past a checkpoint")
-    assert client.predict(api_name="/status")["pid"] == trainer      # the same trainer, not a new one
+    assert xla_app.status()["pid"] == trainer      # the same trainer, not a new one
 
     os.kill(trainer, signal.SIGKILL)
-    status = _wait_end(client)
+    status = _wait_end(xla_app)
     assert status["state"] == "failed", status
     assert "killed (SIGKILL)" in status["message"] and "is kept" in status["message"], status["message"]
     assert os.path.exists(os.path.join(xla_app.runs_root, status["run"], "checkpoint.pt"))
