@@ -1,20 +1,33 @@
-"""Real chromium pages on the real app (one app and one browser for the module; one browser
-context per person, since pages of one context share its connection limit per host):
-- reached by a network address, the host's page tops the live panel with the students' link and
-  a QR code a seat can scan, folded with a click;
-- a projector's first minute: the main choices and Start fit 1280x720 before any run; a page
-  load and the Sample tab leave the UI process without torch; on each screen (projector, host,
-  phone) the crawl warning offers a batch that does not crawl, and "steps 2.5" and "seed 1.5" are
-  refused naming the field (from the page and the named API), not rounded into a run;
-- the host presses Start, students watch (one on a phone), every live panel updates from the one
-  watcher, and the host lands on the Sample tab at the end;
-- the lesson as a teacher and a phone see it: before Start an estimate; after Start the grid is the
-  big thing on every screen; a paused run steps one update with the grid before it shown; Stop says
-  "stopping..." on the click, is heard between log steps and leaves the room on the grid; on the
-  projector, the host's screen and a phone the log-scale box shows its state, the legend's number is
-  the line's (smoothed, the raw one named), the step axis has round ticks, the diagnostics use words; a
-  phone opens the primer on this run's losses; the
-  Sample tab names its generator and draws the digit asked for; a refused zip leaves the form usable."""
+"""Real chromium pages on one real app, as a lesson uses it (one app and one browser for the
+module; one browser context per person, since pages of one context share its connection limit per
+host). The app listens on every address with a host key, as a classroom's `--host 0.0.0.0` makes
+one; the host's pages type the key, as a host does. Its current run at start is a finished one,
+seeded with nothing trained (APP_SETUP: the shipped generator saved as a run's, its ten classes
+named, two of them with markup, with grids at two steps): the tests about the page run against it,
+in file order, and the one run trained for real comes last.
+- class names with markup are text on every page (issue 45): the live panel's status line and
+  Diagnostics (written as the trainer writes text), the Sample captions and the class pickers;
+  names reach the page from a host's generator upload or a zip's folders;
+- the Sample tab at a projector's, a host's and a phone's size (issue 27): every output is drawn at
+  least as large as the live grid on that screen (its width, or, for a shape that the screen's
+  height limits (a square GIF), its height); on the projector each output says which generator
+  made it, a named class is called by its name, a number typed into a slider's box and Enter sets
+  it and the output follows, Escape in the generator picker changes nothing, and a timelapse that
+  cannot be made says why;
+- a page load and the Sample tab leave the UI process without torch; on each screen (projector,
+  host, phone) the crawl warning offers a batch that does not crawl, and "steps 2.5" and "seed 1.5"
+  are refused naming the field (from the page and the named API), not rounded into a run;
+- reached by a network address, the host's page tops the live panel with the students' link and a
+  QR code a seat can scan, folded with a click;
+- one run, trained for real, as a teacher, the room and a phone see it: before Start an estimate,
+  and a refused zip leaves the form usable; after Start the grid is the big thing on every screen,
+  the phone's view has no form, and every live panel updates from the one watcher; a paused run
+  steps one update with the grid before it shown; Stop says "stopping..." on the click, is heard
+  between log steps and leaves the room on the grid; on the projector, the host's screen and a
+  phone the log-scale box shows its state, the legend's number is the line's (smoothed, the raw one
+  named), the step axis has round ticks, the diagnostics use words; a phone opens the primer on this
+  run's losses; the Sample tab names the stopped run's generator; resumed, the run ends and the host
+  lands on the Sample tab, which draws the digit asked for."""
 import io
 import json
 import os
@@ -25,16 +38,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.apphelpers import RunningApp, needs_chromium, torch_loaded
+from tests.apphelpers import needs_chromium, seed_finished_run, torch_loaded
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
+HOST_KEY = "the-host-key"
+# As `python app.py --host 0.0.0.0 --host-key KEY` (app.py reads both flags' defaults from these).
+APP_ENV = {"GRADIO_SERVER_NAME": "0.0.0.0", "BLINK_HOST_KEY": HOST_KEY}
+SEEDED_STEP = 200
+IMG, BOLD = "<img src=x id=pwn>", "<b id=bold>"
+NAMES = [IMG, BOLD, "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+MARKUP = "#pwn, #bold"          # the elements the names would make, were they drawn as HTML
 LOG_EVERY = 1000
-
-
-def live_stats(app) -> dict:
-    with urllib.request.urlopen(app.url + "live/stats", timeout=10) as answer:
-        return json.load(answer)
-
+RESUMED_STEPS = 10              # how far the stopped run is resumed: to its end, a few steps on
 
 # The three screens of a lesson: a projector, the host's own screen, and a phone.
 PROJECTOR = dict(viewport={"width": 1280, "height": 720})
@@ -42,6 +57,176 @@ HOST_SCREEN = dict(viewport={"width": 1440, "height": 900})
 PHONE = dict(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
 SCREENS = {"projector": PROJECTOR, "host": HOST_SCREEN, "phone": PHONE}
 
+
+def APP_SETUP(folder) -> None:
+    """A finished run, as a restarted server finds it: 60 fixed-noise digits a grid (10 classes, 6
+    rows, as the trainer draws them) at two steps, the real images, a generator whose classes have
+    names, and a status whose message and Diagnostics carry two of them as the trainer writes text."""
+    run = seed_finished_run(str(folder / "runs"), NAMES, SEEDED_STEP, grid_steps=(100, SEEDED_STEP), tiles=60)
+    run.write_status("done", f"Finished. Classes {IMG} and {BOLD}.", step=SEEDED_STEP, steps=SEEDED_STEP,
+                     gan="dcgan", classes=10, class_names=NAMES, diagnostics={"class_names": f"{IMG}, {BOLD}"})
+
+
+def runs(app) -> list[str]:
+    """The app's run folders, oldest first (a run's name starts with its time)."""
+    return sorted(n for n in os.listdir(app.runs_root) if os.path.isdir(os.path.join(app.runs_root, n)))
+
+
+def live_stats(app) -> dict:
+    with urllib.request.urlopen(app.url + "live/stats", timeout=10) as answer:
+        return json.load(answer)
+
+
+def type_the_host_key(page) -> None:
+    page.get_by_label("Host key", exact=True).fill(HOST_KEY)
+
+
+# ---- class names with markup (the seeded run) ------------------------------------------------
+
+def test_markup_in_class_names_is_text_in_the_live_panel_the_captions_and_the_pickers(app, person):
+    from playwright.sync_api import expect
+    page = person(viewport={"width": 1280, "height": 800})
+    page.goto(app.url)
+    # The live panel: the status line and the Diagnostics rows say the names as text.
+    status = page.locator("#live .live-status")
+    expect(status).to_contain_text(f"Classes {IMG} and {BOLD}.", timeout=60_000)
+    diagnostics = page.locator("#live .live-diagnostics")
+    diagnostics.locator("summary").click()
+    expect(diagnostics).to_contain_text(f"{IMG}, {BOLD}")
+    assert page.locator(MARKUP).count() == 0
+
+    # The Sample tab: the caption names the seed's class, as text.
+    page.get_by_role("tab", name="Sample").click()
+    caption = page.locator("#sample-caption")
+    expect(caption).to_contain_text(f"starting from class '{IMG}' (seed mod 10)", timeout=60_000)
+    assert page.locator(MARKUP).count() == 0
+    # The class picker lists the names as text; one picked, the caption says it.
+    page.get_by_label("Class", exact=True).click()
+    expect(page.get_by_role("option", name=IMG, exact=True)).to_be_visible()
+    assert page.locator(MARKUP).count() == 0
+    page.get_by_role("option", name=BOLD, exact=True).click()
+    expect(caption).to_contain_text(f"Every sample is class '{BOLD}'.", timeout=30_000)
+    expect(page.get_by_label("Class", exact=True)).to_have_value(BOLD)
+    # The interpolation's class pickers too.
+    page.get_by_label("Class A", exact=True).click()
+    expect(page.get_by_role("option", name=IMG, exact=True)).to_be_visible()
+    assert page.locator(MARKUP).count() == 0
+
+
+# ---- the Sample tab's outputs (the seeded run) ------------------------------------------------
+
+OUTPUTS = ("sample-grid", "sample-strip", "sample-gif", "sample-explored", "sample-neighbours",
+           "sample-timelapse", "sample-step-grid")
+# What an <img> draws (object-fit: contain in its box): width and height in CSS pixels.
+DRAWN = """img => { const box = img.getBoundingClientRect();
+  const scale = Math.min(box.width / img.naturalWidth, box.height / img.naturalHeight);
+  return [img.naturalWidth * scale, img.naturalHeight * scale]; }"""
+
+
+def live_grid_box(page) -> dict:
+    # Drawn once the live panel has its grid and fitted it (app/static/live.js fitGrid).
+    page.wait_for_function("((document.querySelector('#live .live-grid img.fakes') || {}).style || {}).width > ''",
+                           timeout=60_000)
+    return page.locator("#live .live-grid img.fakes").bounding_box()
+
+
+def make_every_output(page) -> None:
+    from playwright.sync_api import expect
+    page.get_by_role("tab", name="Sample").click()
+    expect(page.locator("#sample-caption")).to_contain_text("Generator: run", timeout=60_000)
+    for button in ("Interpolate", "Make GIF", "Render", "Nearest real images"):
+        page.get_by_role("button", name=button, exact=True).click()
+    page.get_by_text("Training timelapse", exact=True).click()
+    page.get_by_role("button", name="Load timelapse", exact=True).click()
+    for output in OUTPUTS:
+        page.wait_for_function(f"(document.querySelector('#{output} img') || {{}}).naturalWidth > 0", timeout=60_000)
+
+
+def assert_as_large_as(page, live: dict, screen: str) -> None:
+    for output in OUTPUTS:
+        drawn = page.locator(f"#{output} img").evaluate(DRAWN)
+        assert drawn[0] >= live["width"] - 0.5 or drawn[1] >= live["height"] - 0.5, (screen, output, drawn, live)
+    assert page.evaluate("document.documentElement.scrollWidth") <= page.viewport_size["width"], screen
+
+
+def test_sample_outputs_are_as_large_as_the_live_grid_and_name_their_generator(app, person):
+    from playwright.sync_api import expect
+    run = runs(app)[0]   # the seeded run, the only one yet
+    who = f"Generator: run {run} at step {SEEDED_STEP}"
+    page = person(**PROJECTOR)
+    page.goto(app.url)
+    live = live_grid_box(page)
+    make_every_output(page)
+    assert_as_large_as(page, live, "projector")
+    # The host's screen: the same page, the window resized (on the Train tab, where the grid is fitted).
+    page.get_by_role("tab", name="Train").click()
+    width, height = HOST_SCREEN["viewport"]["width"], HOST_SCREEN["viewport"]["height"]
+    page.set_viewport_size(HOST_SCREEN["viewport"])
+    page.wait_for_function(f"innerWidth === {width} && innerHeight === {height}")   # its resize handler has run
+    live = live_grid_box(page)
+    page.get_by_role("tab", name="Sample").click()
+    assert_as_large_as(page, live, "host")
+    # A student's phone, on the students' view.
+    phone = person(**PHONE)
+    phone.goto(app.url + "?view=watch")
+    live = live_grid_box(phone)
+    make_every_output(phone)
+    assert_as_large_as(phone, live, "phone")
+    for screen in (page, phone):
+        for output in ("sample-strip", "sample-gif", "sample-gif-file"):
+            expect(screen.locator(f"#{output} [data-testid=block-label]")).to_contain_text(who)
+        for text in ("explore-caption", "neighbour-caption"):
+            expect(screen.locator(f"#{text}")).to_contain_text(who)
+        expect(screen.locator("#timelapse-caption")).to_contain_text(f"Run {run}'s fixed-noise grids: 2 grids")
+    phone.context.close()
+
+    # On the host's page: the other outputs name their generator too; a class is called by its name.
+    caption = page.locator("#sample-caption")
+    page.get_by_role("button", name="Download samples (zip of PNGs)").click()
+    expect(page.locator("#sample-zip [data-testid=block-label]")).to_contain_text(who, timeout=30_000)
+    page.get_by_text("Generator files", exact=True).click()
+    page.get_by_role("button", name="Download generator", exact=True).click()
+    expect(page.locator("#generator-files [data-testid=block-label]")).to_contain_text(who, timeout=30_000)
+    page.get_by_label("Class", exact=True).click()
+    page.get_by_role("option", name="seven", exact=True).click()
+    expect(caption).to_contain_text("Every sample is class 'seven'.", timeout=30_000)
+
+    # A number typed into a slider's box, then Enter: set, and the output follows.
+    count = page.get_by_label("number input for Count")
+    count.fill("16")
+    count.press("Enter")
+    expect(caption).to_contain_text("16 samples", timeout=30_000)
+    steps = page.get_by_label("number input for Steps")
+    steps.fill("4")
+    steps.press("Enter")
+    page.wait_for_function("document.querySelector('#sample-strip img').naturalWidth === 4 * 30 + 2", timeout=30_000)
+    psi = page.get_by_label("number input for Truncation psi")
+    psi.fill("0.5")
+    psi.press("Enter")
+    expect(page.locator("#explore-caption")).to_contain_text("psi 0.50", timeout=30_000)
+
+    # Escape in the generator picker, then a click elsewhere: the same generator, nothing redrawn.
+    before = caption.inner_text()
+    picker = page.get_by_label("Or pick a generator")
+    picker.click()
+    picker.press("Escape")
+    caption.click()
+    page.wait_for_timeout(1000)        # time for a pick to be sampled and shown, were one made
+    assert caption.inner_text() == before and picker.input_value() == ""
+    assert page.locator("[data-testid=toast-body]").count() == 0
+
+    # The shipped generator has no grids: the timelapse says so.
+    picker.click()
+    page.get_by_role("option", name="The shipped generator (pre-trained)").click()
+    expect(caption).to_contain_text("Generator: the shipped generator", timeout=30_000)
+    page.get_by_role("button", name="Load timelapse", exact=True).click()
+    expect(page.locator("[data-testid=toast-body]")).to_contain_text(
+        "No training grids yet: the timelapse plays a run's fixed-noise grids, and the shipped generator has none",
+        timeout=30_000)
+    page.context.close()
+
+
+# ---- the page and its form (the seeded run; nothing trains) -------------------------------------
 
 def refused_on_the_page(page, field, value: str, message: str) -> None:
     """Type `value` into `field`, press Start, and see the project's refusal (naming the field) on screen."""
@@ -62,12 +247,13 @@ def refused_on_the_page(page, field, value: str, message: str) -> None:
     expect(refusal).to_be_in_viewport()
 
 
-def check_the_form_before_any_run(page, name: str) -> None:
-    """The walk's form findings, on one screen: the crawl warning offers settings that do not crawl
-    (it told a batch-128 WGAN-GP run to use batch 128), and "steps 2.5" and "seed 1.5" are refused
-    naming the field, not rounded into a run."""
+def check_the_form(page, name: str) -> None:
+    """The walk's form findings, on one screen of the host's: the crawl warning offers settings that
+    do not crawl (it told a batch-128 WGAN-GP run to use batch 128), and "steps 2.5" and "seed 1.5"
+    are refused naming the field, not rounded into a run."""
     from playwright.sync_api import expect
     estimate, settings, more = page.locator("#estimate"), page.locator("#blink-settings"), page.locator("#blink-more")
+    type_the_host_key(page)   # without it Start is refused as not the host's, before the form is read
     expect(estimate).to_contain_text(re.compile("About|Time estimate"), timeout=120_000)
     settings.get_by_label("GAN type", exact=True).click()
     page.get_by_role("option", name="WGAN-GP").click()
@@ -87,14 +273,15 @@ def check_the_form_before_any_run(page, name: str) -> None:
 
 def test_a_page_load_and_the_sample_tab_leave_the_ui_process_without_torch(app, person):
     from playwright.sync_api import expect
-    page = person(**PROJECTOR)   # before the module's first run
+    before = runs(app)
+    page = person(**PROJECTOR)
     page.goto(app.url)
-    # The first minute of a lesson: the main choices and Start fit the screen, no scrolling.
+    # On the projector the host's Start is in view without scrolling: with a run presented (the
+    # seeded one) the host's controls sit above the live panel.
     start = page.get_by_role("button", name="Start", exact=True)
     expect(start).to_be_visible(timeout=60_000)
-    for field in (start, page.get_by_label("Dataset", exact=True), page.get_by_label("Training length (steps)")):
-        box = field.bounding_box()
-        assert box["y"] + box["height"] <= 720, box
+    box = start.bounding_box()
+    assert box["y"] + box["height"] <= PROJECTOR["viewport"]["height"], box
     # What the page's load events fill in: the time estimate (its preset chosen for this
     # device), the dataset's note and its real images (in an accordion, closed at first).
     expect(page.locator("#estimate")).to_contain_text(re.compile("About|Time estimate"), timeout=120_000)
@@ -103,24 +290,59 @@ def test_a_page_load_and_the_sample_tab_leave_the_ui_process_without_torch(app, 
     expect(page.locator("#dataset-preview img")).to_have_count(1, timeout=120_000)
     page.get_by_role("tab", name="Sample").click()
     expect(page.locator("#sample-caption")).to_contain_text("Generator:", timeout=120_000)
+    page.get_by_role("tab", name="Train").click()
 
     # The form on each screen (a phone too: a host may start a run from one); the refusals start no run.
-    for name, screen in SCREENS.items():
-        form = person(**screen)
+    check_the_form(page, "projector")
+    for name in ("host", "phone"):
+        form = person(**SCREENS[name])
         form.goto(app.url)
-        check_the_form_before_any_run(form, name)
+        check_the_form(form, name)
     # The named API refuses the same fractions, naming the field: nothing rounds them on the way.
     from gradio_client.exceptions import AppError
     client = app.client()
     form = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto", batch_size=128, precision="fp32",
-                device="cpu", steps=50, seed=0)
+                device="cpu", steps=50, seed=0, key=HOST_KEY)
     for field, value, message in (("steps", 2.5, "Training length (steps) must be a whole number (got 2.5)."),
                                   ("seed", 1.5, "Seed must be a whole number (got 1.5).")):
         with pytest.raises(AppError, match=re.escape(message)):
             client.predict(**{**form, field: value}, api_name="/start")
-    assert not [n for n in os.listdir(app.runs_root) if os.path.isdir(os.path.join(app.runs_root, n))]   # no run
+    assert runs(app) == before   # no run
     assert not torch_loaded(app.process.pid)
 
+
+# ---- the students' link (reached by a network address) -----------------------------------------
+
+def network_address() -> str | None:
+    """This machine's address on its network (where a default route leads), or None. A UDP
+    connect only picks the route: nothing is sent."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def test_the_students_link_and_qr_code_top_the_live_panel_on_a_network_address(app, person):
+    from playwright.sync_api import expect
+    address = network_address()
+    if address is None:
+        pytest.skip("this machine has no network address to open the page by")
+    page = person(**PROJECTOR)
+    page.goto(f"http://{address}:{app.port}/")
+    join = page.locator("#join-link .blink-join")
+    expect(join).to_have_attribute("open", "", timeout=60_000)
+    expect(join).to_contain_text(f"http://{address}:{app.port}/?view=watch")
+    qr, live = join.locator("svg").bounding_box(), page.locator("#live").bounding_box()
+    assert qr["width"] >= 250 and qr["y"] + qr["height"] <= live["y"], (qr, live)
+    join.locator("summary").click()
+    expect(join.locator("svg")).to_be_hidden()
+
+
+# ---- one run, trained for real ------------------------------------------------------------------
 
 def shown_run(page) -> str:
     """The run whose grid the live panel shows ("" before any grid): its grid URLs are live/grid/RUN/STEP."""
@@ -140,68 +362,6 @@ def panel_state(page) -> dict:
     return {"version": int(panel.get_attribute("data-version") or 0),
             "points": int(panel.get_attribute("data-points") or 0),
             "grid": panel.get_attribute("data-grid") or "", "state": panel.get_attribute("data-state") or ""}
-
-
-def test_host_and_students_watch_one_run_then_sample_tab(app, person, tmp_path):
-    from playwright.sync_api import expect
-    host = person(**HOST_SCREEN)
-    students = [person(**PROJECTOR) for _ in range(2)]   # the room's screens and the projector
-    phone = person(**PHONE)
-    host.goto(app.url)
-    for page in students:
-        page.goto(app.url)
-    phone.goto(app.url + "?view=watch")
-    viewers = [host, *students, phone]
-    for page in viewers:
-        expect(page.locator("#live .live[data-version]")).to_have_count(1, timeout=60_000)
-    earlier = shown_run(host)
-
-    steps = host.get_by_label("Training length (steps)")
-    steps.fill("75")   # points at steps 1, 25, 50 and 75 (log every 25)
-    steps.press("Tab")
-    host.get_by_role("button", name="Start", exact=True).click()
-
-    # Every page's plots and grid change while the run trains, pushed to it.
-    early = []
-    for page in viewers:
-        wait_for_new_run(page, earlier)
-        early.append(panel_state(page))
-    for page, before in zip(viewers, early):
-        page.wait_for_function(f"document.querySelector('#live .live').dataset.points > {before['points']}",
-                               timeout=240_000)
-    host.screenshot(path=str(tmp_path / "training.png"))
-
-    # The student's phone view: no form, the grid first and wide, no horizontal scrolling.
-    assert phone.get_by_role("button", name="Start", exact=True).is_hidden()
-    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
-    grid_box = phone.locator("#live .live-grid img.fakes").bounding_box()
-    status_box = phone.locator("#live .live-status").bounding_box()
-    assert grid_box["width"] >= 300 and grid_box["y"] < status_box["y"], (grid_box, status_box)
-
-    # The host lands on Sample with fresh samples from the run's final generator.
-    expect(host.get_by_role("tab", name="Sample")).to_have_attribute("aria-selected", "true",
-                                                                     timeout=400_000)
-    expect(host.locator("#sample-caption")).to_contain_text("at step 75", timeout=30_000)
-    host.get_by_role("tab", name="Train").click()
-    for page, before in zip(viewers, early):
-        final = panel_state(page)
-        assert final["state"] == "done" and final["grid"] != before["grid"], (before, final)
-    expect(host.locator("#live .live-status")).to_contain_text("done")
-    # What is happening, in words, on every screen (core/phase.py): the samples' stage at step 75.
-    for page in viewers:
-        expect(page.locator("#live .live-status")).to_contain_text(re.compile(r"Now: (blobs|strokes|digits): "))
-
-    # One rendering per change for everyone: the watcher rendered each snapshot once and sent
-    # it to each of the 4 pages (messages), so renders do not grow with the number of viewers.
-    stats = live_stats(app)
-    run = os.path.join(app.runs_root, shown_run(host))
-    writes = (len(open(os.path.join(run, "events.jsonl")).readlines())
-              + len([n for n in os.listdir(os.path.join(run, "grids")) if n.startswith("step_") and n.endswith(".png")]))
-    assert stats["viewers"] == 4, stats
-    assert stats["renders"] <= writes + 10, (stats, writes)   # status-only changes: a few
-    assert stats["messages_sent"] >= 4 * (stats["renders"] - 2), stats
-    if os.environ.get("BLINK_SCREENSHOT"):
-        host.screenshot(path=os.environ["BLINK_SCREENSHOT"], full_page=True)
 
 
 def grid_classes(png: bytes) -> np.ndarray:
@@ -283,20 +443,23 @@ def check_the_charts_and_diagnostics(page, name: str, run_path: str, stopped: in
         assert not re.search(r"[a-z]_[a-z]", what + " " + value), (name, what, value)
 
 
-def test_grid_fills_three_screens_stop_is_heard_between_log_steps_and_a_bad_zip_keeps_the_form(app, person, tmp_path):
+def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(app, person, tmp_path):
     from playwright.sync_api import expect
     bad_zip = tmp_path / "photos.zip"
     bad_zip.write_bytes(b"this is not a zip file")
     host = person(**HOST_SCREEN)
     projector = person(**PROJECTOR)   # the host's page on the room's projector
-    phone = person(**PHONE)
-    host.goto(app.url)
-    projector.goto(app.url)
+    student = person(**PROJECTOR)     # a screen in the room
+    phone = person(**PHONE)           # a student's phone, on the students' view
+    for page in (host, projector, student):
+        page.goto(app.url)
     phone.goto(app.url + "?view=watch")
     screens = {"host": host, "projector": projector, "phone": phone}
-    for page in screens.values():
+    viewers = [host, projector, student, phone]
+    for page in viewers:
         expect(page.locator("#live .live[data-version]")).to_have_count(1, timeout=60_000)
-    earlier = shown_run(host)
+    earlier = shown_run(host)   # the seeded run
+    type_the_host_key(host)
 
     # A refused zip is said in the dataset note; the Dataset dropdown stays a dropdown.
     host.get_by_text("Dataset: upload your images, preview real ones").click()
@@ -320,11 +483,14 @@ def test_grid_fills_three_screens_stop_is_heard_between_log_steps_and_a_bad_zip_
     log_every = host.get_by_label("Log every (steps)")
     log_every.fill(str(LOG_EVERY))
     log_every.press("Tab")
+    stats_before = live_stats(app)
     host.get_by_role("button", name="Start", exact=True).click()
 
     # The grid is the big thing on every screen, in view without scrolling; the form folds.
-    for page in screens.values():
+    early = []
+    for page in viewers:
         wait_for_new_run(page, earlier)
+        early.append(panel_state(page))
     page_width = {name: SCREENS[name]["viewport"]["width"] for name in screens}
     for name, page, least in (("host", host, 560), ("projector", projector, 480), ("phone", phone, 300)):
         page.wait_for_function("document.querySelector('#live .live-grid img.fakes').naturalWidth > 0")
@@ -336,9 +502,13 @@ def test_grid_fills_three_screens_stop_is_heard_between_log_steps_and_a_bad_zip_
         assert all(box["width"] * box["height"] > c.bounding_box()["width"] * c.bounding_box()["height"]
                    for c in charts), name
     expect(host.get_by_label("Dataset", exact=True)).to_be_hidden()
+    host.screenshot(path=str(tmp_path / "training.png"))
+    # The student's phone view: no form, the grid first.
+    assert phone.get_by_role("button", name="Start", exact=True).is_hidden()
+    status_box = phone.locator("#live .live-status").bounding_box()
+    assert grid_box(phone)["y"] < status_box["y"], (grid_box(phone), status_box)
 
-    # Stop mid-run: heard between log steps (log every 1000), with the final grid at that step.
-    # (the status comes at log steps; the early grids, every 10 steps, show the run moving)
+    # (the status comes at log steps, every 1000; the early grids, every 10 steps, show the run moving)
     host.wait_for_function("/[/]([2-9]\\d|\\d{3,})$/.test(document.querySelector('#live .live').dataset.grid)",
                            timeout=240_000)
     # Pause, then Step: one generator update, the grid before it shown under the new one, both framed.
@@ -349,26 +519,33 @@ def test_grid_fills_three_screens_stop_is_heard_between_log_steps_and_a_bad_zip_
     expect(host.locator("#live .live-before .before-step")).to_have_text(str(paused_at), timeout=60_000)
     expect(host.locator("#live .live")).to_have_attribute("data-step", str(paused_at + 1))
     expect(phone.locator("#live .live-before .verdict")).to_have_count(60, timeout=30_000)
-    # Stop says "stopping..." on the click itself: read in the same script as the click, before
-    # any answer from the server can have come.
+    # Every page's plots changed while the run trained, pushed to it (the Pause's and the Step's
+    # points: a request heard between log steps makes its step one).
+    for page, before in zip(viewers, early):
+        page.wait_for_function(f"document.querySelector('#live .live').dataset.points > {before['points']}",
+                               timeout=60_000)
+
+    # Stop mid-run: heard between log steps, with the final grid at that step. It says "stopping..."
+    # on the click itself: read in the same script as the click, before any answer from the server
+    # can have come.
     said = host.evaluate("() => { document.querySelector('#blink-stop').click();"
                          " return document.querySelector('#live .live-status b').textContent; }")
     assert said == "stopping...", said
     expect(host.locator("#blink-message")).to_contain_text("Stopping", timeout=30_000)
-    for page in screens.values():
+    for page in viewers:
         expect(page.locator("#live .live[data-state='stopped']")).to_have_count(1, timeout=120_000)
     panel = host.locator("#live .live")
     stopped = int(panel.get_attribute("data-step"))
     assert 0 < stopped < LOG_EVERY, stopped          # not at a log step: between them
     assert panel.get_attribute("data-grid").endswith(f"/{stopped}")
+    run = os.path.join(app.runs_root, shown_run(host))
     for name, page in screens.items():
-        check_the_charts_and_diagnostics(page, name, os.path.join(app.runs_root, shown_run(host)), stopped)
+        check_the_charts_and_diagnostics(page, name, run, stopped)
 
-    # A Stop is not the end of the lesson: both pages stay on the grid (only a finished run moves
-    # them to Sample). The host opens Sample, whose caption names the generator it shows: the live
-    # run's, saved at the stopped step.
+    # A Stop is not the end of the lesson: every page stays on the grid (only a finished run moves
+    # them to Sample).
     host.wait_for_timeout(2000)   # time for a tab switch to happen, were it to
-    for page in screens.values():
+    for page in viewers:
         expect(page.get_by_role("tab", name="Train")).to_have_attribute("aria-selected", "true")
 
     # What D believes, on both screens: a frame and a number on each of the 60 fakes (10 digits, 6
@@ -397,9 +574,45 @@ def test_grid_fills_three_screens_stop_is_heard_between_log_steps_and_a_bad_zip_
     expect(primer.locator(".primer-gan[data-gan='dcgan']")).to_contain_text("-log D(G(z))")
     expect(primer.locator(".primer-gan[data-gan='wgan-gp']")).to_be_hidden()
 
+    # The host opens Sample, whose caption names the generator it shows: the live run's, saved at
+    # the stopped step.
     host.get_by_role("tab", name="Sample").click()
     expect(host.locator("#sample-caption")).to_contain_text(f"at step {stopped}", timeout=60_000)
+
+    # Resumed from the Train tab for a few steps more, the run ends: the host lands on Sample with
+    # fresh samples from the run's final generator.
+    host.get_by_role("tab", name="Train").click()
+    end = stopped + RESUMED_STEPS
+    resume_to = host.get_by_label("Resume to step (0: the run's own length)")
+    resume_to.fill(str(end))
+    resume_to.press("Tab")
+    host.get_by_role("button", name="Resume", exact=True).click()
+    expect(host.get_by_role("tab", name="Sample")).to_have_attribute("aria-selected", "true", timeout=400_000)
+    expect(host.locator("#sample-caption")).to_contain_text(f"at step {end}", timeout=30_000)
+    host.get_by_role("tab", name="Train").click()
+    for page, before in zip(viewers, early):
+        final = panel_state(page)
+        assert final["state"] == "done" and final["grid"] != before["grid"], (before, final)
+    expect(host.locator("#live .live-status")).to_contain_text("done")
+    # What is happening, in words, on every screen (core/phase.py): the samples' stage at the end.
+    for page in viewers:
+        expect(page.locator("#live .live-status")).to_contain_text(re.compile(r"Now: (blobs|strokes|digits): "))
+
+    # One rendering per change for everyone: the watcher rendered each snapshot once and sent
+    # it to each of the 4 pages (messages), so renders do not grow with the number of viewers.
+    stats = live_stats(app)
+    renders = stats["renders"] - stats_before["renders"]
+    messages = stats["messages_sent"] - stats_before["messages_sent"]
+    writes = (len(open(os.path.join(run, "events.jsonl")).readlines())
+              + len([n for n in os.listdir(os.path.join(run, "grids")) if n.startswith("step_") and n.endswith(".png")]))
+    assert stats["viewers"] == 4, stats
+    assert renders <= writes + 10, (renders, writes)   # status-only changes: a few
+    assert messages >= 4 * (renders - 2), (renders, messages)
+    if os.environ.get("BLINK_SCREENSHOT"):
+        host.screenshot(path=os.environ["BLINK_SCREENSHOT"], full_page=True)
+
     # Ask for a digit (of the shipped generator: this short run draws no digits yet).
+    host.get_by_role("tab", name="Sample").click()
     host.get_by_label("Or pick a generator").click()
     host.get_by_role("option", name="The shipped generator (pre-trained)").click()
     expect(host.locator("#sample-caption")).to_contain_text("the shipped generator", timeout=60_000)
@@ -409,37 +622,3 @@ def test_grid_fills_three_screens_stop_is_heard_between_log_steps_and_a_bad_zip_
     source = host.locator("#sample-grid img").get_attribute("src")
     digits = grid_classes(host.request.get(source).body())
     assert len(digits) >= 10 and (digits == 7).mean() >= 0.8, digits
-
-
-def network_address() -> str | None:
-    """This machine's address on its network (where a default route leads), or None. A UDP
-    connect only picks the route: nothing is sent."""
-    import socket
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))
-        except OSError:
-            return None
-        address = probe.getsockname()[0]
-    return None if address.startswith("127.") else address
-
-
-def test_the_students_link_and_qr_code_top_the_live_panel_on_a_network_address(person, tmp_path):
-    from playwright.sync_api import expect
-    address = network_address()
-    if address is None:
-        pytest.skip("this machine has no network address to open the page by")
-    (tmp_path / "runs").mkdir()
-    app = RunningApp(str(tmp_path / "runs"), extra_args=("--host", "0.0.0.0", "--host-key", "k")).wait_ready()
-    try:
-        page = person(viewport={"width": 1280, "height": 720})
-        page.goto(f"http://{address}:{app.port}/")
-        join = page.locator("#join-link .blink-join")
-        expect(join).to_have_attribute("open", "", timeout=60_000)
-        expect(join).to_contain_text(f"http://{address}:{app.port}/?view=watch")
-        qr, live = join.locator("svg").bounding_box(), page.locator("#live").bounding_box()
-        assert qr["width"] >= 250 and qr["y"] + qr["height"] <= live["y"], (qr, live)
-        join.locator("summary").click()
-        expect(join.locator("svg")).to_be_hidden()
-    finally:
-        app.stop()
