@@ -97,9 +97,9 @@ class Heartbeat:
             what, since = "compiling", self._compiling_since
         try:
             # The pid: a resumed run's heartbeat.json is the last trainer's until this one's first beat.
-            self.run.write_heartbeat({"time": time.time(), "pid": os.getpid(), "doing": what, "since": since, "step": self.step,
-                                      "step_time": self.step_time, "step_seconds": self.step_seconds,
-                                      "compiled_at": self._compiled_at})
+            self.run.write_heartbeat({"time": time.time(), "pid": os.getpid(), "doing": what, "since": since,
+                                      "step": self.step, "step_time": self.step_time,
+                                      "step_seconds": self.step_seconds, "compiled_at": self._compiled_at})
         except OSError:   # a full disk: the trainer's own writes fail and say so; the beat just skips
             pass
 
