@@ -132,7 +132,8 @@ def test_a_trainer_that_falls_silent_is_shown_to_every_viewer_once_and_again_onc
     seconds = int(re.search(r"<b>Not answering for (\d+) s</b>", shown["status_html"]).group(1))
     assert STOP_ESCALATE_SECONDS + 10 <= seconds <= STOP_ESCALATE_SECONDS + 15   # counted at render time
     assert time.strftime("%H:%M:%S", time.localtime(last)) in shown["status_html"]
-    assert "The host can press Stop" in shown["status_html"] and "keeps the last checkpoint (step 10)" in shown["status_html"]
+    assert "The host can press Stop: the app ends a trainer that does not answer and keeps the last checkpoint " \
+           "(step 10)." in shown["status_html"]
     assert not feed.refresh() and feed.renders == 1   # silent on: nothing more to render (the page counts)
 
     beat(time.time())   # heard again: one more change, and the words go
