@@ -20,10 +20,11 @@ from dataclasses import dataclass, field, replace
 
 from app.chain import ChunkChain
 from app.chunks import chunk_seconds
-from app.supervisor import TrainerEnd, TrainerSupervisor
+from app.supervisor import STOP_ESCALATE_SECONDS, TrainerEnd, TrainerSupervisor
 from core.config import TrainConfig
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
 from core.failures import failure_message
+from core.heartbeat import silent_since
 from core.resume import ResumeRefused, prepare_resume
 from core.status import Status
 
@@ -304,7 +305,7 @@ class Job:
                 status = self._status_of(run)
             if status.state not in FINAL_STATES:
                 # A pressed Stop or Pause shows at once, before the trainer acts on it.
-                status = replace(status, request=run.read_request())
+                status = replace(status, request=run.read_request(), silent_since=self._silent_since(run, status))
             new_events, self._events_offset = run.read_events(self._events_offset)
             grids = run.grids() if (new_events or not self._snapshot.grid_path
                                     or status.updated != self._snapshot.status.updated) else None
@@ -312,8 +313,21 @@ class Job:
             if new_events or status != snapshot.status or grids:
                 grid_path = grids[-1][1] if grids else snapshot.grid_path
                 self._snapshot = Snapshot(run.name, run.path, status, snapshot.events + new_events, grid_path,
-                                          (run.name, status.updated, self._events_offset, grid_path))
+                                          (run.name, status.updated, self._events_offset, grid_path,
+                                           status.silent_since))
             return self._snapshot
+
+    @staticmethod
+    def _silent_since(run: RunDir, status: Status) -> float | None:
+        """When a live trainer that has gone quiet was last heard from (core/heartbeat.py), else
+        None: the same bound as the Stop watchdog's, so the page warns before a Stop is pressed.
+        It changes twice per silence (falling silent, heard again), so the snapshot does too."""
+        if not pid_alive(status.pid):   # no trainer (between chunks, or gone: said otherwise)
+            return None
+        beat = run.read_heartbeat()
+        if beat.get("pid") != status.pid:   # an earlier trainer's (a resumed run), or none yet
+            beat = {}
+        return silent_since(beat, time.time(), STOP_ESCALATE_SECONDS, heard_at=status.updated)
 
     def generator_dir(self) -> str:
         """Where the Sample tab samples from: the current run once it has a generator, else the shipped one."""

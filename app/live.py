@@ -158,6 +158,8 @@ class LiveFeed:
             "steps": status.steps, "updated": status.updated, "gan": gan,
             "labels": series_labels(gan), "healthy": views.healthy_lines(gan), "log_scale": log_scale(gan),
             "status_html": status_html(status, snap.run_name, snap.events),
+            # A silent trainer's last sign of life: the page counts the seconds since on its own clock.
+            "silent_since": status.silent_since,
             "grid": f"live/grid/{snap.run_name}/{grid_step}" if grid_step is not None else None,
             # What D believes about each image of that grid and of the real grid beside it.
             "verdicts": self._verdicts(snap.run_path, grid_step),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 
 from core import gans
 from core.status import Status
@@ -51,6 +52,20 @@ def duration(seconds) -> str:
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
+def silence_line(status: Status, now: float) -> str:
+    """A trainer silent too long (Job.snapshot's silent_since), in words for everyone watching, with
+    what the host can do. The page counts its seconds on (app/static/live.js) by the bold words."""
+    since = status.silent_since
+    if since is None:
+        return ""
+    kept = (f"keeps the last checkpoint (step {status.saved_step})" if status.saved_step
+            else "has no checkpoint to keep yet")
+    act = "Stop is pressed" if status.request == "stop" else "The host can press Stop"
+    return (f"⚠️ **Not answering for {max(0.0, now - since):.0f} s**: the trainer has sent no sign of life since "
+            f"{time.strftime('%H:%M:%S', time.localtime(since))} (a wedged device or a hung step). "
+            f"{act}: the app ends a trainer that does not answer and {kept}.")
+
+
 def status_line(status: Status, run_name: str = "", events: list[dict] | None = None) -> str:
     """One Markdown line a room can read from the back: device, state, progress, speed, time left."""
     if not status.state:
@@ -82,6 +97,9 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
     extras = [message] if message and message not in ("Training...",) else []
     if status.phase:   # what is happening, in words (core/phase.py)
         extras.insert(0, f"**Now:** {status.phase}")
+    silence = silence_line(status, time.time())   # counted to now: rendered once per change
+    if silence:   # first: it is what the host must act on
+        extras.insert(0, silence)
     quality = quality_summary(events or [])
     if quality:
         extras.append(quality)

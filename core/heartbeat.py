@@ -9,9 +9,11 @@ process (SIGSTOP, a lost node) stops beating, and a step on a hung device never 
     beat = Heartbeat(run, compiling=rt.compiling).start()
     beat.doing("loading data"); ...; beat.stepped(step); ...; beat.stop()
     unanswered(run.read_heartbeat(), now, asked_at, step_at_ask, grace)   # the app's Stop watchdog
+    silent_since(run.read_heartbeat(), now, bound, heard_at)   # what every viewer is told, Stop or not
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -94,9 +96,10 @@ class Heartbeat:
         if self._compiling_since is not None:
             what, since = "compiling", self._compiling_since
         try:
-            self.run.write_heartbeat({"time": time.time(), "doing": what, "since": since, "step": self.step,
-                                      "step_time": self.step_time, "step_seconds": self.step_seconds,
-                                      "compiled_at": self._compiled_at})
+            # The pid: a resumed run's heartbeat.json is the last trainer's until this one's first beat.
+            self.run.write_heartbeat({"time": time.time(), "pid": os.getpid(), "doing": what, "since": since,
+                                      "step": self.step, "step_time": self.step_time,
+                                      "step_seconds": self.step_seconds, "compiled_at": self._compiled_at})
         except OSError:   # a full disk: the trainer's own writes fail and say so; the beat just skips
             pass
 
@@ -121,3 +124,18 @@ def unanswered(beat: dict, now: float, asked_at: float, step_at_ask: int, grace:
     if beat.get("step", 0) == step_at_ask and now - started > allowed:
         return f"its step did not return within {allowed:.0f} s (a wedged device or a hung step)"
     return ""
+
+
+def silent_since(beat: dict, now: float, bound: float, heard_at: float = 0.0) -> float | None:
+    """When the trainer was last heard from, if it has been silent longer than `bound` seconds
+    (longer than BUSY_SECONDS while it says it is compiling, loading data or saving), else None.
+
+    Heard from: its last beat, or `heard_at` (its last status write) if later: a trainer writes its
+    status before its heartbeat starts. A beat of another trainer is no news of this one: pass {}.
+    Never heard from at all (no beat, heard_at 0): None, as nothing says when to start counting."""
+    heard = max(beat.get("time", 0.0), heard_at)
+    if not heard:
+        return None
+    # No beat yet: the trainer is starting (it writes its status before its heartbeat begins).
+    allowed = max(bound, BUSY_SECONDS) if beat.get("doing", "starting") in BUSY else bound
+    return heard if now - heard > allowed else None

@@ -50,6 +50,9 @@ class Status:
     # A Stop or Pause pressed and not yet acted on: the job fills it in for viewers from the run's
     # request file; the trainer never sets it.
     request: str = ""
+    # The trainer's last sign of life (time.time()), while it has been silent too long to be merely
+    # busy (core/heartbeat.py silent_since): the job fills it in for viewers; the trainer never sets it.
+    silent_since: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

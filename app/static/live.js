@@ -197,6 +197,17 @@ function drawVerdicts() {
   frameTiles(beforeGrid, before && before.verdicts && before.verdicts.fake, (before && before.verdicts) || {});
 }
 
+// A silent trainer's line (views.silence_line) is rendered once, when it falls silent; its seconds
+// count on here, once a second, by the page's own clock: no server work per tick. The browser's
+// clock against the server's: a classroom's machines keep network time, a few seconds apart at most.
+let silenceTimer = null;
+function countSilence() {
+  const since = (lastMessage || {}).silent_since;
+  const words = [...element.querySelectorAll(".live-status b")]
+    .find((b) => b.textContent.startsWith("Not answering for "));
+  if (since && words) words.textContent = `Not answering for ${Math.max(0, Math.round(Date.now() / 1000 - since))} s`;
+}
+
 function apply(message) {
   if (message.reset) for (const key of Object.keys(series)) delete series[key];
   for (const [key, points] of Object.entries(message.points)) {
@@ -207,6 +218,8 @@ function apply(message) {
   if (message.gan !== (lastMessage || {}).gan) logScale.checked = message.log_scale;
   lastMessage = message;
   element.querySelector(".live-status").innerHTML = message.status_html;
+  clearInterval(silenceTimer);
+  silenceTimer = message.silent_since ? setInterval(countSilence, 1000) : null;
   if (message.grid && grid.getAttribute("src") !== message.grid) grid.setAttribute("src", message.grid);
   grid.hidden = !message.grid;
   if (message.real_grid && realGrid.getAttribute("src") !== message.real_grid) realGrid.setAttribute("src", message.real_grid);

@@ -4,8 +4,9 @@
 - Stop, then Pause a moment later (issue 45): the Stop is kept, so every run ends "stopped" by
   request with its last step saved, never paused and then killed by the Stop watchdog (the rules
   themselves, raced a hundred times: tests/unit/test_requests.py);
-- Stop always ends a run: a trainer that cannot answer Stop is ended by the app, Start works
-  again, and the app's processes all exit with it (last: it stops the app)."""
+- Stop always ends a run: a trainer that cannot answer Stop is shown to every viewer as not
+  answering before anyone presses Stop, is ended by the app, Start works again, and the app's
+  processes all exit with it (last: it stops the app)."""
 import json
 import os
 import signal
@@ -126,6 +127,31 @@ def _running(app, min_step: int = 0):
     return status if status["state"] == "running" and status["saved_step"] >= min_step else None
 
 
+def freeze_while_training(run: RunDir, pid: int) -> None:
+    """SIGSTOP the trainer at a moment its last beat says it trains. Frozen while it said it was
+    saving (checkpoints every other step here), the page rightly waits far longer to call it silent
+    (core/heartbeat.py BUSY_SECONDS), so the test retries rather than meet that by chance."""
+    for _ in range(50):
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] == "T", 5,
+                 interval=0.01, what="the trainer to stop")   # no beat can follow
+        if run.read_heartbeat().get("doing") == "training":
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.3)
+    raise AssertionError(f"the trainer's beat never said training: {run.read_heartbeat()}")
+
+
+def live_message(app) -> dict:
+    """What the live panel of a page opened now gets first (/live/events): its words included."""
+    import urllib.request
+    with urllib.request.urlopen(app.url + "live/events", timeout=30) as stream:
+        for line in stream:
+            if line.startswith(b"data: "):
+                return json.loads(line[len(b"data: "):])
+    raise AssertionError("the live stream ended without a message")
+
+
 def test_stop_ends_a_wedged_trainer_by_force_and_start_works_again(app):
     try:
         client = app.client()
@@ -133,7 +159,15 @@ def test_stop_ends_a_wedged_trainer_by_force_and_start_works_again(app):
         status = wait_for(lambda: _running(app, min_step=2), timeout=300, what="a checkpoint")
         trainer = status["pid"]
         # A real wedge, from outside: a stopped process reads no request and answers nothing.
-        os.kill(trainer, signal.SIGSTOP)
+        freeze_while_training(RunDir(os.path.join(app.runs_root, status["run"])), trainer)
+        # Before anyone presses Stop, every viewer is told: past the watchdog's bound (3 s here),
+        # /live/status says since when it is silent and the live panel says so in words.
+        silent = wait_for(lambda: (s := app.status())["silent_since"] and s, timeout=30, what="the silence")
+        assert silent["state"] == "running" and time.time() - silent["silent_since"] > 3, silent
+        words = live_message(app)["status_html"]
+        assert "<b>Not answering for " in words and "no sign of life since " in words, words
+        assert f"The host can press Stop: the app ends a trainer that does not answer and keeps the last " \
+               f"checkpoint (step {silent['saved_step']})." in words, words
         assert "Stopping" in client.predict(api_name="/stop")
 
         stopped = wait_for(lambda: (s := app.status())["state"] in ("stopped", "failed") and s,

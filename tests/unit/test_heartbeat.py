@@ -1,9 +1,10 @@
-"""When a Stop the trainer has not answered becomes a kill (core/heartbeat.py): by the trainer's
-own reports, not by a clock from the click."""
+"""When a Stop the trainer has not answered becomes a kill, and when a trainer is shown to everyone
+as not answering (core/heartbeat.py): by the trainer's own reports, not by a clock from the click."""
+import os
 import time
 
 from core.config import TrainConfig
-from core.heartbeat import BUSY_SECONDS, Heartbeat, unanswered
+from core.heartbeat import BUSY_SECONDS, Heartbeat, silent_since, unanswered
 from core.rundir import RunDir
 
 GRACE = 20.0
@@ -67,3 +68,30 @@ def test_the_heartbeat_thread_beats_while_the_main_thread_is_busy(tmp_path):
     stopped_at = run.read_heartbeat()["time"]
     time.sleep(1.3)
     assert run.read_heartbeat()["time"] == stopped_at   # a stopped (or frozen) trainer beats no more
+
+
+def test_a_trainer_silent_past_the_bound_is_said_silent_since_its_last_sign_of_life():
+    now = 10_000.0
+    assert silent_since(beat(now, time=now - 25), now, GRACE) == now - 25
+    assert silent_since(beat(now, time=now - 15), now, GRACE) is None
+    # Compiling, loading data or saving: silent that long may be a busy main thread, up to BUSY_SECONDS.
+    for doing in ("compiling", "loading data", "saving the checkpoint"):
+        assert silent_since(beat(now, doing=doing, time=now - 600), now, GRACE) is None
+        assert silent_since(beat(now, doing=doing, time=now - BUSY_SECONDS - 1), now, GRACE) == now - BUSY_SECONDS - 1
+    # A status written after the last beat is a sign of life too; before any beat the trainer is starting.
+    assert silent_since(beat(now, time=now - 25), now, GRACE, heard_at=now - 5) is None
+    assert silent_since({}, now, GRACE, heard_at=now - 600) is None
+    assert silent_since({}, now, GRACE, heard_at=now - BUSY_SECONDS - 1) == now - BUSY_SECONDS - 1
+    assert silent_since({}, now, GRACE) is None   # never heard from: nothing to count from
+
+
+def test_a_stopped_heartbeat_reads_silent_once_the_bound_has_passed(tmp_path):
+    run = RunDir.create(TrainConfig(), str(tmp_path))
+    pulse = Heartbeat(run).start()
+    pulse.doing("training")
+    time.sleep(1.3)   # one beat from the thread, saying what the trainer does
+    pulse.stop()
+    last = run.read_heartbeat()
+    assert last["pid"] == os.getpid() and last["doing"] == "training"   # whose beat it is: the job checks
+    assert silent_since(last, time.time(), GRACE) is None
+    assert silent_since(last, last["time"] + GRACE + 1, GRACE) == last["time"]

@@ -105,3 +105,41 @@ def test_the_grid_route_serves_no_link_placed_in_the_grids_folder(runs_root, tmp
     client = _routes_of(LiveFeed(Job(runs_root)))
     assert client.get(f"/live/grid/{run.name}/1").status_code == 200
     assert client.get(f"/live/grid/{run.name}/2").status_code == 404
+
+
+def test_a_trainer_that_falls_silent_is_shown_to_every_viewer_once_and_again_once_heard(runs_root):
+    import os
+    import re
+    import time
+    from app.supervisor import STOP_ESCALATE_SECONDS
+    run = RunDir.create(TrainConfig(), runs_root)
+    # A live trainer (this process) whose last status and last beat are older than the Stop watchdog's bound.
+    run.write_status("running", "Training...", step=12, steps=100, saved_step=10, gan="dcgan", pid=os.getpid())
+    last = time.time() - STOP_ESCALATE_SECONDS - 10
+    with open(run.file("status.json")) as f:
+        written = json.load(f)
+    with open(run.file("status.json"), "w") as f:
+        json.dump({**written, "updated": last - 5}, f)
+
+    def beat(at, pid=os.getpid()):   # heartbeat.json as core/heartbeat.py's Heartbeat writes it
+        run.write_heartbeat({"time": at, "pid": pid, "doing": "training", "since": at - 60, "step": 12,
+                             "step_time": at, "step_seconds": 0.5, "compiled_at": 0.0})
+    beat(last)
+    feed = LiveFeed(Job(runs_root))
+    assert feed.refresh()
+    shown = message(feed.current.full)
+    assert shown["silent_since"] == last and feed.current.status["silent_since"] == last   # the page and /live/status
+    seconds = int(re.search(r"<b>Not answering for (\d+) s</b>", shown["status_html"]).group(1))
+    assert STOP_ESCALATE_SECONDS + 10 <= seconds <= STOP_ESCALATE_SECONDS + 15   # counted at render time
+    assert time.strftime("%H:%M:%S", time.localtime(last)) in shown["status_html"]
+    assert "The host can press Stop: the app ends a trainer that does not answer and keeps the last checkpoint " \
+           "(step 10)." in shown["status_html"]
+    assert not feed.refresh() and feed.renders == 1   # silent on: nothing more to render (the page counts)
+
+    beat(time.time())   # heard again: one more change, and the words go
+    assert feed.refresh() and feed.renders == 2
+    shown = message(feed.current.delta)
+    assert shown["silent_since"] is None and "Not answering" not in shown["status_html"]
+    # An earlier trainer's old beat (a resumed run) says nothing of this one, which is starting.
+    beat(last, pid=os.getpid() + 1)
+    assert not feed.refresh() and feed.current.status["silent_since"] is None
