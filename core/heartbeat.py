@@ -26,6 +26,9 @@ BUSY = ("starting", "loading data", "compiling", "saving the checkpoint", "measu
 # The first steps build the graphs and run them the first time: as busy as a compile. After them, a
 # step that takes this many times the run's usual step (or the grace, if longer) is not coming back.
 WARM_UP_STEPS = 3
+# What a trainer may do without beating for long: every other busy step beats from its own thread,
+# so silence there means a frozen process (the Stop watchdog ends it after its grace too).
+SILENT_WHILE = ("starting", "loading data", "compiling")
 STUCK_STEP_FACTOR = 10
 
 
@@ -128,7 +131,8 @@ def unanswered(beat: dict, now: float, asked_at: float, step_at_ask: int, grace:
 
 def silent_since(beat: dict, now: float, bound: float, heard_at: float = 0.0) -> float | None:
     """When the trainer was last heard from, if it has been silent longer than `bound` seconds
-    (longer than BUSY_SECONDS while it says it is compiling, loading data or saving), else None.
+    (longer than BUSY_SECONDS before its first beat, and while it says it is loading data or
+    compiling: a native decoder or compiler may hold the interpreter, and so its beat), else None.
 
     Heard from: its last beat, or `heard_at` (its last status write) if later: a trainer writes its
     status before its heartbeat starts. A beat of another trainer is no news of this one: pass {}.
@@ -137,5 +141,5 @@ def silent_since(beat: dict, now: float, bound: float, heard_at: float = 0.0) ->
     if not heard:
         return None
     # No beat yet: the trainer is starting (it writes its status before its heartbeat begins).
-    allowed = max(bound, BUSY_SECONDS) if beat.get("doing", "starting") in BUSY else bound
+    allowed = max(bound, BUSY_SECONDS) if beat.get("doing", "starting") in SILENT_WHILE else bound
     return heard if now - heard > allowed else None
