@@ -165,9 +165,11 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, stop_trainer_then_exit)
     signal.signal(signal.SIGINT, stop_trainer_then_exit)
+    from app.errors import refuse_malformed_calls
     from app.serving import close_slow_requests, write_cached_images_whole
     close_slow_requests()
     write_cached_images_whole()
+    refuse_malformed_calls(demo)
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
     quiet_queue_when_idle(demo)
     # ssr_mode=False: the page is rendered in the browser, as the live panel's script and the

@@ -8,6 +8,7 @@ is outside what the server may read: as any other app's files under /tmp would b
 from __future__ import annotations
 
 import os
+import re
 import struct
 import time
 import zipfile
@@ -201,3 +202,23 @@ def test_silent_and_half_sent_connections_are_closed_and_a_real_request_still_an
         sock.close()
     assert max(closed_after) < REQUEST_HEADERS_SECONDS + 10, closed_after
     assert min(closed_after) >= REQUEST_HEADERS_SECONDS - 2, closed_after   # not before their time
+
+
+# ==== issue 45: Gradio's upload route bounded; Gradio's own refusals one line ======================
+def test_calls_gradio_refuses_are_one_line_each_in_the_log_and_name_no_server_path(app):
+    """Too few values, a file without its `meta`, a NUL in a path, a path never uploaded: each
+    answered as the project's refusal, one line in the log, where Gradio printed a traceback."""
+    from tests.apphelpers import ROOT
+    meta = {"_type": "gradio.FileData"}
+    calls = [(("sample",), "/sample: it takes 4 values, the call sent 0"),
+             (("upload_dataset", {"path": "/etc/passwd"}, ""), "/upload_dataset: not a valid FileData"),
+             (("upload_dataset", {"path": "a\x00b", "meta": meta}, ""), "a NUL character"),
+             (("upload_dataset", {"path": "secret.zip", "meta": meta}, ""), "not uploaded to this server")]
+    for (api_name, *args), words in calls:
+        with pytest.raises(RuntimeError, match=re.escape(words)) as refused:
+            app.call(api_name, *args)
+        assert ROOT not in str(refused.value) and str(app.folder) not in str(refused.value), refused.value
+    log = app.read_log()
+    assert "Traceback" not in log, log[-3000:]
+    lines = [line for line in log.splitlines() if line.startswith("refused (Malformed call): ")]
+    assert len(lines) == len(calls) and all(words in " ".join(lines) for _, words in calls), lines
