@@ -541,6 +541,8 @@ class SampleTab:
         if len(weights) != 1 or len(metas) != 1 or len(paths) != 2:
             raise refused("Upload exactly two files: generator.safetensors and generator.json "
                           "(pickles such as .pt/.pth/.ckpt are never loaded).", title="Upload refused")
+        if not all(os.path.exists(p) for p in paths):   # an unused upload is removed after a while (app/serving.py)
+            raise refused("The uploaded files are no longer on the server: choose them again.", title="Upload refused")
         for path, limit in ((weights[0], MAX_WEIGHTS_MB * 2**20), (metas[0], MAX_META_BYTES)):
             if os.path.getsize(path) > limit:   # before hashing or copying anything big
                 raise refused(f"{os.path.basename(path)} is too large ({os.path.getsize(path):,} bytes; "
