@@ -82,14 +82,12 @@ def limit_malloc_arenas() -> None:
 def use_own_upload_folder() -> None:
     """Gradio keeps uploads in GRADIO_TEMP_DIR, by default `<temp>/gradio`, which every Gradio app
     on the machine shares and serves by path. Unless told otherwise, this app gets a folder of its
-    own, removed when it exits; each upload leaves it once checked (app/ui.py _forget_upload)."""
-    if os.environ.get("GRADIO_TEMP_DIR"):
-        return
-    import shutil
-    import tempfile
-    folder = tempfile.mkdtemp(prefix="blink-uploads-")
-    os.environ["GRADIO_TEMP_DIR"] = folder
-    atexit.register(shutil.rmtree, folder, True)   # True: ignore errors
+    own, removed when it exits (or, if it dies, when the next app starts); each upload leaves it
+    once checked (app/ui.py _forget_upload) or unused after a while (app/serving.py UploadLimits)."""
+    from app.serving import UPLOADS_FOLDER_PREFIX, app_temp_folder, remove_dead_apps_folders
+    remove_dead_apps_folders()     # a killed app's uploads and Sample files would stay for good
+    if not os.environ.get("GRADIO_TEMP_DIR"):
+        os.environ["GRADIO_TEMP_DIR"] = app_temp_folder(UPLOADS_FOLDER_PREFIX)
 
 
 def main() -> None:

@@ -24,7 +24,6 @@ trains.
 """
 from __future__ import annotations
 
-import atexit
 import collections
 import os
 import re
@@ -41,6 +40,7 @@ from app import sample_work, viewer_work
 from app.errors import refused
 from app.job import SHIPPED_GENERATOR
 from app.sample_work import N_DIRECTIONS
+from app.serving import SAMPLE_FOLDER_PREFIX, app_temp_folder
 from core.architecture import (MAX_META_BYTES, MAX_WEIGHTS_MB, GeneratorFileError, check_class, class_names,
                                grid_columns, read_spec)
 from core.rundir import FINAL_STATES, RunDir, generator_files
@@ -193,9 +193,9 @@ class OutputFolders:
 
     def _folder(self) -> str:
         # Returned files must live under tempfile.gettempdir() (or cwd) for Gradio to serve them.
+        # It names this app as its owner: if the app dies, the next one to start removes it.
         if self._root is None or not os.path.isdir(self._root):
-            self._root = tempfile.mkdtemp(prefix="blink-sample-")
-            atexit.register(shutil.rmtree, self._root, True)   # True: ignore errors
+            self._root = app_temp_folder(SAMPLE_FOLDER_PREFIX)
         return self._root
 
     def path(self, name: str) -> str:

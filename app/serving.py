@@ -15,14 +15,23 @@ keeps them until its cache is next cleaned. UploadLimits bounds it: the bytes it
 at once, the files one address may send in a while, and how long a copy waits to be used.
 
     demo.launch(..., app_kwargs={"middleware": [upload_limits(max_file_mb, trust_forwarded)]})
+
+The app's temp folders (its uploads, the Sample tab's files) name the process that made them, so
+the next app to start removes those of an app that died without cleaning up (a kill -9).
+
+    remove_dead_apps_folders()    # at start
+    app_temp_folder(UPLOADS_FOLDER_PREFIX)
 """
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -45,6 +54,8 @@ UPLOAD_WINDOW_SECONDS = 600.0
 # keeps it an hour): longer than an event waits in a busy queue, or a host takes between choosing
 # a generator's files and pressing Upload.
 UPLOAD_KEEP_SECONDS = 600.0
+# The file in each of the app's temp folders that names the process that made it.
+OWNER_FILE = "app.pid"
 
 
 def close_slow_requests() -> None:
@@ -284,3 +295,44 @@ def _remove_empty_folder(folder: str) -> None:
         os.rmdir(folder)
     except OSError:    # not empty (the same content under another name), or gone
         pass
+
+
+# ---- the app's temp folders -------------------------------------------------------------------------
+UPLOADS_FOLDER_PREFIX = "blink-uploads-"     # Gradio's uploads (GRADIO_TEMP_DIR), made by app.py
+SAMPLE_FOLDER_PREFIX = "blink-sample-"       # the Sample tab's returned files (app/sample_tab.py)
+
+
+def app_temp_folder(prefix: str) -> str:
+    """A new folder under the temp folder, naming this process as its owner, removed at exit."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    with open(os.path.join(folder, OWNER_FILE), "w") as f:
+        f.write(str(os.getpid()))
+    atexit.register(shutil.rmtree, folder, True)   # True: ignore errors
+    return folder
+
+
+def remove_dead_apps_folders() -> list[str]:
+    """Remove the temp folders (uploads, Sample tab files) of apps that died without removing
+    them; returns their paths. A folder whose owner is alive, or that names none (made by a version
+    of the app before owners were named, or still being made), is kept."""
+    from core.rundir import pid_alive
+    root, removed = tempfile.gettempdir(), []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        folder = os.path.join(root, name)
+        if not name.startswith((UPLOADS_FOLDER_PREFIX, SAMPLE_FOLDER_PREFIX)) or os.path.islink(folder):
+            continue
+        try:
+            if os.stat(folder).st_uid != os.getuid():
+                continue       # another user's app: not ours to judge
+            with open(os.path.join(folder, OWNER_FILE)) as f:
+                owner = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if not pid_alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
