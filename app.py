@@ -54,7 +54,8 @@ def room_host_key(host: str, share: bool) -> str:
     import secrets
     key = secrets.token_urlsafe(6)
     print(f"Host key: {key}  (this page is reachable by others: type the key on the page to start, stop, "
-          "pause or resume; everyone else watches. Set your own with --host-key or BLINK_HOST_KEY.)", flush=True)
+          "pause or resume; everyone else watches. Set your own with BLINK_HOST_KEY, or --host-key, which every "
+          "user of this machine can read in the process list.)", flush=True)
     return key
 
 
@@ -97,8 +98,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--share", action="store_true", help="public gradio.live link (needs internet)")
     parser.add_argument("--host-key", default=os.environ.get("BLINK_HOST_KEY", ""),
-                        help="only visitors who type this key may start/stop/pause/resume (env BLINK_HOST_KEY); "
-                             "everyone else watches")
+                        help="only visitors who type this key may start/stop/pause/resume; everyone else watches. "
+                             "Prefer env BLINK_HOST_KEY: every local user can read a command line")
     parser.add_argument("--keep-runs", type=int, default=int(os.environ.get("BLINK_KEEP_RUNS", "20")),
                         help="keep at most this many runs; older ones are deleted when a new run starts")
     parser.add_argument("--max-runs-mb", type=float, default=float(os.environ.get("BLINK_MAX_RUNS_MB", "2000")),
