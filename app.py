@@ -54,7 +54,8 @@ def room_host_key(host: str, share: bool) -> str:
     import secrets
     key = secrets.token_urlsafe(6)
     print(f"Host key: {key}  (this page is reachable by others: type the key on the page to start, stop, "
-          "pause or resume; everyone else watches. Set your own with --host-key or BLINK_HOST_KEY.)", flush=True)
+          "pause or resume; everyone else watches. Set your own with BLINK_HOST_KEY, or --host-key, which every "
+          "user of this machine can read in the process list.)", flush=True)
     return key
 
 
@@ -82,14 +83,12 @@ def limit_malloc_arenas() -> None:
 def use_own_upload_folder() -> None:
     """Gradio keeps uploads in GRADIO_TEMP_DIR, by default `<temp>/gradio`, which every Gradio app
     on the machine shares and serves by path. Unless told otherwise, this app gets a folder of its
-    own, removed when it exits; each upload leaves it once checked (app/ui.py _forget_upload)."""
-    if os.environ.get("GRADIO_TEMP_DIR"):
-        return
-    import shutil
-    import tempfile
-    folder = tempfile.mkdtemp(prefix="blink-uploads-")
-    os.environ["GRADIO_TEMP_DIR"] = folder
-    atexit.register(shutil.rmtree, folder, True)   # True: ignore errors
+    own, removed when it exits (or, if it dies, when the next app starts); each upload leaves it
+    once checked (app/ui.py _forget_upload) or unused after a while (app/serving.py UploadLimits)."""
+    from app.serving import UPLOADS_FOLDER_PREFIX, app_temp_folder, remove_dead_apps_folders
+    remove_dead_apps_folders()     # a killed app's uploads and Sample files would stay for good
+    if not os.environ.get("GRADIO_TEMP_DIR"):
+        os.environ["GRADIO_TEMP_DIR"] = app_temp_folder(UPLOADS_FOLDER_PREFIX)
 
 
 def main() -> None:
@@ -99,8 +98,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--share", action="store_true", help="public gradio.live link (needs internet)")
     parser.add_argument("--host-key", default=os.environ.get("BLINK_HOST_KEY", ""),
-                        help="only visitors who type this key may start/stop/pause/resume (env BLINK_HOST_KEY); "
-                             "everyone else watches")
+                        help="only visitors who type this key may start/stop/pause/resume; everyone else watches. "
+                             "Prefer env BLINK_HOST_KEY: every local user can read a command line")
     parser.add_argument("--keep-runs", type=int, default=int(os.environ.get("BLINK_KEEP_RUNS", "20")),
                         help="keep at most this many runs; older ones are deleted when a new run starts")
     parser.add_argument("--max-runs-mb", type=float, default=float(os.environ.get("BLINK_MAX_RUNS_MB", "2000")),
@@ -165,9 +164,12 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, stop_trainer_then_exit)
     signal.signal(signal.SIGINT, stop_trainer_then_exit)
-    from app.serving import close_slow_requests, write_cached_images_whole
+    from app.errors import refuse_malformed_calls
+    from app.serving import close_slow_requests, upload_limits, write_cached_images_whole
+    from app.ui import behind_proxy
     close_slow_requests()
     write_cached_images_whole()
+    refuse_malformed_calls(demo)
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
     quiet_queue_when_idle(demo)
     # ssr_mode=False: the page is rendered in the browser, as the live panel's script and the
@@ -175,7 +177,8 @@ def main() -> None:
     demo.launch(server_name=args.host, server_port=args.port, share=share, show_error=True, css=PAGE_CSS,
                 ssr_mode=False, state_session_capacity=int(os.environ.get("BLINK_SESSIONS", SESSIONS_KEPT)),
                 max_file_size=f"{TrainConfig.max_image_mb}mb",
-                app_kwargs={"routes": demo.blink_feed.routes()})   # the live view's push routes (/live/...)
+                app_kwargs={"routes": demo.blink_feed.routes(),   # the live view's push routes (/live/...)
+                            "middleware": [upload_limits(TrainConfig.max_image_mb, behind_proxy())]})
 
 
 if __name__ == "__main__":   # required: the spawned trainer re-imports the main module

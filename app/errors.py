@@ -1,6 +1,7 @@
 """Refusals: a message for the student, one line (not a traceback) in the server's terminal."""
 from __future__ import annotations
 
+import re
 import sys
 
 import gradio as gr
@@ -8,7 +9,13 @@ import gradio as gr
 
 def log_refusal(title: str, message: str) -> None:
     """A refused input is not a server fault: one line says what was refused."""
-    print(f"refused ({title}): {message}", file=sys.stderr, flush=True)
+    print(f"refused ({title}): {one_line(message)}", file=sys.stderr, flush=True)
+
+
+def one_line(text: str) -> str:
+    """text with its line breaks and other control characters escaped: a caller's words (a path it
+    sent) cannot start a line of their own in the log."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def refused(message: str, title: str = "Error") -> gr.Error:
@@ -72,3 +79,44 @@ def name_bad_values(demo: gr.Blocks) -> None:
             if isinstance(component, gr.components.Component) and not component.stateful \
                     and not hasattr(component, "is_template") and type(component) not in _checked_classes.values():
                 component.__class__ = _checked_class(type(component))
+
+
+# ---- a call Gradio itself refuses: one line, not its traceback --------------------------------------
+def malformed_call_reason(exc: BaseException) -> str | None:
+    """What was wrong with a call Gradio refused while reading its inputs, in words that name no
+    server path; None for an error that is not the caller's (its traceback stays)."""
+    import pydantic
+    from gradio.exceptions import InvalidPathError
+    if isinstance(exc, InvalidPathError):
+        # Gradio's message names the path made absolute: the server's working folder, for a relative one.
+        return "a file path that was not uploaded to this server (send files with the upload route first)"
+    if isinstance(exc, pydantic.ValidationError):
+        problem = exc.errors()[0].get("msg", "") if exc.errors() else ""
+        return f"not a valid {exc.title}: {problem.removeprefix('Value error, ').rstrip('.')}"
+    if isinstance(exc, ValueError):
+        counts = re.search(r"didn't receive enough input values \(needed: (\d+), got: (\d+)\)", str(exc))
+        if counts:
+            return f"it takes {counts[1]} values, the call sent {counts[2]}"
+        if "embedded null byte" in str(exc):
+            return "a file path with a NUL character"
+    return None
+
+
+def refuse_malformed_calls(demo: gr.Blocks) -> None:
+    """Gradio refuses a call that sends too few values, a file without its `meta`, or a path it
+    cannot take, then prints the whole traceback (gradio 6.31 queueing.py and routes.py call
+    traceback.print_exc(), no logger) as if the server had failed. Here they are the project's
+    refusal: the caller reads one line naming the endpoint, the log gets one line."""
+    preprocess_data = demo.preprocess_data
+
+    async def refusing_preprocess_data(block_fn, inputs, state, explicit_call: bool = False):
+        try:
+            return await preprocess_data(block_fn, inputs, state, explicit_call)
+        except gr.Error:
+            raise
+        except Exception as exc:
+            reason = malformed_call_reason(exc)
+            if reason is None:
+                raise
+            raise refused(f"/{block_fn.api_name or block_fn.name}: {reason}.", title="Malformed call") from None
+    demo.preprocess_data = refusing_preprocess_data

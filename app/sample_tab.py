@@ -24,7 +24,6 @@ trains.
 """
 from __future__ import annotations
 
-import atexit
 import collections
 import os
 import re
@@ -41,6 +40,7 @@ from app import sample_work, viewer_work
 from app.errors import refused
 from app.job import SHIPPED_GENERATOR
 from app.sample_work import N_DIRECTIONS
+from app.serving import SAMPLE_FOLDER_PREFIX, app_temp_folder
 from core.architecture import (MAX_META_BYTES, MAX_WEIGHTS_MB, GeneratorFileError, check_class, class_names,
                                grid_columns, read_spec)
 from core.rundir import FINAL_STATES, RunDir, generator_files
@@ -193,9 +193,9 @@ class OutputFolders:
 
     def _folder(self) -> str:
         # Returned files must live under tempfile.gettempdir() (or cwd) for Gradio to serve them.
+        # It names this app as its owner: if the app dies, the next one to start removes it.
         if self._root is None or not os.path.isdir(self._root):
-            self._root = tempfile.mkdtemp(prefix="blink-sample-")
-            atexit.register(shutil.rmtree, self._root, True)   # True: ignore errors
+            self._root = app_temp_folder(SAMPLE_FOLDER_PREFIX)
         return self._root
 
     def path(self, name: str) -> str:
@@ -541,6 +541,8 @@ class SampleTab:
         if len(weights) != 1 or len(metas) != 1 or len(paths) != 2:
             raise refused("Upload exactly two files: generator.safetensors and generator.json "
                           "(pickles such as .pt/.pth/.ckpt are never loaded).", title="Upload refused")
+        if not all(os.path.exists(p) for p in paths):   # an unused upload is removed after a while (app/serving.py)
+            raise refused("The uploaded files are no longer on the server: choose them again.", title="Upload refused")
         for path, limit in ((weights[0], MAX_WEIGHTS_MB * 2**20), (metas[0], MAX_META_BYTES)):
             if os.path.getsize(path) > limit:   # before hashing or copying anything big
                 raise refused(f"{os.path.basename(path)} is too large ({os.path.getsize(path):,} bytes; "

@@ -9,19 +9,53 @@ An image output is written into Gradio's cache whole, once (see write_cached_ima
 
     close_slow_requests()         # before demo.launch()
     write_cached_images_whole()
+
+Gradio's upload route (POST /gradio_api/upload) takes files from anyone, no key asked, and
+keeps them until its cache is next cleaned. UploadLimits bounds it: the bytes its copies may hold
+at once, the files one address may send in a while, and how long a copy waits to be used.
+
+    demo.launch(..., app_kwargs={"middleware": [upload_limits(max_file_mb, trust_forwarded)]})
+
+The app's temp folders (its uploads, the Sample tab's files) name the process that made them, so
+the next app to start removes those of an app that died without cleaning up (a kill -9).
+
+    remove_dead_apps_folders()    # at start
+    app_temp_folder(UPLOADS_FOLDER_PREFIX)
 """
 from __future__ import annotations
 
+import asyncio
+import atexit
 import collections
 import hashlib
+import json
 import os
+import shutil
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 REQUEST_HEADERS_SECONDS = 10.0
 KNOWN_IMAGES = 256      # image outputs remembered by their pixels (a few dozen bytes each)
+
+UPLOAD_ROUTE = "/gradio_api/upload"
+# Room for this many of the largest files the app takes (Gradio's max_file_size) on their way to
+# the handler that checks them: a host's dataset zip while someone else's generator arrives. A
+# copy leaves once checked (a zip) or after UPLOAD_KEEP_SECONDS, so more waits only for a flood.
+UPLOADS_AT_ONCE = 2
+# Files one address may send in UPLOAD_WINDOW_SECONDS: a host trying a few datasets and
+# generators, or a class behind one school address each sending one, fits; a script looping does not.
+UPLOAD_FILES_PER_CLIENT = 40
+UPLOAD_WINDOW_SECONDS = 600.0
+# How long Gradio's copy of an upload is kept for the event that uses it (Gradio's own cache
+# keeps it an hour): longer than an event waits in a busy queue, or a host takes between choosing
+# a generator's files and pressing Upload.
+UPLOAD_KEEP_SECONDS = 600.0
+# The file in each of the app's temp folders that names the process that made it.
+OWNER_FILE = "app.pid"
 
 
 def close_slow_requests() -> None:
@@ -106,3 +140,199 @@ def _touched(path: str) -> bool:
         return True
     except OSError:
         return False
+
+
+# ---- Gradio's upload route, bounded -----------------------------------------------------------------
+def upload_limits(max_file_mb: float, trust_forwarded: bool):
+    """The middleware for FastAPI's `middleware=` (Gradio's launch app_kwargs)."""
+    from starlette.middleware import Middleware
+    return Middleware(UploadLimits, max_bytes=int(UPLOADS_AT_ONCE * max_file_mb * 2**20),
+                      trust_forwarded=trust_forwarded)
+
+
+class UploadLimits:
+    """ASGI middleware in front of Gradio's upload route.
+
+    An upload is refused before a byte of it is read when its declared size (Content-Length)
+    does not fit beside the copies already held and the uploads in flight (413), or when its
+    address has sent UPLOAD_FILES_PER_CLIENT files in the last UPLOAD_WINDOW_SECONDS (429; the
+    files of an answer that would take it past are removed again). Each copy Gradio answers with is
+    removed UPLOAD_KEEP_SECONDS after its last upload (a handler that checks it may remove it
+    sooner: app/ui.py _forget_upload). A refusal is a short text and one line in the log."""
+
+    def __init__(self, app, max_bytes: int, trust_forwarded: bool = False):
+        self.app = app
+        self.max_bytes = max_bytes
+        self.trust_forwarded = trust_forwarded
+        self._in_flight = 0                                   # bytes declared by uploads being read
+        self._held: dict[str, tuple[int, float]] = {}         # copy -> (its size, when last uploaded)
+        self._sent: dict[str, collections.deque] = {}         # address -> (when, files) of its uploads
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].rstrip("/").endswith(UPLOAD_ROUTE):
+            return await self.app(scope, receive, send)
+        client, now = self._client(scope), time.monotonic()
+        if self._files_sent(client, now) >= UPLOAD_FILES_PER_CLIENT:
+            return await self._refuse(send, 429, self._too_many())
+        declared = _content_length(scope)
+        if declared is None:
+            return await self._refuse(send, 411, "Upload refused: an upload must state its size (Content-Length).")
+        held = self._held_bytes()
+        if held + self._in_flight + declared > self.max_bytes:
+            return await self._refuse(send, 413, self._too_big(declared, held + self._in_flight))
+        self._in_flight += declared
+        answer: list[dict] = []
+
+        async def keep(message) -> None:
+            answer.append(message)     # sent on by _answer, once the whole answer is known
+        try:
+            await self.app(scope, receive, keep)
+        finally:
+            self._in_flight -= declared
+        await self._answer(send, answer, client)
+
+    def _client(self, scope) -> str:
+        """The sender's address; behind a proxy the first of X-Forwarded-For, as the proxy says
+        (a client may forge it, so this bounds fair use; the byte cap holds for everyone)."""
+        if self.trust_forwarded:
+            for name, value in scope.get("headers", ()):
+                if name == b"x-forwarded-for" and value.split(b",")[0].strip():
+                    return value.split(b",")[0].strip().decode("latin-1")
+        return (scope.get("client") or ("?",))[0]
+
+    def _files_sent(self, client: str, now: float) -> int:
+        for address in list(self._sent):      # forget every address whose window has passed
+            sent = self._sent[address]
+            while sent and now - sent[0][0] > UPLOAD_WINDOW_SECONDS:
+                sent.popleft()
+            if not sent:
+                del self._sent[address]
+        return sum(files for _, files in self._sent.get(client, ()))
+
+    def _held_bytes(self) -> int:
+        """Bytes of the copies still there (a handler may have removed some)."""
+        for path in [p for p in self._held if not os.path.exists(p)]:
+            del self._held[path]
+            _remove_empty_folder(os.path.dirname(path))
+        return sum(size for size, _ in self._held.values())
+
+    async def _answer(self, send, answer: list[dict], client: str) -> None:
+        start = next((m for m in answer if m["type"] == "http.response.start"), None)
+        paths = _uploaded_paths(answer) if start is not None and start["status"] == 200 else []
+        now = time.monotonic()
+        if paths and self._files_sent(client, now) + len(paths) > UPLOAD_FILES_PER_CLIENT:
+            for path in paths:
+                if path not in self._held:     # not a copy another upload is still owed
+                    _remove_file(path)
+            return await self._refuse(send, 429, self._too_many())
+        if paths:
+            self._sent.setdefault(client, collections.deque()).append((now, len(paths)))
+            loop = asyncio.get_running_loop()
+            for path in paths:
+                try:
+                    self._held[path] = (os.path.getsize(path), now)
+                except OSError:
+                    continue
+                loop.call_later(UPLOAD_KEEP_SECONDS, self._expire, path, now)
+        for message in answer:
+            await send(message)
+
+    def _expire(self, path: str, uploaded: float) -> None:
+        held = self._held.get(path)
+        if held is not None and held[1] == uploaded:   # not uploaded again since (then its own timer runs)
+            del self._held[path]
+            _remove_file(path)
+
+    def _too_many(self) -> str:
+        return (f"Upload refused: at most {UPLOAD_FILES_PER_CLIENT} files per address every "
+                f"{UPLOAD_WINDOW_SECONDS / 60:.0f} minutes. Try again later.")
+
+    def _too_big(self, declared: int, used: int) -> str:
+        cap_mb = self.max_bytes / 2**20
+        if declared > self.max_bytes:
+            return f"Upload refused: larger than the {cap_mb:.0f} MB this server takes at once."
+        return (f"Upload refused: this server holds at most {cap_mb:.0f} MB of uploads waiting to be used "
+                f"({used / 2**20:.0f} MB now). Try again in a few minutes.")
+
+    @staticmethod
+    async def _refuse(send, status: int, text: str) -> None:
+        from app.errors import log_refusal
+        log_refusal(f"upload, HTTP {status}", text)
+        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
+        if status == 429:
+            headers.append((b"retry-after", str(int(UPLOAD_WINDOW_SECONDS)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": text.encode()})
+
+
+def _content_length(scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _uploaded_paths(answer: list[dict]) -> list[str]:
+    """The copies Gradio's upload route answered with (a JSON list of their paths)."""
+    try:
+        paths = json.loads(b"".join(m.get("body", b"") for m in answer if m["type"] == "http.response.body"))
+    except ValueError:
+        return []
+    return [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
+
+
+def _remove_file(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        return
+    _remove_empty_folder(os.path.dirname(path))
+
+
+def _remove_empty_folder(folder: str) -> None:
+    """Gradio keeps each upload in a folder of its own, named by its content."""
+    try:
+        os.rmdir(folder)
+    except OSError:    # not empty (the same content under another name), or gone
+        pass
+
+
+# ---- the app's temp folders -------------------------------------------------------------------------
+UPLOADS_FOLDER_PREFIX = "blink-uploads-"     # Gradio's uploads (GRADIO_TEMP_DIR), made by app.py
+SAMPLE_FOLDER_PREFIX = "blink-sample-"       # the Sample tab's returned files (app/sample_tab.py)
+
+
+def app_temp_folder(prefix: str) -> str:
+    """A new folder under the temp folder, naming this process as its owner, removed at exit."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    with open(os.path.join(folder, OWNER_FILE), "w") as f:
+        f.write(str(os.getpid()))
+    atexit.register(shutil.rmtree, folder, True)   # True: ignore errors
+    return folder
+
+
+def remove_dead_apps_folders() -> list[str]:
+    """Remove the temp folders (uploads, Sample tab files) of apps that died without removing
+    them; returns their paths. A folder whose owner is alive, or that names none (made by a version
+    of the app before owners were named, or still being made), is kept."""
+    from core.rundir import pid_alive
+    root, removed = tempfile.gettempdir(), []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        folder = os.path.join(root, name)
+        if not name.startswith((UPLOADS_FOLDER_PREFIX, SAMPLE_FOLDER_PREFIX)) or os.path.islink(folder):
+            continue
+        try:
+            if os.stat(folder).st_uid != os.getuid():
+                continue       # another user's app: not ours to judge
+            with open(os.path.join(folder, OWNER_FILE)) as f:
+                owner = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if not pid_alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed

@@ -164,18 +164,35 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
     """One app with a small uploads cap and a temp folder of its own: uploaded datasets are evicted
     least recently used, never a kept run's zip, and only for the host (anyone else's upload must
     fit); the Sample tab's files are bounded, the one uploaded generator in use is kept, and all
-    of them go when the app exits."""
+    of them go when the app exits. The folders an app killed with SIGKILL left go when the next
+    app starts; a live app's stay."""
     from gradio_client import handle_file
     from app.sample_tab import KEEP_OUTPUTS, MAX_OUTPUTS
+    from app.serving import OWNER_FILE
     zips = [_zip_of_noise(tmp_path / f"set{i}.zip", seed=i) for i in range(6)]
     cap_mb = 2.5 * max(os.path.getsize(z) for z in zips) / 2**20    # room for two and a half of them
     runs, data_dir, temp = tmp_path / "runs", tmp_path / "data", tmp_path / "tmp"
     runs.mkdir()
     temp.mkdir()
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    others = {}                    # another app's folders: one that died (a pid no longer running), one alive (this test)
+    for owner, pid in (("dead", ended.pid), ("live", os.getpid())):
+        for kind in ("uploads", "sample"):
+            folder = others[owner, kind] = temp / f"blink-{kind}-{owner}"
+            (folder / "abc").mkdir(parents=True)
+            (folder / "abc" / "left.zip").write_bytes(b"x" * 1000)
+            (folder / OWNER_FILE).write_text(str(pid))
     key = "host"
     app = RunningApp(str(runs), env={"BLINK_DATA_DIR": str(data_dir), "BLINK_UPLOADS_MB": str(cap_mb),
                                      "TMPDIR": str(temp), "BLINK_HOST_KEY": key}).wait_ready()
+
+    def own(kind: str):
+        (folder,) = [f for f in temp.glob(f"blink-{kind}-*") if (f / OWNER_FILE).read_text() == str(app.process.pid)]
+        return folder
     try:
+        assert not others["dead", "uploads"].exists() and not others["dead", "sample"].exists()
+        assert (others["live", "uploads"] / "abc" / "left.zip").exists() and (others["live", "sample"] / "abc").exists()
         client = app.client()
         _, first, _ = client.predict(handle_file(zips[0]), key, api_name="/upload_dataset")
         client.predict("folder", first, "dcgan", "fast", 8, "fp32", "cpu", 5, key=key, api_name="/start")
@@ -188,7 +205,7 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
         assert "uploads folder is full" in note and "ask the host" in note, note
         # Gradio's uploads went to a folder of the app's own (not the machine's <temp>/gradio), and
         # each left it once checked.
-        (own_uploads,) = temp.glob("blink-uploads-*")
+        own_uploads = own("uploads")
         assert not (temp / "gradio").exists()
         assert not [f for f in own_uploads.rglob("*.zip")], list(own_uploads.rglob("*"))
 
@@ -204,8 +221,8 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
         for meta_path in (os.path.join(shipped, "generator.json"), str(other / "generator.json")):
             client.predict([handle_file(os.path.join(shipped, "generator.safetensors")), handle_file(meta_path)],
                            key, api_name="/upload_generator")
-        (root,) = temp.glob("blink-sample-*")
-        outputs = [p for p in root.iterdir() if p.name != "uploaded"]
+        root = own("sample")
+        outputs = [p for p in root.iterdir() if p.is_dir() and p.name != "uploaded"]
         # All made within the serving time, so all still there for a slow viewer; the count and
         # age limits themselves: tests/unit/test_sample_handlers.py.
         assert KEEP_OUTPUTS < len(outputs) == 2 * (KEEP_OUTPUTS // 2 + 2) <= MAX_OUTPUTS, outputs
@@ -215,7 +232,7 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
     stored = sorted(os.listdir(data_dir / "uploads"))
     # The oldest upload stays (the kept run trained on it), the newest stays, the ones between go.
     assert stored == sorted(p.removeprefix("upload:") for p in (first, kept[-1])), stored
-    assert list(temp.glob("blink-sample-*")) == [] and list(temp.glob("blink-uploads-*")) == []
+    assert sorted(temp.glob("blink-*")) == sorted([others["live", "sample"], others["live", "uploads"]])
 
 
 def test_a_test_process_killed_half_way_leaves_no_app_behind(tmp_path):

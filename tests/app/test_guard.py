@@ -7,7 +7,9 @@ is outside what the server may read: as any other app's files under /tmp would b
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import struct
 import time
 import zipfile
@@ -201,3 +203,85 @@ def test_silent_and_half_sent_connections_are_closed_and_a_real_request_still_an
         sock.close()
     assert max(closed_after) < REQUEST_HEADERS_SECONDS + 10, closed_after
     assert min(closed_after) >= REQUEST_HEADERS_SECONDS - 2, closed_after   # not before their time
+
+
+# ==== issue 45: Gradio's upload route bounded; Gradio's own refusals one line ======================
+def _upload(app, files, source: str = "127.0.0.1", declared: int | None = None) -> tuple[int, str]:
+    """POST files to Gradio's upload route as a page does (one multipart request) from `source`, a
+    loopback address of this machine; (status, text). declared: the size to state instead, the
+    body then never sent (what a server that reads no byte of a refused upload answers anyway)."""
+    import http.client
+    import uuid
+    boundary = uuid.uuid4().hex
+    body = b"".join(f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
+                    f"Content-Type: application/octet-stream\r\n\r\n".encode() + content + b"\r\n"
+                    for name, content in files) + f"--{boundary}--\r\n".encode()
+    connection = http.client.HTTPConnection("127.0.0.1", app.port, timeout=60, source_address=(source, 0))
+    try:
+        connection.putrequest("POST", "/gradio_api/upload")
+        connection.putheader("Content-Type", f"multipart/form-data; boundary={boundary}")
+        connection.putheader("Content-Length", str(len(body) if declared is None else declared))
+        connection.endheaders()
+        if declared is None:
+            connection.send(body)
+        answer = connection.getresponse()
+        return answer.status, answer.read().decode()
+    finally:
+        connection.close()
+
+
+def _held(folder) -> dict[str, int]:
+    return {str(p): p.stat().st_size for p in folder.rglob("*") if p.is_file()}
+
+
+def test_an_upload_that_does_not_fit_beside_the_copies_held_is_refused_before_a_byte_is_read(app):
+    from app.serving import UPLOADS_AT_ONCE
+    cap = UPLOADS_AT_ONCE * TrainConfig.max_image_mb * 2**20
+    uploads = app.folder / "gradio"
+    status, text = _upload(app, [("held.bin", os.urandom(50_000))])
+    assert status == 200, text
+    (copy,) = json.loads(text)
+    assert os.path.getsize(copy) == 50_000
+    before = _held(uploads)
+    for declared in (cap + 1, cap - 50_000 + 1):        # too big alone; too big beside the copy held
+        status, text = _upload(app, [], declared=declared)
+        assert status == 413 and text.startswith("Upload refused") and f"{cap // 2**20} MB" in text, text
+        assert str(uploads) not in text
+    assert _held(uploads) == before                       # nothing of them written
+    assert sum(before.values()) <= cap
+    log = app.read_log()
+    assert log.count("refused (upload, HTTP 413): Upload refused") == 2 and "Traceback" not in log, log[-3000:]
+
+
+def test_an_address_that_sent_its_share_of_files_is_refused_and_its_files_not_kept(app):
+    from app.serving import UPLOAD_FILES_PER_CLIENT
+    uploads, flood = app.folder / "gradio", "127.0.0.2"     # an address of its own: other tests' uploads do not count
+    status, text = _upload(app, [(f"flood-{i}.bin", b"%d" % i) for i in range(UPLOAD_FILES_PER_CLIENT + 1)], flood)
+    assert status == 429 and f"at most {UPLOAD_FILES_PER_CLIENT} files per address" in text, text
+    assert not list(uploads.rglob("flood-*.bin"))          # the ones Gradio wrote were removed again
+    for i in range(UPLOAD_FILES_PER_CLIENT):               # one at a time, its share is taken
+        status, text = _upload(app, [(f"one-{i}.bin", b"one %d" % i)], flood)
+        assert status == 200, (i, text)
+    status, text = _upload(app, [("one-more.bin", b"one more")], flood)
+    assert status == 429 and "Try again later" in text, text
+    assert not list(uploads.rglob("one-more.bin"))
+    assert _upload(app, [("another-address.bin", b"z")])[0] == 200     # 127.0.0.1 still uploads
+
+
+def test_calls_gradio_refuses_are_one_line_each_in_the_log_and_name_no_server_path(app):
+    """Too few values, a file without its `meta`, a NUL in a path, a path never uploaded: each
+    answered as the project's refusal, one line in the log, where Gradio printed a traceback."""
+    from tests.apphelpers import ROOT
+    meta = {"_type": "gradio.FileData"}
+    calls = [(("sample",), "/sample: it takes 4 values, the call sent 0"),
+             (("upload_dataset", {"path": "/etc/passwd"}, ""), "/upload_dataset: not a valid FileData"),
+             (("upload_dataset", {"path": "a\x00b", "meta": meta}, ""), "a NUL character"),
+             (("upload_dataset", {"path": "secret.zip", "meta": meta}, ""), "not uploaded to this server")]
+    for (api_name, *args), words in calls:
+        with pytest.raises(RuntimeError, match=re.escape(words)) as refused:
+            app.call(api_name, *args)
+        assert ROOT not in str(refused.value) and str(app.folder) not in str(refused.value), refused.value
+    log = app.read_log()
+    assert "Traceback" not in log, log[-3000:]
+    lines = [line for line in log.splitlines() if line.startswith("refused (Malformed call): ")]
+    assert len(lines) == len(calls) and all(words in " ".join(lines) for _, words in calls), lines
