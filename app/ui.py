@@ -561,7 +561,9 @@ class TrainTab:
                            self.data_path]
         # A typed path counts once submitted (as for the dataset's note), not at each keystroke.
         triggers = [blocks.load, self.data_path.submit] + [c.change for c in estimate_inputs[:-1]]
-        gr.on(triggers, self.estimate, estimate_inputs, self.estimate_text,
+        # always_last: a slow estimate (a dataset's first look can probe the network) never lands
+        # after the one for the settings changed since.
+        gr.on(triggers, self.estimate, estimate_inputs, self.estimate_text, trigger_mode="always_last",
               api_visibility="private", show_progress="hidden")
         # The live panel says "stopping..." / "pausing..." on the click (live.js); refused, it says the run's status again.
         status_again = "() => document.querySelector('#live .live').dispatchEvent(new Event('blink-refused'))"

@@ -137,9 +137,13 @@ def silent_since(beat: dict, now: float, bound: float, heard_at: float = 0.0) ->
     Heard from: its last beat, or `heard_at` (its last status write) if later: a trainer writes its
     status before its heartbeat starts. A beat of another trainer is no news of this one: pass {}.
     Never heard from at all (no beat, heard_at 0): None, as nothing says when to start counting."""
-    heard = max(beat.get("time", 0.0), heard_at)
+    beat_time = beat.get("time", 0.0)
+    heard = max(beat_time, heard_at)
     if not heard:
         return None
-    # No beat yet: the trainer is starting (it writes its status before its heartbeat begins).
-    allowed = max(bound, BUSY_SECONDS) if beat.get("doing", "starting") in SILENT_WHILE else bound
+    # No beat yet: the trainer is starting (it writes its status before its heartbeat begins). A beat
+    # older than its last status write tells what it did before that write, not now (a trainer
+    # frozen in its first second still has only its "starting" beat).
+    doing = "starting" if not beat else "" if heard_at > beat_time else beat.get("doing", "starting")
+    allowed = max(bound, BUSY_SECONDS) if doing in SILENT_WHILE else bound
     return heard if now - heard > allowed else None

@@ -80,6 +80,8 @@ def test_a_trainer_silent_past_the_bound_is_said_silent_since_its_last_sign_of_l
         assert silent_since(beat(now, doing=doing, time=now - BUSY_SECONDS - 1), now, GRACE) == now - BUSY_SECONDS - 1
     # Saving beats from the heartbeat's own thread: silent there is frozen, as the Stop watchdog sees it.
     assert silent_since(beat(now, doing="saving the checkpoint", time=now - 25), now, GRACE) == now - 25
+    # A status written after a "starting" beat: the trainer has moved on, and is silent past the bound.
+    assert silent_since(beat(now, doing="starting", time=now - 30), now, GRACE, heard_at=now - 25) == now - 25
     # A status written after the last beat is a sign of life too; before any beat the trainer is starting.
     assert silent_since(beat(now, time=now - 25), now, GRACE, heard_at=now - 5) is None
     assert silent_since({}, now, GRACE, heard_at=now - 600) is None
