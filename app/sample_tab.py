@@ -86,10 +86,11 @@ if (!window.blinkEnterSetsSlider) {
 """
 
 
-def _work(fn, *args, title: str | None = None):
-    """sample_work's fn(*args) as viewer work (behind the trainer); its refusals as the page's."""
+def _work(fn, *args, title: str | None = None, host: bool = False):
+    """sample_work's fn(*args) as viewer work (behind the trainer; `host`: the host's, ahead of every
+    viewer's); its refusals as the page's."""
     try:
-        return viewer_work.run(fn, *args)
+        return (viewer_work.run_for_host if host else viewer_work.run)(fn, *args)
     except sample_work.SampleError as exc:
         raise refused(str(exc), title=title or exc.title)
 
@@ -176,6 +177,10 @@ def first_checkpoint(run: RunDir) -> str:
 KEEP_OUTPUTS = 16
 MAX_OUTPUTS = 64
 SERVE_SECONDS = 120.0
+# The events that make a file in the heavy lane (zips, GIFs, neighbours, the timelapse, the
+# generator's copies): one Gradio concurrency group, larger than the lane holds, so that every
+# request reaches the lane's bound and deadline (app/viewer_work.py, FILE_REQUESTS_AT_ONCE).
+FILE_EVENT = dict(concurrency_id="viewer-files", concurrency_limit=viewer_work.FILE_REQUESTS_AT_ONCE)
 
 
 class OutputFolders:
@@ -548,9 +553,9 @@ class SampleTab:
                 raise refused(f"{os.path.basename(path)} is too large ({os.path.getsize(path):,} bytes; "
                               f"limit {limit:,}).", title="Upload refused")
         # Every check before the upload replaces the one in use; then the kept copy is loaded.
-        digest = _work(sample_work.check_upload, weights[0], metas[0], title="Upload refused")
+        digest = _work(sample_work.check_upload, weights[0], metas[0], title="Upload refused", host=True)
         kept = self.outputs.upload_folder(digest)
-        spec = _work(sample_work.install_generator, weights[0], metas[0], kept)
+        spec = _work(sample_work.install_generator, weights[0], metas[0], kept, host=True)
         with self.upload_lock:
             self.upload_dir, self.upload_base = kept, self.generator_dir()
         return (f"Using the uploaded generator ({spec['channels']}x{spec['resolution']}x{spec['resolution']}, "
@@ -633,7 +638,7 @@ class SampleTab:
         self.count.release(self.sample, self.sample_inputs, [self.grid, self.caption], api_visibility="private",
                            trigger_mode="always_last")
         self._name_generator(zip_button.click(self.download_samples, self.sample_inputs, [samples_zip, zip_made_by],
-                                              api_name="download_samples"), zip_made_by, samples_zip)
+                                              api_name="download_samples", **FILE_EVENT), zip_made_by, samples_zip)
 
     def _render_interpolation(self) -> None:
         with gr.Accordion("Interpolate between two seeds", open=True, elem_classes=["sample-section"]):
@@ -662,7 +667,7 @@ class SampleTab:
                                                  api_visibility="private", trigger_mode="always_last"),
                              strip_made_by, strip)
         self._name_generator(gif_button.click(self.interpolation_gif, inputs, [gif_preview, gif_file, gif_made_by],
-                                              api_name="interpolation_gif"), gif_made_by, gif_preview, gif_file)
+                                              api_name="interpolation_gif", **FILE_EVENT), gif_made_by, gif_preview, gif_file)
 
     def _render_directions(self) -> None:
         with gr.Accordion("Directions, truncation and nearest real images", open=True, elem_classes=["sample-section"]):
@@ -697,7 +702,7 @@ class SampleTab:
         reset_button.click(lambda: [0.0] * N_DIRECTIONS, None, sliders, api_visibility="private").then(
             self.explore, inputs, outputs, api_visibility="private")
         neighbours_button.click(self.neighbours, [self.view, explore_seed, psi, k, *sliders],
-                                [neighbour_strip, neighbour_caption], api_name="neighbours")
+                                [neighbour_strip, neighbour_caption], api_name="neighbours", **FILE_EVENT)
 
     def _render_timelapse(self) -> None:
         with gr.Accordion("Training timelapse", open=False, elem_classes=["sample-section"]):
@@ -716,7 +721,7 @@ class SampleTab:
 
         timelapse_button.click(self.timelapse, self.view,
                                [self.timelapse_gif, self.step_slider, self.step_grid, self.timelapse_caption],
-                               api_name="timelapse")
+                               api_name="timelapse", **FILE_EVENT)
         self.step_slider.release(self.grid_at, [self.view, self.step_slider], [self.step_grid, self.timelapse_caption],
                                  api_name="grid_at", trigger_mode="always_last")
 
@@ -737,6 +742,6 @@ class SampleTab:
 
         files_made_by = gr.State("")
         self._name_generator(download_button.click(self.download_generator, self.view, [files, files_made_by],
-                                                   api_name="download_generator"), files_made_by, files)
+                                                   api_name="download_generator", **FILE_EVENT), files_made_by, files)
         upload_button.click(self.upload_generator, [uploaded, generator_key], upload_status, api_name="upload_generator")
         back_button.click(self.use_run_generator, generator_key, upload_status, api_name="use_run_generator")

@@ -17,10 +17,13 @@ values; it may keep module-level caches, which live in the worker. Two workers, 
 a student's look at the generator never waits behind a file being made (bench/README.md,
 "Viewer work beside training"): the quick lane (samples, strips, directions, grids of the run,
 the dataset preview) at nice 10, a sample back quickly beside a training run; the heavy
-lane (zips, GIFs, neighbours, timelapses, uploads) at nice 19 and, while a run trains, resting between requests, so
-that it takes at most HEAVY_SHARE of a core however many ask. In each lane requests take turns,
-so their memory is one request's however many viewers ask; more than MAX_WAITING waiting are told
-at once to try again. After each request a worker hands freed heap back to the system
+lane (zips, GIFs, neighbours, timelapses, a viewer's upload) at nice 19 and, while a run trains, resting between
+requests, so that it takes at most HEAVY_SHARE of a core however many ask. In each lane requests take turns,
+so their memory is one request's however many viewers ask. Every viewer's request has a bound and a
+deadline: beyond its lane's bound of waiting requests it is told at once that the lane is busy, and
+one that waits longer than MAX_WAIT_SECONDS is told so then; one whose client has gone is dropped
+before it runs. The host's work (`run_for_host`: an upload's check, a generator switch) goes to the
+head of the quick lane, never behind a viewer's file. After each request a worker hands freed heap back to the system
 (malloc_trim): glibc otherwise keeps the peak of every decoded batch. A worker takes its imports
 at the app's own priority, before it lowers its own (at nice 19 beside a busy trainer they took
 minutes), and the quick lane's starts with the app (warm_up).
@@ -56,9 +59,23 @@ PARENT_CHECK_SECONDS = 1.0
 # What a student waits on: a look at the generator or the dataset. Everything else is heavy.
 QUICK_WORK = {"sample_grid", "interpolation_strip", "explored_image", "read_png", "preview",
               "check_data_path"}
-# Requests waiting in a lane beyond this are refused at once, with words, rather than queued for
-# minutes: a room's worth of samples still waits.
+# Requests waiting in a lane beyond these are refused at once, with words, rather than queued for
+# minutes. The quick lane: a room's worth of samples still waits. The heavy lane makes a file at a
+# time and, beside a run, rests for most of each second: more than a few waiting would not be made
+# within MAX_WAIT_SECONDS (bench/README.md, "A room's files").
 MAX_WAITING = int(os.environ.get("BLINK_VIEWER_QUEUE", "24"))
+MAX_FILES_WAITING = int(os.environ.get("BLINK_VIEWER_FILES_QUEUE", "8"))
+# The longest a viewer's request waits for its turn before it is told, in words, to try again: a
+# student still watching a spinner after half a minute presses again (and then waits twice), and
+# one told "busy" knows to come back. The time its turn then takes comes on top: one request's.
+MAX_WAIT_SECONDS = 30.0
+# The Sample tab's file events (app/sample_tab.py) share one Gradio concurrency group of this size:
+# more than the heavy lane holds (the one it makes, those waiting), so that every request beyond
+# them reaches the lane and is refused at once. Gradio's own limit, below the lane's bound, kept
+# the rest in Gradio's queue, unseen by the lane and never refused.
+FILE_REQUESTS_AT_ONCE = MAX_FILES_WAITING + 4
+# How often a waiting request looks whether its client is still there.
+GONE_CHECK_SECONDS = 0.5
 
 _pools: dict[bool, ProcessPoolExecutor] = {}   # by quick
 _pool_lock = threading.Lock()
@@ -68,27 +85,45 @@ class _Turns:
     """A lane's requests, one in its worker at a time, in the order they came; between turns, while a
     run trains (rest_while), the lane rests in proportion to the CPU its last request took, so that
     it takes at most `share` of a core however many ask. (The pool's own queue would take them all
-    at once, and no rest.)"""
+    at once, and no rest.) More than `most_waiting` waiting: a request is refused at once."""
 
-    def __init__(self, share: float = 1.0):
+    def __init__(self, share: float = 1.0, most_waiting: int = MAX_WAITING):
         self.share = share
+        self.most_waiting = most_waiting
         self._changed = threading.Condition()
         self._waiting: collections.deque[int] = collections.deque()
         self._tickets = itertools.count()
         self._serving: int | None = None
         self._rest_until = 0.0
 
-    def take(self) -> None:
-        """Wait for this request's turn. Raises Busy when MAX_WAITING requests already wait."""
+    def take(self, first: bool = False, wait_at_most: float | None = None, gone=None) -> None:
+        """Wait for this request's turn. Raises Busy when the lane already holds `most_waiting`
+        requests, or when the turn has not come within `wait_at_most` seconds; Gone once `gone()`
+        says its client left. `first`: the host's request, at the head of the line and never refused."""
         with self._changed:
-            if len(self._waiting) >= MAX_WAITING:
-                raise Busy(len(self._waiting))
+            if not first and len(self._waiting) >= self.most_waiting:
+                raise Busy(self._ahead(len(self._waiting)))
             ticket = next(self._tickets)
-            self._waiting.append(ticket)
+            (self._waiting.appendleft if first else self._waiting.append)(ticket)
+            deadline = None if wait_at_most is None else time.monotonic() + wait_at_most
             self._hand_on()
             while self._serving != ticket:
-                self._changed.wait(max(self._rest_until - time.monotonic(), 0.0) or None)
+                now = time.monotonic()
+                if gone is not None and gone():
+                    self._waiting.remove(ticket)
+                    raise Gone()
+                if deadline is not None and now >= deadline:
+                    ahead = self._ahead(self._waiting.index(ticket))
+                    self._waiting.remove(ticket)
+                    raise Busy(ahead)
+                wake = [t - now for t in (self._rest_until, deadline) if t is not None and t > now]
+                if gone is not None:
+                    wake.append(GONE_CHECK_SECONDS)
+                self._changed.wait(min(wake) if wake else None)
                 self._hand_on()
+        if gone is not None and gone():   # it left while its turn came: the turn goes on at once
+            self.done()
+            raise Gone()
 
     def done(self, cpu_seconds: float = 0.0) -> None:
         """The request's turn is over; it took `cpu_seconds` of the worker's CPU."""
@@ -99,6 +134,10 @@ class _Turns:
             self._hand_on()
             self._changed.notify_all()   # resting: the waiters wait out the rest, then hand on
 
+    def _ahead(self, waiting_ahead: int) -> int:
+        """How many requests are ahead of one with `waiting_ahead` waiting before it: those, and the one served."""
+        return waiting_ahead + (self._serving is not None)
+
     def _hand_on(self) -> None:
         if self._serving is None and self._waiting and time.monotonic() >= self._rest_until:
             self._serving = self._waiting.popleft()
@@ -106,10 +145,14 @@ class _Turns:
 
 
 class Busy(Exception):
-    """Too many viewers' requests are waiting for the worker."""
+    """Too many viewers' requests are waiting for the worker; args[0]: how many are ahead."""
 
 
-_turns = {True: _Turns(), False: _Turns(HEAVY_SHARE)}   # by quick
+class Gone(Exception):
+    """The client of a waiting request left: nobody would receive what it made."""
+
+
+_turns = {True: _Turns(), False: _Turns(HEAVY_SHARE, MAX_FILES_WAITING)}   # by quick
 _training = lambda: True   # noqa: E731  (rest_while sets it)
 
 
@@ -188,20 +231,62 @@ def shutdown() -> None:
 
 
 def run(fn, *args):
-    """fn(*args) in its lane's viewer-work process, in its turn; its result, or its error raised here."""
+    """fn(*args) for a viewer, in its lane's viewer-work process and in its turn: its result, or its
+    error raised here; refused in words when the lane is busy or the wait too long."""
     from app.errors import refused   # here, not at the top: the workers import this module, never Gradio
     quick = fn.__name__ in QUICK_WORK
+    maker = "sampler" if quick else "file maker"
     try:
-        _turns[quick].take()
-    except Busy as busy:   # before waiting: refused at once
-        raise refused(f"The sampler is busy: {busy.args[0]} requests from this room are ahead of yours. "
-                      "Try again in a few seconds.", title="Busy") from None
+        _turns[quick].take(wait_at_most=MAX_WAIT_SECONDS, gone=_client_gone())
+    except Busy as busy:
+        raise refused(f"The {maker} is busy: {busy.args[0]} requests from this room are ahead of yours; "
+                      f"try again in {'a few seconds' if quick else 'a minute'}.", title="Busy") from None
+    except Gone:
+        raise refused(f"The page that asked for {fn.__name__} left before its turn: nothing was made.",
+                      title="Dropped") from None
+    return _in_turn(quick, fn, args, refused)
+
+
+def run_for_host(fn, *args):
+    """The host's fn(*args) (an upload's check, a generator switch): at the head of the quick lane's
+    turns, so it waits for one look at most, never for a viewer's file.
+
+    The quick lane, not a lane of its own: a third worker would hold a third copy of torch for a
+    request a host makes a few times a class, and its first would wait for its imports; the quick
+    lane's worker is already warm (warm_up), at a priority a waiting host deserves, and it does not
+    rest. Not the head of the heavy lane: there the host would still wait for the file being made,
+    slow at nice 19 beside a run, and for the lane's rest after it. A host's check takes seconds
+    at most, which students' looks then wait: rarely, and once."""
+    from app.errors import refused
+    _turns[True].take(first=True)
+    return _in_turn(True, fn, args, refused)
+
+
+def _in_turn(quick: bool, fn, args, refused):
     cpu_seconds = 0.0
     try:
         result, cpu_seconds = _run_now(quick, fn, args, refused)
         return result
     finally:
         _turns[quick].done(cpu_seconds)
+
+
+def _client_gone():
+    """For the Gradio event this thread serves: a check whether its client has left; None outside one.
+
+    Gradio 6.31 marks an event `alive = False` when its client's event stream closes (a closed tab,
+    a script that gave up: Queue.clean_events, from routes.py's sse_stream), and then sends it
+    nothing more, but lets a running handler run on. `gr.Request.request.is_disconnected()` cannot
+    tell: that request is the one that queued the event, answered long before the handler runs. So
+    the event is found as Gradio's own gr.Info finds it (helpers.log_message): the event id and the
+    Blocks its handler thread runs for."""
+    from gradio.context import LocalContext
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    events = getattr(getattr(blocks, "_queue", None), "event_ids_to_events", None)
+    event = events.get(event_id) if events is not None and event_id else None
+    if event is None or not hasattr(event, "alive"):
+        return None
+    return lambda: not event.alive
 
 
 def _run_now(quick: bool, fn, args, refused):

@@ -285,3 +285,81 @@ def test_calls_gradio_refuses_are_one_line_each_in_the_log_and_name_no_server_pa
     assert "Traceback" not in log, log[-3000:]
     lines = [line for line in log.splitlines() if line.startswith("refused (Malformed call): ")]
     assert len(lines) == len(calls) and all(words in " ".join(lines) for _, words in calls), lines
+
+
+# ==== issue 45: a room's files wait with a bound; the host never waits behind them ==================
+def _asked(app, api_name: str, *args) -> tuple[str, float]:
+    """One viewer's request through the REST road: ("made" or the refusal's words, seconds to the answer)."""
+    asked = time.monotonic()
+    try:
+        app.call(api_name, *args, timeout=120)
+        return "made", time.monotonic() - asked
+    except RuntimeError as exc:
+        return str(exc), time.monotonic() - asked
+
+
+def _leave_after_joining(app, api_name: str, *args):
+    """A viewer who asks, opens the answer's stream, and closes it (a tab closed): its open stream."""
+    import json
+    import urllib.request
+    request = urllib.request.Request(f"{app.url}gradio_api/call/{api_name}", method="POST",
+                                     data=json.dumps({"data": list(args)}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        event_id = json.load(answer)["event_id"]
+    return urllib.request.urlopen(f"{app.url}gradio_api/call/{api_name}/{event_id}", timeout=30)
+
+
+def test_sixty_viewers_files_are_made_or_refused_within_the_bound_and_the_hosts_upload_goes_first(
+        app, guarded, tmp_path):
+    """60 keyless viewers ask for zips, GIFs and neighbours at once (no run training: the heavy lane
+    makes them back to back, without its rests), behind a timelapse of 120 grids; three more ask and
+    close their pages while they wait. The host's dataset upload is checked meanwhile, at once; each
+    viewer gets a file or the words "busy" within the lane's wait bound (and one file's making); the
+    three who left are dropped, not made."""
+    import threading
+    from app.viewer_work import MAX_FILES_WAITING, MAX_WAIT_SECONDS
+    from core.rundir import list_runs
+    client, _ = guarded
+    run = list_runs(app.runs_root)[0]   # the app's current run: 120 grids of noise make a slow timelapse
+    noise = np.random.default_rng(0).uniform(-1, 1, (100, 1, 28, 28)).astype(np.float32)
+    for step in range(200, 12_100, 100):
+        run.save_grid(noise, step, columns=10)
+    upload = tmp_path / "host.zip"
+    with zipfile.ZipFile(upload, "w") as zf:
+        for i in range(4):
+            zf.writestr(f"{i}.png", png_bytes(Image.new("RGB", (8, 8), (60 * i, 0, 0))))
+    dropped_before = app.read_log().count("refused (Dropped)")
+    app.call("sample", 0, 1, "seed")             # the quick lane's worker is up (it starts with the app)
+
+    asks = [("download_samples", i, 256, "seed") for i in range(20)]
+    asks += [("interpolation_gif", i, i + 1, 32, "spherical", "seed", "seed") for i in range(20)]
+    asks += [("neighbours", i, 1.0, 16, 0, 0, 0, 0, 0) for i in range(20)]
+    answers: list = [None] * len(asks)
+
+    def viewer(i: int) -> None:
+        answers[i] = _asked(app, *asks[i])
+    timelapse = threading.Thread(target=lambda: answers.append(_asked(app, "timelapse")))
+    timelapse.start()
+    time.sleep(0.5)                               # the timelapse is being made
+    leavers = [_leave_after_joining(app, "interpolation_gif", 7, 8, 32, "linear", "seed", "seed") for _ in range(3)]
+    time.sleep(0.2)
+    for stream in leavers:                        # their pages closed while they waited
+        stream.close()
+    viewers = [threading.Thread(target=viewer, args=(i,)) for i in range(len(asks))]
+    for thread in viewers:
+        thread.start()
+    started = time.monotonic()
+    *_, note = client.predict(handle_file(str(upload)), KEY, api_name="/upload_dataset")
+    host_seconds = time.monotonic() - started
+    for thread in [timelapse, *viewers]:
+        thread.join(MAX_WAIT_SECONDS + 120)
+
+    assert "4 images in the zip" in note, note
+    assert host_seconds < 10, host_seconds       # a 4-image zip's check, whatever the files: not behind them
+    said = [words for words, _ in answers]
+    busy = [w for w in said if "The file maker is busy" in w and "try again in a minute" in w]
+    assert len(busy) + said.count("made") == len(answers), [w for w in said if w != "made" and w not in busy]
+    assert busy and said.count("made") > MAX_FILES_WAITING, (len(busy), said.count("made"))
+    assert max(seconds for _, seconds in answers) < MAX_WAIT_SECONDS + 30, sorted(s for _, s in answers)[-5:]
+    assert app.read_log().count("refused (Dropped)") - dropped_before == len(leavers)

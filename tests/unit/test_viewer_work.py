@@ -6,7 +6,7 @@ import shutil
 import gradio as gr
 import pytest
 
-from app import viewer_work
+from app import sample_work, viewer_work
 
 
 @pytest.fixture()
@@ -23,7 +23,6 @@ def test_work_runs_in_another_process_behind_the_trainer_a_worker_a_lane(pool, t
     assert quick == min(19, ours + viewer_work.QUICK_NICE)
     # A look at the generator goes to the quick lane's worker, a file to make to the heavy lane's.
     from PIL import Image
-    from app import sample_work
     Image.new("L", (4, 4)).save(tmp_path / "grid.png")
     assert viewer_work.run(sample_work.read_png, str(tmp_path / "grid.png")).shape[:2] == (4, 4)
     workers = {quick: pool._processes for quick, pool in viewer_work._pools.items()}
@@ -94,6 +93,83 @@ def test_a_lane_takes_turns_in_order_rests_for_its_share_and_refuses_too_many_at
 
 
 def test_a_busy_worker_refuses_in_the_projects_words(pool, monkeypatch):
-    monkeypatch.setattr(viewer_work, "MAX_WAITING", 0)
-    with pytest.raises(gr.Error, match="The sampler is busy: 0 requests from this room are ahead of yours"):
+    monkeypatch.setattr(viewer_work._turns[False], "most_waiting", 0)
+    with pytest.raises(gr.Error, match="The file maker is busy: 0 requests from this room are ahead of yours; "
+                                       "try again in a minute"):
         viewer_work.run(os.getpid)
+    monkeypatch.setattr(viewer_work._turns[True], "most_waiting", 0)
+    with pytest.raises(gr.Error, match="The sampler is busy: 0 requests from this room are ahead of yours"):
+        viewer_work.run(sample_work.read_png, "unused.png")
+
+
+def _waiting(turns, count: int) -> None:
+    import time
+    deadline = time.monotonic() + 5
+    while len(turns._waiting) != count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(turns._waiting) == count
+
+
+def test_a_request_not_served_within_its_deadline_is_told_how_many_are_ahead():
+    """A file in the worker for longer than the next request may wait: that one is told, and leaves
+    the line; the one after it still gets its turn."""
+    import threading
+    import time
+    turns = viewer_work._Turns()
+    turns.take()                                  # a GIF being made
+    later = threading.Thread(target=turns.take, daemon=True)   # a request with no deadline, behind the impatient one
+    told = []
+
+    def impatient() -> None:
+        try:
+            turns.take(wait_at_most=0.3)
+        except viewer_work.Busy as busy:
+            told.append((busy.args[0], time.monotonic() - asked))
+    asked = time.monotonic()
+    waiter = threading.Thread(target=impatient, daemon=True)
+    waiter.start()
+    _waiting(turns, 1)
+    later.start()
+    waiter.join(5)
+    assert told and told[0][0] == 1 and 0.3 <= told[0][1] < 2.0, told   # the one being made is ahead
+    assert len(turns._waiting) == 1
+    turns.done()
+    later.join(5)
+    assert not later.is_alive() and turns._serving is not None and not turns._waiting
+
+
+def test_a_request_whose_client_left_is_dropped_before_its_turn_and_the_host_goes_first():
+    import threading
+    turns, served, dropped = viewer_work._Turns(), [], []
+    turns.take()                                  # a file being made
+    left = threading.Event()
+
+    def viewer(name: str, gone=None) -> None:
+        try:
+            turns.take(gone=gone)
+        except viewer_work.Gone:
+            dropped.append(name)
+            return
+        served.append(name)
+        turns.done()
+    threads = [threading.Thread(target=viewer, args=("leaver", left.is_set), daemon=True)]
+    threads[-1].start()
+    _waiting(turns, 1)
+    threads.append(threading.Thread(target=viewer, args=("stays",), daemon=True))
+    threads[-1].start()
+    _waiting(turns, 2)
+    left.set()                                    # its page closed while it waited
+    _waiting(turns, 1)
+    assert dropped == ["leaver"]
+    host = threading.Thread(target=lambda: (turns.take(first=True), served.append("host"), turns.done()), daemon=True)
+    host.start()
+    _waiting(turns, 2)
+    turns.done()
+    for thread in [*threads, host]:
+        thread.join(5)
+    assert served == ["host", "stays"]            # the host ahead of the viewer who came first
+
+
+def test_the_hosts_work_runs_in_the_quick_lanes_worker(pool):
+    quick = viewer_work._get_pool(True).submit(os.getpid).result()
+    assert viewer_work.run_for_host(os.getpid) == quick
