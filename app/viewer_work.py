@@ -13,20 +13,21 @@ only the cheap part of each request (checking the numbers, choosing the files), 
 no longer holds decoded images and generators.
 
 `run(fn, *args)`: fn must be a module-level function and its arguments and result plain picklable
-values; it may keep module-level caches, which live in the worker. Two workers, a lane each, so
-a student's look at the generator never waits behind a file being made (bench/README.md,
-"Viewer work beside training"): the quick lane (samples, strips, directions, grids of the run,
-the dataset preview) at nice 10, a sample back quickly beside a training run; the heavy
-lane (zips, GIFs, neighbours, timelapses, a viewer's upload) at nice 19 and, while a run trains, resting between
-requests, so that it takes at most HEAVY_SHARE of a core however many ask. In each lane requests take turns,
-so their memory is one request's however many viewers ask. Every viewer's request has a bound and a
-deadline: beyond its lane's bound of waiting requests it is told at once that the lane is busy, and
-one that waits longer than MAX_WAIT_SECONDS is told so then; one whose client has gone is dropped
-before it runs. The host's work (`run_for_host`: an upload's check, a generator switch) goes to the
-head of the quick lane, never behind a viewer's file. After each request a worker hands freed heap back to the system
-(malloc_trim): glibc otherwise keeps the peak of every decoded batch. A worker takes its imports
-at the app's own priority, before it lowers its own (at nice 19 beside a busy trainer they took
-minutes), and the quick lane's starts with the app (warm_up).
+values; it may keep module-level caches, which live in the worker. A worker per lane, so a
+student's look at the generator never waits behind a file being made (bench/README.md, "Viewer
+work beside training"): the quick lane (samples, strips, directions, grids of the run, the dataset
+preview) at nice 10, a sample back quickly beside a training run; the heavy lane (zips, GIFs,
+neighbours, timelapses, a viewer's upload) at nice 19 and, while a run trains, resting between
+requests, so that it takes at most HEAVY_SHARE of a core however many ask. In each lane requests
+take turns, so their memory is one request's however many viewers ask. Every viewer's request has
+a bound and a deadline: beyond its lane's bound of waiting requests it is told at once that the
+lane is busy, and one that waits longer than MAX_WAIT_SECONDS is told so then; one whose client
+has gone is dropped before it runs. The host's work (`run_for_host`: an upload's checks, a
+generator's install) has a third lane and worker, at the app's own priority: never behind a
+viewer's file (bench/README.md, "A room's files"). After each request a worker hands freed heap
+back to the system (malloc_trim): glibc otherwise keeps the peak of every decoded batch. A worker
+takes its imports at the app's own priority, before it lowers its own (at nice 19 beside a busy
+trainer they took minutes), and the quick lane's starts with the app (warm_up).
 """
 from __future__ import annotations
 
@@ -43,10 +44,13 @@ from concurrent.futures.process import BrokenProcessPool
 
 from core.rundir import DISK_FULL
 
+QUICK, HEAVY, HOST = "quick", "heavy", "host"   # the lanes
 # How far each lane's work yields to the trainer: the quick lane's priority (a student waits on it),
 # the heavy lane's (files to download, which may wait); bench/README.md, "Viewer work beside training".
+# The host's lane keeps the app's own (run_for_host says why).
 QUICK_NICE = int(os.environ.get("BLINK_VIEWER_NICE", "10"))
 HEAVY_NICE = 19
+NICE = {QUICK: QUICK_NICE, HEAVY: HEAVY_NICE, HOST: None}
 # The most of one core the heavy lane takes while a run trains, however many ask: it rests after
 # each request in proportion to the CPU that request took. The quick lane needs no rest: a busy
 # room's looks take little of a core (bench/README.md, "Viewer work beside training"), and a
@@ -77,7 +81,7 @@ FILE_REQUESTS_AT_ONCE = MAX_FILES_WAITING + 4
 # How often a waiting request looks whether its client is still there.
 GONE_CHECK_SECONDS = 0.5
 
-_pools: dict[bool, ProcessPoolExecutor] = {}   # by quick
+_pools: dict[str, ProcessPoolExecutor] = {}   # by lane
 _pool_lock = threading.Lock()
 
 
@@ -85,9 +89,9 @@ class _Turns:
     """A lane's requests, one in its worker at a time, in the order they came; between turns, while a
     run trains (rest_while), the lane rests in proportion to the CPU its last request took, so that
     it takes at most `share` of a core however many ask. (The pool's own queue would take them all
-    at once, and no rest.) More than `most_waiting` waiting: a request is refused at once."""
+    at once, and no rest.) More than `most_waiting` waiting (None: no bound): a request is refused at once."""
 
-    def __init__(self, share: float = 1.0, most_waiting: int = MAX_WAITING):
+    def __init__(self, share: float = 1.0, most_waiting: int | None = MAX_WAITING):
         self.share = share
         self.most_waiting = most_waiting
         self._changed = threading.Condition()
@@ -96,15 +100,15 @@ class _Turns:
         self._serving: int | None = None
         self._rest_until = 0.0
 
-    def take(self, first: bool = False, wait_at_most: float | None = None, gone=None) -> None:
+    def take(self, wait_at_most: float | None = None, gone=None) -> None:
         """Wait for this request's turn. Raises Busy when the lane already holds `most_waiting`
         requests, or when the turn has not come within `wait_at_most` seconds; Gone once `gone()`
-        says its client left. `first`: the host's request, at the head of the line and never refused."""
+        says its client left."""
         with self._changed:
-            if not first and len(self._waiting) >= self.most_waiting:
+            if self.most_waiting is not None and len(self._waiting) >= self.most_waiting:
                 raise Busy(self._ahead(len(self._waiting)))
             ticket = next(self._tickets)
-            (self._waiting.appendleft if first else self._waiting.append)(ticket)
+            self._waiting.append(ticket)
             deadline = None if wait_at_most is None else time.monotonic() + wait_at_most
             self._hand_on()
             while self._serving != ticket:
@@ -152,7 +156,8 @@ class Gone(Exception):
     """The client of a waiting request left: nobody would receive what it made."""
 
 
-_turns = {True: _Turns(), False: _Turns(HEAVY_SHARE, MAX_FILES_WAITING)}   # by quick
+# The host's lane takes turns too (two uploads at once hold one's memory), unbounded: one person asks.
+_turns = {QUICK: _Turns(), HEAVY: _Turns(HEAVY_SHARE, MAX_FILES_WAITING), HOST: _Turns(most_waiting=None)}
 _training = lambda: True   # noqa: E731  (rest_while sets it)
 
 
@@ -163,14 +168,18 @@ def rest_while(training) -> None:
     _training = training
 
 
-def _behind_the_trainer(app_pid: int, nice: int) -> None:
+def _set_up_worker(app_pid: int, nice: int | None) -> None:
     """A worker's set-up: gone when the app is, its imports, then its lane's priority and one torch
     thread. The imports (seconds of CPU) come at the app's own priority: at nice 19 beside a
-    starting trainer they took minutes, and the first viewer waited for them."""
+    starting trainer they took minutes, and the first viewer waited for them. The host's worker
+    (nice None) stays at that priority, so it imports on demand: a dataset's check needs no torch."""
     # Gone with the app, kill -9 included, also one killed before this worker got here (so the
     # app's pid comes from the app). Not PR_SET_PDEATHSIG: that fires when the parent *thread*
     # that started the worker exits, and Gradio's worker threads come and go.
     threading.Thread(target=_exit_with, args=(app_pid,), daemon=True).start()
+    if nice is None:
+        os.environ["OMP_NUM_THREADS"] = "1"   # read by torch when it is imported
+        return
     import importlib
     import torch
     for module in WORK_MODULES:
@@ -200,29 +209,30 @@ def _in_worker(fn, args):
             pass
 
 
-def _get_pool(quick: bool) -> ProcessPoolExecutor:
+def _get_pool(lane: str) -> ProcessPoolExecutor:
     with _pool_lock:
-        if quick not in _pools:
+        if lane not in _pools:
             # spawn: fork would copy the UI's threads and locks mid-flight (and torch's can deadlock).
-            _pools[quick] = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                initializer=_behind_the_trainer,
-                                                initargs=(os.getpid(), QUICK_NICE if quick else HEAVY_NICE))
-        return _pools[quick]
+            _pools[lane] = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                               initializer=_set_up_worker, initargs=(os.getpid(), NICE[lane]))
+        return _pools[lane]
 
 
 def _discard(pool: ProcessPoolExecutor) -> None:
     with _pool_lock:
-        for quick, kept in list(_pools.items()):
+        for lane, kept in list(_pools.items()):
             if kept is pool:
-                del _pools[quick]
+                del _pools[lane]
     pool.shutdown(wait=False, cancel_futures=True)
 
 
 def warm_up() -> None:
     """Start the quick lane's worker now (imports take seconds), so no student's first look waits
-    for one. The heavy lane's starts with its first request: a file may wait, and the app's start
-    (and every test's) does not pay for a second torch import."""
-    _get_pool(True).submit(os.getpid)
+    for one, and the host's (a bare process until its first request imports what it needs), so the
+    host's first upload waits for no process start. The heavy lane's starts with its first request:
+    a file may wait, and the app's start (and every test's) does not pay for a second torch import."""
+    _get_pool(QUICK).submit(os.getpid)
+    _get_pool(HOST).submit(os.getpid)
 
 
 def shutdown() -> None:
@@ -234,41 +244,46 @@ def run(fn, *args):
     """fn(*args) for a viewer, in its lane's viewer-work process and in its turn: its result, or its
     error raised here; refused in words when the lane is busy or the wait too long."""
     from app.errors import refused   # here, not at the top: the workers import this module, never Gradio
-    quick = fn.__name__ in QUICK_WORK
-    maker = "sampler" if quick else "file maker"
+    lane = QUICK if fn.__name__ in QUICK_WORK else HEAVY
     try:
-        _turns[quick].take(wait_at_most=MAX_WAIT_SECONDS, gone=_client_gone())
+        _turns[lane].take(wait_at_most=MAX_WAIT_SECONDS, gone=_client_gone())
     except Busy as busy:
+        maker, again = ("sampler", "a few seconds") if lane == QUICK else ("file maker", "a minute")
         raise refused(f"The {maker} is busy: {busy.args[0]} requests from this room are ahead of yours; "
-                      f"try again in {'a few seconds' if quick else 'a minute'}.", title="Busy") from None
+                      f"try again in {again}.", title="Busy") from None
     except Gone:
         raise refused(f"The page that asked for {fn.__name__} left before its turn: nothing was made.",
                       title="Dropped") from None
-    return _in_turn(quick, fn, args, refused)
+    return _in_turn(lane, fn, args, refused)
 
 
 def run_for_host(fn, *args):
-    """The host's fn(*args) (an upload's check, a generator switch): at the head of the quick lane's
-    turns, so it waits for one look at most, never for a viewer's file.
+    """The host's fn(*args) (checking an uploaded dataset or generator, installing the generator), in
+    the host's lane: a worker of its own, at the app's priority.
 
-    The quick lane, not a lane of its own: a third worker would hold a third copy of torch for a
-    request a host makes a few times a class, and its first would wait for its imports; the quick
-    lane's worker is already warm (warm_up), at a priority a waiting host deserves, and it does not
-    rest. Not the head of the heavy lane: there the host would still wait for the file being made,
-    slow at nice 19 beside a run, and for the lane's rest after it. A host's check takes seconds
-    at most, which students' looks then wait: rarely, and once."""
+    Its own, not a place in a viewer's lane: behind the heavy lane's files the host waited for the
+    room's files, and even at the head of the quick lane, at nice 10 beside the trainer and a busy
+    room, a check of milliseconds waited long for its share of a core (bench/README.md, "A room's
+    files"). At the app's
+    priority: a host asks a few times a class, which costs the trainer little. Started with the app
+    (warm_up) but its imports on demand: the app's start pays for no third torch, and a dataset's
+    check imports none."""
     from app.errors import refused
-    _turns[True].take(first=True)
-    return _in_turn(True, fn, args, refused)
+    try:
+        _turns[HOST].take(gone=_client_gone())
+    except Gone:
+        raise refused(f"The page that asked for {fn.__name__} left before its turn: nothing was made.",
+                      title="Dropped") from None
+    return _in_turn(HOST, fn, args, refused)
 
 
-def _in_turn(quick: bool, fn, args, refused):
+def _in_turn(lane: str, fn, args, refused):
     cpu_seconds = 0.0
     try:
-        result, cpu_seconds = _run_now(quick, fn, args, refused)
+        result, cpu_seconds = _run_now(lane, fn, args, refused)
         return result
     finally:
-        _turns[quick].done(cpu_seconds)
+        _turns[lane].done(cpu_seconds)
 
 
 def _client_gone():
@@ -289,15 +304,15 @@ def _client_gone():
     return lambda: not event.alive
 
 
-def _run_now(quick: bool, fn, args, refused):
-    pool = _get_pool(quick)
+def _run_now(lane: str, fn, args, refused):
+    pool = _get_pool(lane)
     try:
         future = pool.submit(_in_worker, fn, args)
     except BrokenProcessPool:
         # The worker died between requests (the kernel's OOM killer, a kill by hand): not this
         # request's doing, so a new pool serves it.
         _discard(pool)
-        pool = _get_pool(quick)
+        pool = _get_pool(lane)
         future = pool.submit(_in_worker, fn, args)
     try:
         return future.result()
