@@ -59,6 +59,9 @@ HEAVY_SHARE = float(os.environ.get("BLINK_VIEWER_HEAVY_SHARE", "0.05"))
 # The modules whose functions viewers' requests run here (no Gradio among them), and core.sample,
 # which app.sample_work imports only inside them (the UI process imports sample_work too).
 WORK_MODULES = ("app.sample_work", "app.dataset_work", "core.sample")
+# The host's worker imports these at its start, without torch (core.sample brings it): a dataset's
+# check then starts at once, and a generator's check imports torch when it first needs it.
+HOST_MODULES = ("app.sample_work", "app.dataset_work")
 PARENT_CHECK_SECONDS = 1.0
 # What a student waits on: a look at the generator or the dataset. Everything else is heavy.
 QUICK_WORK = {"sample_grid", "interpolation_strip", "explored_image", "read_png", "preview",
@@ -172,15 +175,17 @@ def _set_up_worker(app_pid: int, nice: int | None) -> None:
     """A worker's set-up: gone when the app is, its imports, then its lane's priority and one torch
     thread. The imports (seconds of CPU) come at the app's own priority: at nice 19 beside a
     starting trainer they took minutes, and the first viewer waited for them. The host's worker
-    (nice None) stays at that priority, so it imports on demand: a dataset's check needs no torch."""
+    (nice None) stays at that priority and imports torch only when a generator's check needs it."""
     # Gone with the app, kill -9 included, also one killed before this worker got here (so the
     # app's pid comes from the app). Not PR_SET_PDEATHSIG: that fires when the parent *thread*
     # that started the worker exits, and Gradio's worker threads come and go.
     threading.Thread(target=_exit_with, args=(app_pid,), daemon=True).start()
+    import importlib
     if nice is None:
         os.environ["OMP_NUM_THREADS"] = "1"   # read by torch when it is imported
+        for module in HOST_MODULES:
+            importlib.import_module(module)
         return
-    import importlib
     import torch
     for module in WORK_MODULES:
         importlib.import_module(module)
@@ -228,9 +233,9 @@ def _discard(pool: ProcessPoolExecutor) -> None:
 
 def warm_up() -> None:
     """Start the quick lane's worker now (imports take seconds), so no student's first look waits
-    for one, and the host's (a bare process until its first request imports what it needs), so the
-    host's first upload waits for no process start. The heavy lane's starts with its first request:
-    a file may wait, and the app's start (and every test's) does not pay for a second torch import."""
+    for one, and the host's (no torch: HOST_MODULES), so the host's first upload waits for no
+    process start or imports. The heavy lane's starts with its first request: a file may wait, and
+    the app's start (and every test's) does not pay for a second torch import."""
     _get_pool(QUICK).submit(os.getpid)
     _get_pool(HOST).submit(os.getpid)
 
@@ -266,8 +271,8 @@ def run_for_host(fn, *args):
     room, a check of milliseconds waited long for its share of a core (bench/README.md, "A room's
     files"). At the app's
     priority: a host asks a few times a class, which costs the trainer little. Started with the app
-    (warm_up) but its imports on demand: the app's start pays for no third torch, and a dataset's
-    check imports none."""
+    (warm_up) without torch: the app's start pays for no third torch import, and a dataset's check
+    needs none."""
     from app.errors import refused
     try:
         _turns[HOST].take(gone=_client_gone())
