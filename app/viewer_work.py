@@ -285,10 +285,21 @@ def run_for_host(fn, *args):
 def _in_turn(lane: str, fn, args, refused):
     cpu_seconds = 0.0
     try:
-        result, cpu_seconds = _run_now(lane, fn, args, refused)
+        result, cpu_seconds = _run_now(lane, fn, tuple(_plain(arg) for arg in args), refused)
         return result
     finally:
         _turns[lane].done(cpu_seconds)
+
+
+def _plain(value):
+    """`value` with its strings plain str. Gradio hands an uploaded file's path as its NamedString, a
+    str subclass: pickled as one, it made the worker import Gradio to read it (seconds of CPU, at
+    the lane's priority, before the request began, and Gradio's memory in the worker for good)."""
+    if isinstance(value, str):
+        return str(value)
+    if type(value) in (list, tuple):
+        return type(value)(_plain(item) for item in value)
+    return value
 
 
 def _client_gone():

@@ -173,3 +173,11 @@ def test_the_hosts_work_has_a_worker_of_its_own_at_the_apps_priority(pool):
     quick = viewer_work._get_pool(viewer_work.QUICK).submit(os.getpid).result()
     assert host not in (os.getpid(), viewer_work.run(os.getpid), quick)     # nor the heavy lane's, nor the quick's
     assert viewer_work.run_for_host(os.getpriority, os.PRIO_PROCESS, 0) == os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_an_uploaded_files_path_reaches_the_worker_as_a_plain_string(pool):
+    """Gradio's NamedString, unpickled there, would make the worker import Gradio before the request."""
+    from gradio.utils import NamedString
+    path = NamedString("/tmp/upload.zip")
+    assert viewer_work.run_for_host(type, path) is str
+    assert viewer_work.run(type, path) is str
