@@ -87,8 +87,8 @@ if (!window.blinkEnterSetsSlider) {
 
 
 def _work(fn, *args, title: str | None = None, host: bool = False):
-    """sample_work's fn(*args) as viewer work (behind the trainer; `host`: the host's, ahead of every
-    viewer's); its refusals as the page's."""
+    """sample_work's fn(*args) as viewer work (behind the trainer; `host`: the host's, in a lane of its
+    own); its refusals as the page's."""
     try:
         return (viewer_work.run_for_host if host else viewer_work.run)(fn, *args)
     except sample_work.SampleError as exc:
@@ -169,8 +169,8 @@ def first_checkpoint(run: RunDir) -> str:
     return str(min(config.checkpoint_every, config.steps))
 
 
-# Returned files kept: the newest KEEP_OUTPUTS always, more than can be in flight (app.py queues 4
-# at a time per event, and three events return files); younger ones too, for a viewer slow to
+# Returned files kept: the newest KEEP_OUTPUTS always, more than can be in flight (the file events
+# run FILE_EVENT's limit of handlers at once, below); younger ones too, for a viewer slow to
 # fetch its file after the reply (under the soak's flood a 16-file limit deleted a timelapse GIF
 # while its client was still fetching it: lab/README.md, "Soak"), up to MAX_OUTPUTS whatever
 # their age, so the folder stays bounded.
@@ -667,7 +667,8 @@ class SampleTab:
                                                  api_visibility="private", trigger_mode="always_last"),
                              strip_made_by, strip)
         self._name_generator(gif_button.click(self.interpolation_gif, inputs, [gif_preview, gif_file, gif_made_by],
-                                              api_name="interpolation_gif", **FILE_EVENT), gif_made_by, gif_preview, gif_file)
+                                              api_name="interpolation_gif", **FILE_EVENT),
+                             gif_made_by, gif_preview, gif_file)
 
     def _render_directions(self) -> None:
         with gr.Accordion("Directions, truncation and nearest real images", open=True, elem_classes=["sample-section"]):

@@ -420,7 +420,7 @@ class TrainTab:
         if not path:
             return gr.skip()   # the upload was cleared: nothing to check, nothing changes
         try:
-            host = self.is_host(key)   # the host's check goes ahead of every viewer's file (viewer_work.run_for_host)
+            host = self.is_host(key)   # the host's check has a lane of its own (viewer_work.run_for_host)
             result = (viewer_work.run_for_host if host else viewer_work.run)(dataset_work.check_upload, path, host)
         finally:
             _forget_upload(path)

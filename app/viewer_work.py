@@ -267,9 +267,9 @@ def run_for_host(fn, *args):
     the host's lane: a worker of its own, at the app's priority.
 
     Its own, not a place in a viewer's lane: behind the heavy lane's files the host waited for the
-    room's files, and even at the head of the quick lane, at nice 10 beside the trainer and a busy
-    room, a check of milliseconds waited long for its share of a core (bench/README.md, "A room's
-    files"). At the app's
+    room's files (bench/README.md, "A room's files"); at the head of the heavy lane it would still
+    wait for the file being made and the lane's rest after it, and at the head of the quick lane
+    for the look being drawn, and then run at nice 10 beside the trainer and a busy room. At the app's
     priority: a host asks a few times a class, which costs the trainer little. Started with the app
     (warm_up) without torch: the app's start pays for no third torch import, and a dataset's check
     needs none."""

@@ -117,7 +117,7 @@ def test_a_request_not_served_within_its_deadline_is_told_how_many_are_ahead():
     import time
     turns = viewer_work._Turns()
     turns.take()                                  # a GIF being made
-    later = threading.Thread(target=turns.take, daemon=True)   # a request with no deadline, behind the impatient one
+    later = threading.Thread(target=turns.take, daemon=True)   # no deadline, behind the impatient one
     told = []
 
     def impatient() -> None:
