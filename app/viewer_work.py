@@ -159,7 +159,8 @@ class Gone(Exception):
     """The client of a waiting request left: nobody would receive what it made."""
 
 
-# The host's lane takes turns too (two uploads at once hold one's memory), unbounded: one person asks.
+# The host's lane takes turns too (two uploads at once are checked one after the other, so their
+# memory is one's), with no bound and no deadline: one person asks.
 _turns = {QUICK: _Turns(), HEAVY: _Turns(HEAVY_SHARE, MAX_FILES_WAITING), HOST: _Turns(most_waiting=None)}
 _training = lambda: True   # noqa: E731  (rest_while sets it)
 
