@@ -19,60 +19,17 @@ import argparse
 import io
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from tests.apphelpers import RunningApp  # noqa: E402
+
 KEY = "bench-host-key"
-
-
-def start_app(runs_root: str, port: int):
-    env = {**os.environ, "BLINK_RUNS_DIR": runs_root, "BLINK_HOST_KEY": KEY, "GRADIO_ANALYTICS_ENABLED": "False",
-           "PYTHONUNBUFFERED": "1"}
-    log = open(os.path.join(runs_root, "app.log"), "w")
-    process = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(480):
-        try:
-            urllib.request.urlopen(url, timeout=2).read(10)
-            return process, url
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError("the app did not start")
-
-
-def status(url: str) -> dict:
-    with urllib.request.urlopen(url + "live/status", timeout=30) as answer:
-        return json.load(answer)
-
-
-def call(url: str, api_name: str, args: list, timeout: float) -> str:
-    """One REST call of the named API: "made", or the refusal's words."""
-    request = urllib.request.Request(f"{url}gradio_api/call/{api_name}", method="POST",
-                                     data=json.dumps({"data": args}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as answer:
-        event_id = json.load(answer)["event_id"]
-    with urllib.request.urlopen(f"{url}gradio_api/call/{api_name}/{event_id}", timeout=timeout) as stream:
-        event = ""
-        for line in stream:
-            line = line.decode().strip()
-            if line.startswith("event: "):
-                event = line[len("event: "):]
-            elif line.startswith("data: ") and event in ("complete", "error"):
-                if event == "complete":
-                    return "made"
-                data = json.loads(line[len("data: "):])
-                return str(data.get("error") if isinstance(data, dict) else data)
-    return "no answer"
 
 
 def dataset_zip(folder: str, images: int = 64) -> str:
@@ -98,17 +55,16 @@ def main() -> None:
     parser.add_argument("--viewers", type=int, default=60)
     parser.add_argument("--train", action="store_true", help="beside a default CPU training run")
     parser.add_argument("--timeout", type=float, default=600.0, help="a viewer gives up after this many seconds")
-    parser.add_argument("--port", type=int, default=7941)
     args = parser.parse_args()
     runs_root = tempfile.mkdtemp(prefix="bench-room-files-")
-    app, url = start_app(runs_root, args.port)
+    app = RunningApp(runs_root, env={"BLINK_HOST_KEY": KEY}).wait_ready()
     try:
-        from gradio_client import Client, handle_file
-        host = Client(url, verbose=False)
+        from gradio_client import handle_file
+        host = app.client()
         time.sleep(15)   # the warm standby trainer and the quick lane's worker finish their imports
         if args.train:
             host.predict(dataset="bundled-mnist", steps=1_000_000, key=KEY, api_name="/start")
-            while status(url).get("state") != "running":
+            while app.status().get("state") != "running":
                 time.sleep(0.5)
             from core.rundir import list_runs
             while not list_runs(runs_root)[0].grids():   # a grid for the timelapses
@@ -124,7 +80,10 @@ def main() -> None:
             api_name, make_args = kinds[i % len(kinds)]
             asked = time.monotonic()
             try:
-                said = call(url, api_name, make_args(i), args.timeout)
+                app.call(api_name, *make_args(i), timeout=args.timeout)
+                said = "made"
+            except RuntimeError as exc:   # the refusal, in its words
+                said = str(exc)
             except Exception as exc:   # a timeout, a refused connection: counted, not fatal
                 said = f"failed: {exc!r}"
             answers[i] = (api_name, said, time.monotonic() - asked)
@@ -142,8 +101,7 @@ def main() -> None:
         made = sum(said == "made" for _, said, _ in answers)
         busy = sum("busy" in said for _, said, _ in answers)
         other = [said for _, said, _ in answers if said != "made" and "busy" not in said]
-        with open(os.path.join(runs_root, "app.log")) as f:
-            dropped = f.read().count("refused (Dropped)")
+        dropped = app.read_log().count("refused (Dropped)")
         row = {"viewers": args.viewers, "train": args.train, "host_upload_s": round(host_seconds, 1),
                "host_note": note[:60], "viewer_p50_s": round(percentile(seconds, 0.5), 1),
                "viewer_p95_s": round(percentile(seconds, 0.95), 1), "viewer_max_s": round(max(seconds), 1),
@@ -155,11 +113,7 @@ def main() -> None:
         print(f"| {'default CPU run' if args.train else 'no run'} | {host_seconds:.1f} | "
               f"{row['viewer_p50_s']} / {row['viewer_p95_s']} / {row['viewer_max_s']} | {made} | {busy} | {len(other)} |")
     finally:
-        app.send_signal(signal.SIGINT)
-        try:
-            app.wait(90)
-        except subprocess.TimeoutExpired:
-            os.killpg(app.pid, signal.SIGKILL)
+        app.stop(timeout=90)
 
 
 if __name__ == "__main__":
