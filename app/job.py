@@ -322,8 +322,9 @@ class Job:
         """When a live trainer that has gone quiet was last heard from (core/heartbeat.py), else
         None: the same bound as the Stop watchdog's, so the page warns before a Stop is pressed.
         It changes twice per silence (falling silent, heard again), so the snapshot does too."""
-        if not pid_alive(status.pid):   # no trainer (between chunks, or gone: said otherwise)
-            return None
+        # A status written within the bound is a sign of life: no heartbeat to read on a viewer's poll.
+        if time.time() - status.updated <= STOP_ESCALATE_SECONDS or not pid_alive(status.pid):
+            return None   # heard lately, or no trainer (between chunks, or gone: said otherwise)
         beat = run.read_heartbeat()
         if beat.get("pid") != status.pid:   # an earlier trainer's (a resumed run), or none yet
             beat = {}

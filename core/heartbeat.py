@@ -144,6 +144,6 @@ def silent_since(beat: dict, now: float, bound: float, heard_at: float = 0.0) ->
     # No beat yet: the trainer is starting (it writes its status before its heartbeat begins). A beat
     # older than its last status write tells what it did before that write, not now (a trainer
     # frozen in its first second still has only its "starting" beat).
-    doing = "starting" if not beat else "" if heard_at > beat_time else beat.get("doing", "starting")
-    allowed = max(bound, BUSY_SECONDS) if doing in SILENT_WHILE else bound
+    stale = beat and heard_at > beat_time
+    allowed = max(bound, BUSY_SECONDS) if not stale and beat.get("doing", "starting") in SILENT_WHILE else bound
     return heard if now - heard > allowed else None
