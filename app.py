@@ -127,9 +127,11 @@ def main() -> None:
 
     limit_malloc_arenas()
     from app.job import Job
+    from app.supervisor import start_fork_server
     from app.ui import PAGE_CSS, build_app
     from core.config import TrainConfig
-    job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, standby=True, chunk_runner=chunk_runner)
+    start_fork_server()   # trainers' imports paid now, while the page loads: Start trains at once
+    job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, chunk_runner=chunk_runner)
     demo = build_app(job, host_key=host_key)
     if chunk_runner is not None:
         chunk_runner.attach(demo)
@@ -181,5 +183,5 @@ def main() -> None:
                             "middleware": [upload_limits(TrainConfig.max_image_mb, behind_proxy())]})
 
 
-if __name__ == "__main__":   # required: the spawned trainer re-imports the main module
+if __name__ == "__main__":   # required: each trainer process re-imports the main module
     main()

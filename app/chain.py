@@ -124,7 +124,6 @@ class ChunkChain:
             if self._trainer.closing:
                 return
             process = self._trainer.start(job, run)
-            self._trainer.ensure_standby()   # the next chunk's trainer warms up meanwhile
         process.join()
         self._trainer.reap()   # a chunk that died is the run's failure, said as any trainer's
 

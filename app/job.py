@@ -1,11 +1,11 @@
 """The one training job of this server, shared by every viewer.
 
-The job starts the trainer in a `spawn` process (the trainer owns the device; the UI process
+The job starts the trainer in a process of its own (the trainer owns the device; the UI process
 never touches one), and reads the run directory for everyone who watches. Stop and pause are
 written into the run directory, so they work no matter which process started the run.
 A restarted UI adopts the newest run in the runs folder and shows it where it is.
 
-The trainer process itself (spawn, the warm standby, Stop's escalation, reaping) is
+The trainer process itself (its start from the fork server, Stop's escalation, reaping) is
 app/supervisor.py's, which tells the job how each trainer ended; a run in chunks is trained by
 app/chain.py's ChunkChain. The job decides: which run, whether a press is taken, what a run whose
 trainer ended without a word says, and which old runs go.
@@ -64,7 +64,7 @@ class Snapshot:
 
 class Job:
     def __init__(self, runs_root: str | None = None, keep_runs: int | None = None, max_runs_mb: float | None = None,
-                 standby: bool = False, chunk_runner=None):
+                 chunk_runner=None):
         """chunk_runner: trains one chunk of a chunked run (app/chunks.py GpuChunks on ZeroGPU);
         None: each chunk is a trainer process of this app's own."""
         self.runs_root = runs_root or default_root()
@@ -75,7 +75,7 @@ class Job:
         # presses that arrive together are serialised, and the second sees the first's trainer.
         # The supervisor reports a trainer's end under it, and the chain starts its chunks under it.
         self._lock = threading.RLock()
-        self._trainer = TrainerSupervisor(self._lock, on_end=self._trainer_ended, standby=standby)
+        self._trainer = TrainerSupervisor(self._lock, on_end=self._trainer_ended)
         self._chain = ChunkChain(self._lock, self._trainer, chunk_runner, failed=self._mark_failed)
         self._run: RunDir | None = None
         # A failure the disk would not let us record: (run path, status), shown and retried until it can be.
@@ -87,7 +87,6 @@ class Job:
             run.remove_stale_temp_files()
         if runs:   # a restarted UI shows the newest run where it is
             self._attach(runs[0])
-        self._warm_standby_if_idle()
 
     # ---- the current run -----------------------------------------------------------------
     @property
@@ -189,7 +188,7 @@ class Job:
     def shutdown(self, grace: float | None = None) -> None:
         """Stop the trainer cleanly (checkpoint kept), escalating only if it does not answer."""
         grace = STOP_GRACE_SECONDS if grace is None else grace
-        self._trainer.close()   # no new standby (nor chunk) from here on
+        self._trainer.close()   # no new trainer (nor chunk) from here on
         chaining = self._chain.going()
         if chaining and self._run is not None:
             try:
@@ -205,14 +204,8 @@ class Job:
             self._chain.join(5)
 
     # ---- how a trainer ended ---------------------------------------------------------------
-    def _warm_standby_if_idle(self) -> None:
-        """A warm trainer is started while no run needs the CPU (at UI start, after a run)."""
-        if not self.is_active():
-            self._trainer.ensure_standby()
-
     def _trainer_ended(self, run: RunDir, end: TrainerEnd) -> None:
         """The supervisor's word on how `run`'s trainer ended (under the lock); what the run says of it."""
-        self._warm_standby_if_idle()
         status = run.read_status()
         if status.state in FINAL_STATES:
             return   # the trainer said how the run ended (one that wrote its end and hung on exit keeps its words)

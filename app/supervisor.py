@@ -1,10 +1,13 @@
-"""The trainer process: spawned, stopped, ended by force when it does not answer, and reaped.
+"""The trainer process: started, stopped, ended by force when it does not answer, and reaped.
 
-The supervisor owns the one trainer process of the job (app/job.py) and a warm standby that has
-already paid the imports. It never writes the run: it reports how each trainer ended through one
+The supervisor owns the one trainer process of the job (app/job.py). Trainers are forked from a
+fork server that imported what a run needs (torch's imports take seconds of CPU) once, at the
+app's start: Start, each chunk of a chunked run and the data preparation begin without paying them
+again. The supervisor never writes the run: it reports how each trainer ended through one
 callback, and the job decides what the run says of it.
 
-    trainer = TrainerSupervisor(lock, on_end=job_ended, standby=True)
+    start_fork_server()
+    trainer = TrainerSupervisor(lock, on_end=job_ended)
     trainer.start(job, run)    # job: _train_child's arguments
     trainer.watch_stop()       # after a Stop: a trainer that does not answer is ended
     trainer.reap()             # on_end(run, TrainerEnd(...)) once the trainer has exited
@@ -13,6 +16,10 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
+import multiprocessing.context
+import multiprocessing.forkserver
+import multiprocessing.popen_forkserver
 import os
 import signal
 import threading
@@ -29,6 +36,10 @@ from core.rundir import FINAL_STATES, RunDir, pid_alive
 # returned this long after the click, is stuck (a compile or a data load it reports is waited for).
 STOP_ESCALATE_SECONDS = float(os.environ.get("BLINK_STOP_ESCALATE", "20"))
 WATCH_SECONDS = 0.5   # how often the Stop watchdog reads the trainer's heartbeat
+# What a trainer imports before its first step, imported once by the fork server. torch._dynamo
+# first: torch.optim.Adam's first construction imports it, which alone takes seconds.
+TRAINER_MODULES = ("torch._dynamo", "core.train", "core.data", "core.devices", "core.losses", "core.models",
+                   "core.quality", "core.training", "app.supervisor")
 log = logging.getLogger("blink.job")
 
 
@@ -74,7 +85,7 @@ def terminate(process, term_wait: float) -> None:
 
 
 def _train_child(config_dict: dict, run_path: str, resume: bool, chunk, parent_pid: int) -> None:
-    """Entry point of the spawned trainer process (top level, so spawn can import it).
+    """Entry point of the trainer process (top level, so the fork server's child can import it).
     chunk: a core.train.Chunk when the run trains in chunks (app/chunks.py), else None."""
     _own_process_group()
     # In its own group, a terminal's Ctrl-C no longer reaches the trainer; a SIGINT sent to it
@@ -100,45 +111,58 @@ def _prepare_child(config_dict: dict, run_path: str, device_kind: str) -> None:
     raise SystemExit(0 if ready else 1)
 
 
-def _standby_main(connection, parent_pid: int) -> None:
-    """A trainer process started ahead of time: it pays the imports (torch's above all) while
-    nobody waits, then trains the first job sent to it. Start then shows its first loss point
-    without waiting for a cold process start (bench/README.md, "The page")."""
-    _own_process_group()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from core.train import warm_up
-    warm_up()
-    try:
-        job = connection.recv()   # (config_dict, run_path, resume, chunk); EOF when the app closes
-    except (EOFError, OSError):
-        return
-    if job is not None:
-        _train_child(*job, parent_pid)
-
-
 def alive(process) -> bool:
     """A trainer process is alive as long as the kernel says so, whatever multiprocessing thinks:
     an exit it did not see (its pid reaped by another wait) would otherwise keep the job busy for good."""
     return process.is_alive() and pid_alive(process.pid)
 
 
-def _spawn(target, *args):
-    """A trainer process: `spawn`, because fork with torch's threads can deadlock. Not a daemon
+class _ForkedPopen(multiprocessing.popen_forkserver.Popen):
+    """The fork server sends a child's exit code down a pipe once: two threads polling together
+    (a viewer's reap beside the Stop watchdog, multiprocessing's own clean-up at the next start)
+    would both read it, and the second would record 255 over the real code, a SIGKILL included.
+    The read is made under a lock, and only once."""
+    _read_lock = threading.Lock()
+
+    def poll(self, flag=os.WNOHANG):
+        if self.returncode is None:
+            if not multiprocessing.connection.wait([self.sentinel], 0 if flag == os.WNOHANG else None):
+                return None
+            with self._read_lock:
+                return super().poll(os.WNOHANG)
+        return self.returncode
+
+
+class _ForkedProcess(multiprocessing.context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj):
+        return _ForkedPopen(process_obj)
+
+
+def start_fork_server() -> None:
+    """Start the process trainers are forked from, importing TRAINER_MODULES while nobody waits.
+    Not fork from the UI process itself: it holds Gradio's threads and locks mid-flight. The fork
+    server is a fresh interpreter that has only imported (torch starts no thread on import), so a
+    fork of it is as safe as a spawn; torch_xla and CUDA are initialised in the trainer, never here."""
+    multiprocessing.forkserver.set_forkserver_preload(list(TRAINER_MODULES))
+    multiprocessing.forkserver.ensure_running()
+
+
+def _start(target, *args):
+    """A trainer process, forked from the fork server (started here if it is not yet). Not a daemon
     (a daemonic process may start no children of its own): the supervisor's close ends it instead."""
-    process = multiprocessing.get_context("spawn").Process(target=target, args=args, name="blink-trainer")
+    multiprocessing.forkserver.set_forkserver_preload(list(TRAINER_MODULES))
+    process = _ForkedProcess(target=target, args=args, name="blink-trainer")
     process.start()
     return process
 
 
 class TrainerSupervisor:
-    def __init__(self, lock, on_end, standby: bool = False):
+    def __init__(self, lock, on_end):
         """lock: the job's, so that reaping a trainer and the job's decisions about its run are one
-        sequence; on_end(run, TrainerEnd): called once for each trainer that ended, under the lock;
-        standby: keep a warm trainer ready for the next start."""
+        sequence; on_end(run, TrainerEnd): called once for each trainer that ended, under the lock."""
         self._lock = lock
         self._on_end = on_end
-        self._use_standby = standby
-        self._standby = None            # (process, connection) of a pre-started trainer
         self._process = None
         self._run: RunDir | None = None  # the run the trainer process trains
         self._watched = None            # the trainer process a Stop watchdog was started for
@@ -155,58 +179,19 @@ class TrainerSupervisor:
         return self._process is not None and alive(self._process)
 
     def start(self, job: tuple, run: RunDir):
-        """A trainer process for job (_train_child's arguments) on `run`: the warm standby if there is one."""
-        process = self._take_standby(job)
-        if process is None:
-            process = _spawn(_train_child, *job, os.getpid())
+        """A trainer process for job (_train_child's arguments) on `run`."""
+        process = _start(_train_child, *job, os.getpid())
         self._process, self._run, self._forced = process, run, ""
         self._oom_kills_at_start = oom_kills()   # to tell, if it dies on SIGKILL, whether memory did it
         return process
 
     def start_preparing(self, config_dict: dict, run_path: str, device_kind: str):
         """The process that prepares a chunked run's data (_prepare_child); the caller joins it."""
-        return _spawn(_prepare_child, config_dict, run_path, device_kind)
-
-    # ---- the warm standby ----------------------------------------------------------------------
-    def ensure_standby(self) -> None:
-        """Start the next warm trainer, unless there is one or the app is closing. The job asks for
-        one while no run needs the CPU (at UI start, after a run), and for a chunked run's next chunk."""
-        if self._use_standby and self._standby is None and not self.closing:
-            parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
-            self._standby = (_spawn(_standby_main, child_end, os.getpid()), parent_end)
-            child_end.close()
-
-    def _take_standby(self, job: tuple):
-        """Hand a job to the warm trainer; None if there is none (or it died)."""
-        standby, self._standby = self._standby, None
-        if standby is None:
-            return None
-        process, connection = standby
-        try:
-            if process.is_alive():
-                connection.send(job)
-                return process
-        except OSError:
-            pass
-        finally:
-            connection.close()
-        process.join(1)
-        return None
+        return _start(_prepare_child, config_dict, run_path, device_kind)
 
     def close(self) -> None:
-        """No new trainer from here on (the app is closing), and the standby ends: reaping the
-        stopped trainer would otherwise spawn one, and the exiting app would wait for that child
-        (multiprocessing joins it at exit)."""
+        """No new trainer from here on (the app is closing)."""
         self.closing = True
-        standby, self._standby = self._standby, None
-        if standby is not None:
-            process, connection = standby
-            connection.close()          # EOF: the standby returns without training
-            process.join(10)
-            if process.is_alive():
-                process.kill()
-                process.join()
-            end_process_group(process.pid)
 
     # ---- ending it -----------------------------------------------------------------------------
     def stop(self, grace: float) -> None:

@@ -2,14 +2,14 @@
 
     python bench/bench_digits.py --seconds 30 60 --seeds 0 1 2
 
-Starts the real app (`python app.py`, with its warm standby trainer) once. For each seed and
+Starts the real app (`python app.py`, with its fork server, which pays the trainers' imports once) once. For each seed and
 each T it presses Start through the named API (default settings, the Advanced tab's seed), presses
 Stop T seconds after pressing Start, waits for the run to end, and scores the generator the run
 saved at the stop (what the Sample tab and a download give: the EMA of G where the run has one)
 on 5,000 samples, classes 0-9 in turn, with the shipped MNIST classifier: the share called with
 p > 0.9 ("confident"), the digits among those, the share called as the digit asked for, and the
 Frechet distance of the classifier's features against 2,000 real digits. Between runs the page
-stays open (a /status call a second) for --pause seconds while the app readies its next standby.
+stays open (a /status call a second) for --pause seconds between seeds.
 Nothing polls during a run: the client sleeps until T, so it costs the trainer nothing.
 
 How far a long run gets (the quality ceiling, and a wider meter) is an experiment:
@@ -64,7 +64,7 @@ def at_seconds(args) -> None:
         client = app.client()
         for seed in args.seeds:
             for seconds in args.seconds:
-                for _ in range(int(args.pause)):   # the page is open meanwhile; the next standby warms up
+                for _ in range(int(args.pause)):   # the page is open meanwhile
                     client.predict(api_name="/status")
                     time.sleep(1.0)
                 pressed = press_start(client, seed)

@@ -61,7 +61,7 @@ def main() -> None:
     try:
         from gradio_client import handle_file
         host = app.client()
-        time.sleep(15)   # the warm standby trainer and the quick lane's worker finish their imports
+        time.sleep(15)   # the trainers' fork server and the quick lane's worker finish their imports
         if args.train:
             host.predict(dataset="bundled-mnist", steps=1_000_000, key=KEY, api_name="/start")
             while app.status().get("state") != "running":

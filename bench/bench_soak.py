@@ -294,8 +294,8 @@ class Sampler(threading.Thread):
                 trainer = {pid, *children_of(pid)} if pid else set()
                 if pid and live.get("state") not in ("done", "stopped", "failed"):
                     row["trainer_rss_mb"] = sum(rss_mb(p) for p in trainer)
-                # The viewer-work processes (app/viewer_work.py), the standby trainer among them when
-                # one is waiting: every child of the UI that is not the running trainer.
+                # The viewer-work processes (app/viewer_work.py), the trainers' fork server among them:
+                # every process below the UI that is not the running trainer.
                 row["work_rss_mb"] = sum(rss_mb(p) for p in children_of(self.app.process.pid) if p not in trainer)
             except Exception as exc:
                 row["live_status_error"] = repr(exc)
@@ -373,7 +373,7 @@ def describe_run_end(rows: list[dict], steps: int) -> str:
 
 def viewer_work_cpu(app: RunningApp) -> dict[int, float]:
     """CPU seconds of each child of the UI but the running trainer: the viewer-work process (and
-    the idle standby trainer)."""
+    the idle fork server)."""
     trainer = status(app.url).get("pid")
     seconds = {}
     for pid in children_of(app.process.pid):
@@ -442,7 +442,7 @@ def table(report: dict) -> None:
     print(f"| UI RSS MB start / peak / end | {cell(ui['start'], '{:.0f}')} / {cell(ui['peak'], '{:.0f}')} / "
           f"{cell(ui['end'], '{:.0f}')} | < {RSS_TARGET_MB} |")
     work = soak["work_rss_mb"]
-    print(f"| other children of the UI (viewer work, standby) RSS MB start / peak / end | "
+    print(f"| other children of the UI (viewer work, fork server) RSS MB start / peak / end | "
           f"{cell(work['start'], '{:.0f}')} / {cell(work['peak'], '{:.0f}')} / {cell(work['end'], '{:.0f}')} | |")
     print(f"| trainer RSS MB start / peak / end | {cell(trainer['start'], '{:.0f}')} / "
           f"{cell(trainer['peak'], '{:.0f}')} / {cell(trainer['end'], '{:.0f}')} | |")
@@ -518,7 +518,7 @@ def main() -> None:
     app = RunningApp(paths["runs"], env=env).wait_ready()
     client = None
     try:
-        time.sleep(15)   # the warm standby trainer finishes its imports
+        time.sleep(15)   # the trainers' fork server finishes its imports
         print_endpoints(app)
         print("start:", start_run(app, key, steps), flush=True)
         import glob

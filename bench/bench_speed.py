@@ -5,7 +5,7 @@
 
 Prints, for the default config on bundled MNIST and the default device:
  (a) time from Start to recognisable digits: from launching the trainer process (a cold start:
-     the app's warm standby trainer skips most of the start-up) to the first quality measurement
+     the app's fork server has paid the trainer's imports) to the first quality measurement
      where the shipped classifier calls >= 80% of 1,024 samples with p > 0.9 and all ten digits
      appear (core.quality.recognizable). The run measures quality every 25 steps for resolution;
      its meter time is replaced by what a default run (quality_every default) spends up to there.

@@ -312,7 +312,7 @@ def main() -> None:
         time.sleep(3)
     app, url = start_app(runs_root, args.port)
     try:
-        time.sleep(15)   # the warm standby trainer finishes its imports
+        time.sleep(15)   # the trainers' fork server finishes its imports
         if args.idle:
             row = window(app.pid, url, args.idle)
             print(f"idle server (no page, no run): {row['server_ms_per_s']:.1f} ms of CPU per s, "

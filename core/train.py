@@ -39,15 +39,6 @@ EARLY_QUALITY_STEP = 50     # the first quality point, long before quality_every
 PREPARE_STATUS_SECONDS = 0.5   # between prepare_data's status writes
 
 
-def warm_up() -> None:
-    """Import what a run needs before one is asked for (a standby trainer calls this).
-
-    torch.optim.Adam's first construction imports torch._dynamo, which takes seconds: paid here,
-    it no longer delays the first loss point after Start."""
-    import torch._dynamo  # noqa: F401
-    from core import data, devices, losses, models, quality, training  # noqa: F401
-
-
 @dataclass(frozen=True)
 class Chunk:
     """One piece of a run that trains in chunks (app/chunks.py: one ZeroGPU call each): the

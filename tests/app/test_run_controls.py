@@ -184,5 +184,5 @@ def test_stop_ends_a_wedged_trainer_by_force_and_start_works_again(app):
         left = children_of(app.process.pid)
     finally:
         app.stop()
-    # The trainers and the standby are reaped a moment after the app exits.
+    # The trainers and the fork server are reaped a moment after the app exits.
     wait_for(lambda: not [pid for pid in left + [trainer] if alive(pid)], 30, what="every process of the app to exit")

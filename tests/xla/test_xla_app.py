@@ -14,7 +14,7 @@ from tests.xla.xlahelpers import ROOT, XLA_TIMEOUT, check, run_python, status_of
 
 
 # ------------------------------------------------------------------------------------------
-# The app's own process tree on 4 devices: python app.py -> one trainer process, nothing below it
+# The app's own process tree on 4 devices: python app.py -> its fork server -> one trainer process, nothing below it
 # ------------------------------------------------------------------------------------------
 XLA_FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
                 device="xla-cpu", steps=12, log_every=2, grid_every=6, checkpoint_every=6)
@@ -52,12 +52,14 @@ def _wait_status(app, predicate, timeout: float = XLA_TIMEOUT, what: str = "stat
 
 
 def _trainer_of(client, app) -> int:
-    """The running run's trainer pid, checked against the real process tree: a child of the app,
+    """The running run's trainer pid, checked against the real process tree: started by the app,
     driving 4 devices, with no process of its own below it."""
     status = _wait_status(app, lambda s: s.get("pid") and s.get("state") in ("compiling", "running"),
                           what="the trainer to report")
     trainer = status["pid"]
-    assert _parent(trainer) == app.process.pid, "the trainer is not the app's child"
+    fork_server = _parent(trainer)   # trainers are forked from the app's fork server (app/supervisor.py)
+    assert _parent(fork_server) == app.process.pid and b"forkserver" in open(f"/proc/{fork_server}/cmdline", "rb").read(), \
+        "the trainer is not the app's"
     assert status["devices"] == 4 and "one process" in status["layout"], status
     assert [c for c in _children(trainer) if b"spawn_main" in open(f"/proc/{c}/cmdline", "rb").read()] == []
     app.seen_pids.add(trainer)
