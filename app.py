@@ -127,10 +127,10 @@ def main() -> None:
 
     limit_malloc_arenas()
     from app.job import Job
-    from app.supervisor import start_fork_server
+    from app import forkserver
     from app.ui import PAGE_CSS, build_app
     from core.config import TrainConfig
-    start_fork_server()   # trainers' imports paid now, while the page loads: Start trains at once
+    forkserver.start()   # the trainers' and viewer work's imports paid now, while the page loads
     job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, chunk_runner=chunk_runner)
     demo = build_app(job, host_key=host_key)
     if chunk_runner is not None:

@@ -1,12 +1,9 @@
 """The trainer process: started, stopped, ended by force when it does not answer, and reaped.
 
-The supervisor owns the one trainer process of the job (app/job.py). Trainers are forked from a
-fork server that imported what a run needs (torch's imports take seconds of CPU) once, at the
-app's start: Start, each chunk of a chunked run and the data preparation begin without paying them
-again. The supervisor never writes the run: it reports how each trainer ended through one
-callback, and the job decides what the run says of it.
+The supervisor owns the one trainer process of the job (app/job.py), forked from the app's fork
+server (app/forkserver.py), which paid the imports. It never writes the run: it reports how each
+trainer ended through one callback, and the job decides what the run says of it.
 
-    start_fork_server()
     trainer = TrainerSupervisor(lock, on_end=job_ended)
     trainer.start(job, run)    # job: _train_child's arguments
     trainer.watch_stop()       # after a Stop: a trainer that does not answer is ended
@@ -15,18 +12,13 @@ callback, and the job decides what the run says of it.
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import multiprocessing.connection
-import multiprocessing.context
-import multiprocessing.forkserver
-import multiprocessing.popen_forkserver
 import os
 import signal
 import threading
 import time
 from dataclasses import dataclass
 
-from app import chunks
+from app import chunks, forkserver
 from core.config import TrainConfig
 from core.failures import ended_by_signal, oom_kills
 from core.heartbeat import unanswered
@@ -36,10 +28,6 @@ from core.rundir import FINAL_STATES, RunDir, pid_alive
 # returned this long after the click, is stuck (a compile or a data load it reports is waited for).
 STOP_ESCALATE_SECONDS = float(os.environ.get("BLINK_STOP_ESCALATE", "20"))
 WATCH_SECONDS = 0.5   # how often the Stop watchdog reads the trainer's heartbeat
-# What a trainer imports before its first step, imported once by the fork server. torch._dynamo
-# first: torch.optim.Adam's first construction imports it, which alone takes seconds.
-TRAINER_MODULES = ("torch._dynamo", "core.train", "core.data", "core.devices", "core.losses", "core.models",
-                   "core.quality", "core.training", "app.supervisor")
 log = logging.getLogger("blink.job")
 
 
@@ -117,42 +105,10 @@ def alive(process) -> bool:
     return process.is_alive() and pid_alive(process.pid)
 
 
-class _ForkedPopen(multiprocessing.popen_forkserver.Popen):
-    """The fork server sends a child's exit code down a pipe once: two threads polling together
-    (a viewer's reap beside the Stop watchdog, multiprocessing's own clean-up at the next start)
-    would both read it, and the second would record 255 over the real code, a SIGKILL included.
-    The read is made under a lock, and only once."""
-    _read_lock = threading.Lock()
-
-    def poll(self, flag=os.WNOHANG):
-        if self.returncode is None:
-            if not multiprocessing.connection.wait([self.sentinel], 0 if flag == os.WNOHANG else None):
-                return None
-            with self._read_lock:
-                return super().poll(os.WNOHANG)
-        return self.returncode
-
-
-class _ForkedProcess(multiprocessing.context.ForkServerProcess):
-    @staticmethod
-    def _Popen(process_obj):
-        return _ForkedPopen(process_obj)
-
-
-def start_fork_server() -> None:
-    """Start the process trainers are forked from, importing TRAINER_MODULES while nobody waits.
-    Not fork from the UI process itself: it holds Gradio's threads and locks mid-flight. The fork
-    server is a fresh interpreter that has only imported (torch starts no thread on import), so a
-    fork of it is as safe as a spawn; torch_xla and CUDA are initialised in the trainer, never here."""
-    multiprocessing.forkserver.set_forkserver_preload(list(TRAINER_MODULES))
-    multiprocessing.forkserver.ensure_running()
-
-
 def _start(target, *args):
-    """A trainer process, forked from the fork server (started here if it is not yet). Not a daemon
-    (a daemonic process may start no children of its own): the supervisor's close ends it instead."""
-    multiprocessing.forkserver.set_forkserver_preload(list(TRAINER_MODULES))
-    process = _ForkedProcess(target=target, args=args, name="blink-trainer")
+    """A trainer process, forked from the app's fork server. Not a daemon (a daemonic process may
+    start no children of its own): the supervisor's close ends it instead."""
+    process = forkserver.context().Process(target=target, args=args, name="blink-trainer")
     process.start()
     return process
 

@@ -26,8 +26,9 @@ has gone is dropped before it runs. The host's work (`run_for_host`: an upload's
 generator's install) has a third lane and worker, at the app's own priority: never behind a
 viewer's file (bench/README.md, "A room's files"). After each request a worker hands freed heap
 back to the system (malloc_trim): glibc otherwise keeps the peak of every decoded batch. A worker
-takes its imports at the app's own priority, before it lowers its own (at nice 19 beside a busy
-trainer they took minutes), and the quick lane's starts with the app (warm_up).
+is a fork of the app's fork server (app/forkserver.py), which paid its imports at the app's own
+priority (a worker's own imports at nice 19 beside a busy trainer took minutes); the quick lane's
+and the host's start with the app (warm_up).
 """
 from __future__ import annotations
 
@@ -35,14 +36,14 @@ import ctypes
 import errno
 import collections
 import itertools
-import multiprocessing
 import os
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from core.rundir import DISK_FULL
+from app import forkserver
+from core.rundir import DISK_FULL, pid_alive
 
 QUICK, HEAVY, HOST = "quick", "heavy", "host"   # the lanes
 # How far each lane's work yields to the trainer: the quick lane's priority (a student waits on it),
@@ -56,12 +57,6 @@ NICE = {QUICK: QUICK_NICE, HEAVY: HEAVY_NICE, HOST: None}
 # room's looks take little of a core (bench/README.md, "Viewer work beside training"), and a
 # student waits on it.
 HEAVY_SHARE = float(os.environ.get("BLINK_VIEWER_HEAVY_SHARE", "0.05"))
-# The modules whose functions viewers' requests run here (no Gradio among them), and core.sample,
-# which app.sample_work imports only inside them (the UI process imports sample_work too).
-WORK_MODULES = ("app.sample_work", "app.dataset_work", "core.sample")
-# The host's worker imports these at its start, without torch (core.sample brings it): a dataset's
-# check then starts at once, and a generator's check imports torch when it first needs it.
-HOST_MODULES = ("app.sample_work", "app.dataset_work")
 PARENT_CHECK_SECONDS = 1.0
 # What a student waits on: a look at the generator or the dataset. Everything else is heavy.
 QUICK_WORK = {"sample_grid", "interpolation_strip", "explored_image", "read_png", "preview",
@@ -173,32 +168,24 @@ def rest_while(training) -> None:
 
 
 def _set_up_worker(app_pid: int, nice: int | None) -> None:
-    """A worker's set-up: gone when the app is, its imports, then its lane's priority and one torch
-    thread. The imports (seconds of CPU) come at the app's own priority: at nice 19 beside a
-    starting trainer they took minutes, and the first viewer waited for them. The host's worker
-    (nice None) stays at that priority and imports torch only when a generator's check needs it."""
+    """A worker's set-up: gone when the app is, one torch thread, then its lane's priority. The
+    worker is a fork of the app's fork server (app/forkserver.py), which imported what the work needs:
+    it starts at once, at whatever priority."""
     # Gone with the app, kill -9 included, also one killed before this worker got here (so the
     # app's pid comes from the app). Not PR_SET_PDEATHSIG: that fires when the parent *thread*
     # that started the worker exits, and Gradio's worker threads come and go.
     threading.Thread(target=_exit_with, args=(app_pid,), daemon=True).start()
-    import importlib
-    if nice is None:
-        os.environ["OMP_NUM_THREADS"] = "1"   # read by torch when it is imported
-        for module in HOST_MODULES:
-            importlib.import_module(module)
-        return
     import torch
-    for module in WORK_MODULES:
-        importlib.import_module(module)
     torch.set_num_threads(1)
-    try:
-        os.nice(nice)   # before torch starts its threads: Linux threads inherit it
-    except (AttributeError, OSError):
-        pass
+    if nice is not None:
+        try:
+            os.nice(nice)   # before torch starts its threads: Linux threads inherit it
+        except (AttributeError, OSError):
+            pass
 
 
-def _exit_with(parent: int) -> None:
-    while os.getppid() == parent:
+def _exit_with(app_pid: int) -> None:
+    while pid_alive(app_pid):
         time.sleep(PARENT_CHECK_SECONDS)
     os._exit(0)
 
@@ -218,8 +205,8 @@ def _in_worker(fn, args):
 def _get_pool(lane: str) -> ProcessPoolExecutor:
     with _pool_lock:
         if lane not in _pools:
-            # spawn: fork would copy the UI's threads and locks mid-flight (and torch's can deadlock).
-            _pools[lane] = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+            # Forked from the fork server, not the UI: a fork of the UI would copy its threads and locks mid-flight.
+            _pools[lane] = ProcessPoolExecutor(1, mp_context=forkserver.context(),
                                                initializer=_set_up_worker, initargs=(os.getpid(), NICE[lane]))
         return _pools[lane]
 
@@ -233,10 +220,9 @@ def _discard(pool: ProcessPoolExecutor) -> None:
 
 
 def warm_up() -> None:
-    """Start the quick lane's worker now (imports take seconds), so no student's first look waits
-    for one, and the host's (no torch: HOST_MODULES), so the host's first upload waits for no
-    process start or imports. The heavy lane's starts with its first request: a file may wait, and
-    the app's start (and every test's) does not pay for a second torch import."""
+    """Start the quick lane's worker and the host's now, so that neither a student's first look nor
+    the host's first upload waits for a process to start. The heavy lane's starts with its first
+    request: a file may wait."""
     _get_pool(QUICK).submit(os.getpid)
     _get_pool(HOST).submit(os.getpid)
 
@@ -272,8 +258,7 @@ def run_for_host(fn, *args):
     wait for the file being made and the lane's rest after it, and at the head of the quick lane
     for the look being drawn, and then run at nice 10 beside the trainer and a busy room. At the app's
     priority: a host asks a few times a class, which costs the trainer little. Started with the app
-    (warm_up) without torch: the app's start pays for no third torch import, and a dataset's check
-    needs none."""
+    (warm_up)."""
     from app.errors import refused
     try:
         _turns[HOST].take(gone=_client_gone())

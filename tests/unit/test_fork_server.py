@@ -1,10 +1,10 @@
-"""The trainers' fork server (app/supervisor.py): an exit code read by several threads at once."""
+"""The app's fork server (app/forkserver.py): an exit code read by several threads at once."""
 import multiprocessing.connection
 import os
 import signal
 import threading
 
-from app.supervisor import _ForkedProcess
+from app.forkserver import ForkedProcess
 
 
 def _end_by_sigkill() -> None:
@@ -16,7 +16,7 @@ def test_a_trainer_killed_reads_as_killed_to_every_thread_that_polls_it_at_once(
     and multiprocessing's own clean-up may poll together: each must see SIGKILL, never 255 (the
     standard library's fork-server process fails this test)."""
     for _ in range(10):
-        process = _ForkedProcess(target=_end_by_sigkill)
+        process = ForkedProcess(target=_end_by_sigkill)
         process.start()
         multiprocessing.connection.wait([process.sentinel], 30)
         ready = threading.Barrier(8)
