@@ -16,7 +16,9 @@ import multiprocessing.connection
 import multiprocessing.context
 import multiprocessing.forkserver
 import multiprocessing.popen_forkserver
+import multiprocessing.util
 import os
+import tempfile
 import threading
 
 # What the app's processes import before their first piece of work. torch._dynamo first:
@@ -52,11 +54,29 @@ class _Context(multiprocessing.context.ForkServerContext):
 
 
 _CONTEXT = _Context()
+# Linux's sun_path: the longest path a Unix socket can have, its final NUL included.
+UNIX_SOCKET_PATH_MAX = 108
+# The socket the fork server listens on: multiprocessing's temporary folder, then a file in it.
+SOCKET_PATH_LENGTH = len("/pymp-xxxxxxxx/listener-xxxxxxxx") + 1
+
+
+def _socket_folder_short_enough() -> None:
+    """The fork server listens on a Unix socket in multiprocessing's temporary folder, made under
+    TMPDIR: a long TMPDIR (a test's, a cluster job's) failed the app's start with "AF_UNIX path too
+    long". That folder is then made under /tmp, as newer Pythons' multiprocessing does itself."""
+    if len(tempfile.gettempdir()) + SOCKET_PATH_LENGTH <= UNIX_SOCKET_PATH_MAX or not os.path.isdir("/tmp"):
+        return
+    asked, tempfile.tempdir = tempfile.tempdir, "/tmp"
+    try:
+        multiprocessing.util.get_temp_dir()   # made now, kept for this process's sockets
+    finally:
+        tempfile.tempdir = asked
 
 
 def context() -> multiprocessing.context.BaseContext:
     """The multiprocessing context whose processes are forks of the fork server (started at the
     first process if start() was not called)."""
+    _socket_folder_short_enough()
     multiprocessing.forkserver.set_forkserver_preload(list(PRELOAD))
     return _CONTEXT
 
