@@ -479,14 +479,17 @@ class Runtime:
         sharding = xs.ShardingSpec(self.mesh, self._batch_spec(tensor))
         return xm.send_cpu_data_to_device([tensor], self.device, input_sharding=sharding)[0]
 
+    def random_rows(self, draw, count: int, *shape: int, dtype=None):
+        """`draw(rows, *shape)` (torch.randn, torch.rand) for `count` rows of a batch, on the device.
+        Under DDP (count: this process's rows) every process draws the whole batch's and keeps its
+        rows: their random numbers run in step, so the processes draw what one process draws, and a
+        checkpoint's random state is any rank's."""
+        return self.local_part(draw(count * self.processes, *shape, device=self.device, dtype=dtype))
+
     def noise(self, count: int, *shape: int):
-        """Standard normal noise for `count` rows of a batch (a batch's local rows under DDP). Under
-        DDP every process draws the whole batch's and keeps its rows: their random numbers run in
-        step, so the processes draw what one process draws, and a checkpoint's random state is any
-        rank's. Under SPMD it is split over the mesh."""
+        """Standard normal noise for `count` rows of a batch (random_rows), split over the mesh under SPMD."""
         import torch
-        whole = torch.randn(count * self.processes, *shape, device=self.device)
-        return self.shard_batch(self.local_part(whole))
+        return self.shard_batch(self.random_rows(torch.randn, count, *shape))
 
     def shard_batch(self, tensor):
         """Split a batch made on the device (the noise) over the mesh on its first dimension."""

@@ -17,11 +17,11 @@ reductions):
     SharedControl(ranks, control)   # core/control.py's decisions, taken by rank 0 for every rank
 
 Every rank starts from the same seed, so their random numbers run in step: the batch's order is
-drawn whole in each and each takes its block (core/data/stream.py `rows`), as is G's noise
-(Runtime.noise). So N processes train what one does on the same global batch and seed, to rounding
-(tests/unit/test_ddp.py), and a checkpoint's random state and batch order are any rank's: it
-continues with any number of processes. WGAN-GP's mixing weights and augmentation's draws are drawn
-for a rank's own rows, the same numbers in every rank: such runs train alike, not to rounding.
+drawn whole in each and each takes its block (core/data/stream.py `rows`), as are G's noise and
+WGAN-GP's mixing weights (Runtime.random_rows). So N processes train what one does on the same
+global batch and seed, to rounding (tests/unit/test_ddp.py), and a checkpoint's random state and
+batch order are any rank's: it continues with any number of processes. Augmentation (small sets)
+draws for a rank's own rows, the same numbers in every rank: such runs train alike, not to rounding.
 
 Not under torchrun (or under it with one process) none of this runs.
 """
