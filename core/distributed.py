@@ -77,9 +77,14 @@ class Ranks:
         import datetime
         import torch
         import torch.distributed as dist
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if torch.cuda.is_available() and local_rank < torch.cuda.device_count():
+            # Before any CUDA work (the device probe's included): it lands on this rank's own GPU,
+            # where every rank would otherwise open a context on GPU 0.
+            torch.cuda.set_device(local_rank)
         backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_SECONDS))
-        return cls(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+        return cls(dist.get_rank(), dist.get_world_size(), local_rank)
 
     @property
     def leads(self) -> bool:
