@@ -39,8 +39,8 @@ ROADS = {
 def one_run(launch: list[str], threads: str, batch: int, steps: int, timeout: float) -> dict:
     run = RunDir(os.path.join(tempfile.mkdtemp(prefix="bench-ddp-"), "run"))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "PYTHONPATH": ROOT}
-    proc = subprocess.run([sys.executable, *launch, "--device", "cpu", "--batch-size", str(batch), "--steps", str(steps),
-                           "--quality-every", "0", "--run-dir", run.path],
+    proc = subprocess.run([sys.executable, *launch, "--device", "cpu", "--batch-size", str(batch),
+                           "--steps", str(steps), "--quality-every", "0", "--run-dir", run.path],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     status = run.read_status()
     if proc.returncode != 0 or status.state != "done":
@@ -60,7 +60,8 @@ def main() -> None:
     medians = {}
     for road, (launch, threads) in ROADS.items():
         runs = [one_run(launch, threads, args.batch, args.steps, args.timeout) for _ in range(args.trials)]
-        medians[road] = {key: statistics.median(r[key] for r in runs) for key in ("steps_per_second", "images_per_second")}
+        medians[road] = {key: statistics.median(run[key] for run in runs)
+                         for key in ("steps_per_second", "images_per_second")}
         print(json.dumps({"road": road, "layout": runs[0]["layout"], "batch": args.batch, "steps": args.steps,
                           **medians[road], "trials": [r["steps_per_second"] for r in runs]}), flush=True)
     one, two = medians.values()

@@ -60,7 +60,8 @@ class SyncedBatchNorm2d(FP32BatchNorm2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training and torch.is_grad_enabled() and dist.is_initialized()):
             return super().forward(x)
-        # Differentiable (torch.distributed's own is not); imported here, as it brings torch's RPC modules along.
+        # The differentiable all-reduce (torch.distributed.all_reduce is not); imported here, not at the
+        # top, as it brings torch's RPC modules along, which a run in one process never needs.
         from torch.distributed.nn.functional import all_reduce
         with torch.autocast(x.device.type, enabled=False):
             x = x.float()

@@ -111,8 +111,11 @@ class Plan:
             parts.append("unconditional")
         if self.augment is not None:
             parts.append(f"augmentation {self.augment_reason}")
-        split = (f" = {self.batch_per_device} per process on {self.device.processes} (DDP)" if self.device.processes > 1
-                 else f" = {self.batch_per_device} per device on {self.device.devices}" if self.device.devices > 1 else "")
+        split = ""
+        if self.device.processes > 1:
+            split = f" = {self.batch_per_device} per process on {self.device.processes} (DDP)"
+        elif self.device.devices > 1:
+            split = f" = {self.batch_per_device} per device on {self.device.devices}"
         parts.append(f"batch {cfg.batch_size}{split}, {cfg.precision}, {cfg.steps:,} steps on {self.device.name}")
         return "; ".join(parts) + "."
 

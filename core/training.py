@@ -229,8 +229,8 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     augmented = (Augmented(D_wrapped, adaptive=gans.get(config.gan).adaptive_augment, average=rt.average,
                            processes=rt.processes) if plan.augment else None)
     D_trained = augmented if augmented is not None else D_wrapped
-    gan_step = GanStep(rt.wrap(G), D_trained, opt_g, opt_d, losses.make_loss(config.gan, config.gp_weight, rt.random_rows), rt,
-                       config.n_critic, config.z_dim, config.precision)
+    loss = losses.make_loss(config.gan, config.gp_weight, rt.random_rows)
+    gan_step = GanStep(rt.wrap(G), D_trained, opt_g, opt_d, loss, rt, config.n_critic, config.z_dim, config.precision)
 
     # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device. A
     # conditional G's grid has one column per class, so its rows are GRID_SIZE rounded down
