@@ -104,9 +104,12 @@ class Augmented(nn.Module):
     parameters, freezing and modules are the wrapped D's. adaptive: p follows ADA's rule (the
     module docstring); otherwise p is 1."""
 
-    def __init__(self, D: nn.Module, adaptive: bool = False):
+    def __init__(self, D: nn.Module, adaptive: bool = False, average=None, processes: int = 1):
+        """average, processes: under DDP (core/distributed.py) the mean of a tensor over the run's
+        processes, and their number; p then follows the global batch, alike in every process."""
         super().__init__()
         self.D, self.adaptive = D, adaptive
+        self.average, self.processes = average or (lambda tensor: tensor), processes
         device = next(iter(D.parameters()), torch.zeros(())).device
         self.register_buffer("p", torch.tensor(0.0 if adaptive else 1.0, device=device))
         self.register_buffer("overfit", torch.tensor(0.0, device=device))   # E[sign(D(real))], averaged
@@ -120,8 +123,9 @@ class Augmented(nn.Module):
         """D's logits on a real batch (the losses call this): p moves toward what they say."""
         if not self.adaptive:
             return
-        self.overfit.mul_(OVERFIT_MEMORY).add_((1 - OVERFIT_MEMORY) * torch.sign(logits.detach().float()).mean())
-        step = torch.sign(self.overfit - OVERFIT_TARGET) * (logits.shape[0] / P_SPEED_IMAGES)
+        said = self.average(torch.sign(logits.detach().float()).mean())
+        self.overfit.mul_(OVERFIT_MEMORY).add_((1 - OVERFIT_MEMORY) * said)
+        step = torch.sign(self.overfit - OVERFIT_TARGET) * (logits.shape[0] * self.processes / P_SPEED_IMAGES)
         self.p.copy_((self.p + step).clamp(0.0, 1.0))
 
     def state(self) -> dict:

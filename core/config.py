@@ -224,11 +224,14 @@ def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dic
             f"batch_size {cfg.batch_size} is larger than the dataset ({dataset_size} images); "
             f"use at most {dataset_size}.")
     if device_caps is not None:
-        count = device_caps.get("devices", 1)
+        # The batch is split over the devices one process drives (SPMD), or over torchrun's processes (DDP).
+        processes = device_caps.get("processes", 1)
+        count = device_caps.get("devices", 1) * processes
         if cfg.batch_size % count:
             lower, higher = cfg.batch_size // count * count, (cfg.batch_size // count + 1) * count
+            over = f"{count} processes" if processes > 1 else f"{count} devices"
             raise ConfigError(
-                f"Batch size {cfg.batch_size} does not split evenly over {count} devices (each gets batch / {count}): "
+                f"batch_size {cfg.batch_size} does not split evenly over {over} (each gets batch / {count}): "
                 f"use a multiple of {count}, e.g. {higher if lower == 0 else lower} or {higher}.")
         reason = device_caps.get("precision_refused", {}).get(cfg.precision)
         if reason:

@@ -2,11 +2,14 @@
 has closed). The trainer is one process whatever the device count (SPMD), so this is its own
 decision, read from the run directory's request file that the page and the CLI write; as
 stylegan2-ada's `abort_fn`, it is passed into the loop, so a test or a bench can hand in its own.
+Under torchrun (several processes, DDP) rank 0 decides for all: core/distributed.py SharedControl.
 
     control = Control(run, watch_pids)
     control.request_waiting()       # between log steps: make this step a log step?
     control.decision()              # "run" | "pause" | "stop" | "gone" | "step" (while paused)
     control.wait_while_paused()     # the decision once the pause ends (or a step is asked for)
+    control.step_count()            # how many updates a Step asks for; paused_again() once done
+    control.ended()                 # the run ended: no request left for the next session
     control.between_chunks(paused)  # a chunked run's decision between two chunks (app/chain.py)
 
 The words a run ends or pauses with (`stopped_message`, `paused_message`) are here too, so the
@@ -62,6 +65,18 @@ class Control:
             return False
         self._last_check = now
         return self.decision() != "run"
+
+    def step_count(self) -> int:
+        """How many generator updates a Step asks for (0 if none)."""
+        return self.run.read_step_count()
+
+    def paused_again(self) -> None:
+        """A Step is done with: the run stays paused."""
+        self.run.request("pause")
+
+    def ended(self) -> None:
+        """The run has ended: no request is left for the next session."""
+        self.run.clear_request()
 
     def wait_while_paused(self) -> str:
         """Wait until the pause request is gone; then the decision ("run" once resumed: the

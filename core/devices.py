@@ -44,13 +44,28 @@ class DeviceInfo:
     precision_refused: dict[str, str] = field(default_factory=dict)   # precision -> reason
     precision_warned: dict[str, str] = field(default_factory=dict)    # precision -> caveat
     notice: str = ""                            # e.g. why a requested device fell back
+    processes: int = 1                          # trainer processes torchrun started, a device each (DDP when > 1)
+    backend: str = ""                           # their collectives' backend (gloo, nccl) when processes > 1
+
+    @property
+    def shards(self) -> int:
+        """How many ways each batch is split: over the devices (SPMD) or the processes (DDP)."""
+        return self.devices * self.processes
 
     @property
     def layout(self) -> str:
         """How the trainer uses the devices, in words for the status line and the doctor."""
+        if self.processes > 1:
+            return f"{self.processes} processes (DDP, {self.backend})"
         if self.devices > 1:
             return f"{self.devices} devices in one process (SPMD: each batch split {self.devices} ways)"
         return "1 device, one process"
+
+    def batch_layout(self, batch_size: int) -> str:
+        """The layout with the batch's split, e.g. "2 processes (DDP, gloo), batch 16 = 8 per process"."""
+        if self.processes > 1:
+            return f"{self.layout}, batch {batch_size} = {batch_size // self.shards} per process"
+        return self.layout
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -349,15 +364,19 @@ class Runtime:
     """The trainer's view of its device(s). One per trainer process: with several XLA devices it
     drives them all with SPMD (one program, each batch split over a 1-D data mesh, the weights
     replicated; XLA inserts the gradient reductions), so nothing differs from one device but
-    where a batch lives."""
+    where a batch lives. Under torchrun (`ranks`, core/distributed.py) it is one of several
+    processes, each training its rows of every global batch on its own device under DDP."""
 
-    def __init__(self, info: DeviceInfo):
+    def __init__(self, info: DeviceInfo, ranks=None):
+        """ranks: this process's core.distributed.Ranks under torchrun; None for a run in one process."""
         import torch
         self.info = info
         self.kind = info.kind
         self.is_xla = info.kind in ("tpu", "xla-cpu")
         self.mesh = None
-        self.device_count = 1
+        self.ranks = ranks
+        self.processes = ranks.world if ranks else 1
+        self.device_count = self.processes
         if self.is_xla:
             import torch_xla
             import torch_xla.runtime as xr
@@ -377,12 +396,45 @@ class Runtime:
                 self.mesh = xs.get_1d_mesh("data")
                 self.device_count = xr.global_runtime_device_count()
             self.device = torch_xla.device()          # from the runtime, never a hard-coded "xla:0"
+        elif ranks:
+            self.device = ranks.device(info.kind)
         else:
             self.device = torch.device("cuda" if info.kind == "cuda" else "cpu")
-            if info.kind == "cuda":
-                # Batch shapes never change (drop_last), so cuDNN's one-off algorithm search
-                # pays for itself after the first step.
-                torch.backends.cudnn.benchmark = True
+        if info.kind == "cuda":
+            # Batch shapes never change (drop_last), so cuDNN's one-off algorithm search
+            # pays for itself after the first step.
+            torch.backends.cudnn.benchmark = True
+
+    # ---- one of several processes (torchrun) ------------------------------------------
+    @property
+    def leads(self) -> bool:
+        """Whether this process writes the run directory: the only one, or rank 0 of several."""
+        return self.ranks is None or self.ranks.leads
+
+    def share(self, value):
+        """Rank 0's value on every process (the value itself in a run of one process)."""
+        return self.ranks.share(value) if self.ranks else value
+
+    def average(self, tensor):
+        """The mean of a tensor over the processes (the tensor itself in a run of one)."""
+        return self.ranks.average(tensor) if self.ranks else tensor
+
+    def local_part(self, tensor):
+        """This process's rows of a global batch: a block of batch / N under DDP, all of it otherwise."""
+        if self.ranks is None:
+            return tensor
+        rows = len(tensor) // self.processes
+        return tensor[self.ranks.rank * rows:(self.ranks.rank + 1) * rows]
+
+    def sync_batch_norms(self, module):
+        """Under DDP, the module's BatchNorms normalise over the global batch; as it is otherwise.
+        Before its optimizer is made: the BatchNorms are new modules."""
+        return self.ranks.sync_batch_norms(module) if self.ranks else module
+
+    def wrap(self, module):
+        """What the step trains: under DDP the module wrapped (gradients averaged over the processes),
+        otherwise the module. The checkpoint, the grids and the EMA keep the module itself."""
+        return self.ranks.wrap(module) if self.ranks else module
 
     # ---- seeding --------------------------------------------------------------------
     def seed(self, seed: int) -> None:
@@ -427,6 +479,18 @@ class Runtime:
         sharding = xs.ShardingSpec(self.mesh, self._batch_spec(tensor))
         return xm.send_cpu_data_to_device([tensor], self.device, input_sharding=sharding)[0]
 
+    def random_rows(self, draw, count: int, *shape: int, dtype=None):
+        """`draw(rows, *shape)` (torch.randn, torch.rand) for `count` rows of a batch, on the device.
+        Under DDP (count: this process's rows) every process draws the whole batch's and keeps its
+        rows: their random numbers run in step, so the processes draw what one process draws, and a
+        checkpoint's random state is any rank's."""
+        return self.local_part(draw(count * self.processes, *shape, device=self.device, dtype=dtype))
+
+    def noise(self, count: int, *shape: int):
+        """Standard normal noise for `count` rows of a batch (random_rows), split over the mesh under SPMD."""
+        import torch
+        return self.shard_batch(self.random_rows(torch.randn, count, *shape))
+
     def shard_batch(self, tensor):
         """Split a batch made on the device (the noise) over the mesh on its first dimension."""
         if self.mesh is not None:
@@ -437,8 +501,8 @@ class Runtime:
     def batch_shards(self, tensor) -> list[list[int]]:
         """The shape of each device's piece of a batch, read from the tensor's sharding (a
         diagnostic, read once: it copies the shards to the host)."""
-        if self.mesh is None:
-            return [list(tensor.shape)]
+        if self.mesh is None:   # under DDP every process's rows are alike
+            return [list(tensor.shape)] * self.processes
         import torch_xla.distributed.spmd as xs
         return [list(shard.data.shape) for shard in xs.XLAShardedTensor(tensor).local_shards]
 
@@ -494,8 +558,10 @@ class Runtime:
         else:
             import torch
             names = list(tensors)
-            # One device-to-host copy for all values: one CUDA sync, not one per value.
-            floats = torch.stack([tensors[k].detach().float().reshape(()) for k in names]).cpu().tolist()
+            # One device-to-host copy for all values: one CUDA sync, not one per value. Under DDP the
+            # mean over the processes: each value is a mean over its rows, and the rows are equally many.
+            stacked = self.average(torch.stack([tensors[k].detach().float().reshape(()) for k in names]))
+            floats = stacked.cpu().tolist()
             fn(dict(zip(names, floats)))
 
     # ---- diagnostics ----------------------------------------------------------------

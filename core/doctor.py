@@ -7,6 +7,11 @@ Run it first in a notebook or on a new machine. The short run takes the road a r
 page takes (core.train.train, one process driving every device: SPMD on several), into a
 temporary run directory, and reports what a TPU user needs to know: graph compilations (they
 must stop growing), ops that fell back to the host, and images per second.
+
+    torchrun --nproc-per-node 2 -m core.doctor --device cuda   # the short run over 2 processes (DDP)
+
+Under torchrun the short run is one run over every process, as `torchrun ... -m core.train` trains;
+rank 0 prints.
 """
 from __future__ import annotations
 
@@ -17,14 +22,15 @@ import shutil
 import sys
 import tempfile
 
-from core import devices
+from core import devices, distributed
 from core.config import DEVICES, TrainConfig
 from core.rundir import RunDir
 from core import versions
 
 
-def describe(requested: str = "auto") -> tuple[devices.DeviceInfo, list[str]]:
-    """The device a run gets, and the facts that decided it, in plain lines."""
+def describe(requested: str = "auto", ranks=None) -> tuple[devices.DeviceInfo, list[str]]:
+    """The device a run gets, and the facts that decided it, in plain lines. ranks: this process's
+    core.distributed.Ranks under torchrun."""
     devices.prepare_environment(requested)
     pci_ids = devices.tpu_pci_ids()
     # Read from the installed packages' metadata, not imported: importing torch_xla takes seconds.
@@ -42,7 +48,14 @@ def describe(requested: str = "auto") -> tuple[devices.DeviceInfo, list[str]]:
     else:
         lines.append("TPU chips on PCI: none")
     info = devices.probe(requested)
-    lines.append(f"Device: {info.name} ({info.kind}): {info.layout}, in the trainer process")
+    lines.append(f"torchrun: {distributed.where_launched()}")
+    if ranks:
+        try:
+            info = ranks.describe(info)
+        except ValueError as exc:
+            lines.append(f"REFUSED under torchrun: {exc}")
+    lines.append(f"Device: {info.name} ({info.kind}): {info.layout}"
+                 + (", in the trainer process" if info.processes == 1 else ""))
     if info.kind == "cuda":
         import torch
         total = torch.cuda.get_device_properties(0).total_memory
@@ -59,20 +72,26 @@ def describe(requested: str = "auto") -> tuple[devices.DeviceInfo, list[str]]:
     return info, lines
 
 
-def short_run(requested: str, steps: int, batch_size: int | None) -> tuple[bool, list[str]]:
-    """A real run of `steps` steps through the trainer; (it finished, lines to print)."""
+def short_run(requested: str, steps: int, batch_size: int | None, ranks=None) -> tuple[bool, list[str]]:
+    """A real run of `steps` steps through the trainer; (it finished, lines to print: rank 0's)."""
     from core.train import train
     config = TrainConfig(device=requested, steps=steps, log_every=5, grid_every=steps, quality_every=0,
                          checkpoint_every=steps, **({"batch_size": batch_size} if batch_size else {}))
-    folder = tempfile.mkdtemp(prefix="blink-doctor-")
+    leads = ranks is None or ranks.leads
+    folder = tempfile.mkdtemp(prefix="blink-doctor-") if leads else None
+    folder = ranks.share(folder) if ranks else folder
     run_path = os.path.join(folder, "run")
     run = RunDir(run_path)
-    os.makedirs(run.grids_folder)
-    run.write_config(config)
-    state = train(config, run_path)
+    if leads:
+        os.makedirs(run.grids_folder)
+        run.write_config(config)
+    state = train(config, run_path, ranks=ranks)
+    if not leads:
+        return state == "done", []
     status = run.read_status()
     diag = status.diagnostics
-    split = (f", {config.batch_size // status.devices} per device on {status.devices} devices"
+    unit, units = ("process", "processes") if "DDP" in status.layout else ("device", "devices")
+    split = (f", {config.batch_size // status.devices} per {unit} on {status.devices} {units}"
              if status.devices > 1 else "")
     lines = [f"Short run: {state} after {status.step} of {steps} steps "
              f"(batch {config.batch_size}{split}, {status.elapsed:.1f} s)"]
@@ -106,19 +125,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30, help="steps of the short run (0: skip it)")
     parser.add_argument("--batch-size", type=int, default=None, help="over all devices (default: the app's)")
     args = parser.parse_args(argv)
-    print("Blink self-check", flush=True)
-    info, lines = describe(args.device)
-    for line in lines:
-        print(f"  {line}", flush=True)
-    if args.steps <= 0:
-        return 0
-    compiling = " (XLA compiles the first steps)" if info.kind in ("tpu", "xla-cpu") else ""
-    print(f"Training {args.steps} steps on {info.name}{compiling}...", flush=True)
-    finished, lines = short_run(args.device, args.steps, args.batch_size)
-    for line in lines:
-        print(line, flush=True)
-    print(f"OK: Start on the page trains on {info.name}." if finished else "FAILED: see the lines above.")
-    return 0 if finished else 1
+    ranks = distributed.Ranks.join() if distributed.launched() else None
+    say = print if ranks is None or ranks.leads else (lambda *_, **__: None)
+    try:
+        say("Blink self-check", flush=True)
+        info, lines = describe(args.device, ranks)
+        for line in lines:
+            say(f"  {line}", flush=True)
+        if args.steps <= 0:
+            return 0
+        compiling = " (XLA compiles the first steps)" if info.kind in ("tpu", "xla-cpu") else ""
+        say(f"Training {args.steps} steps on {info.name}{compiling}...", flush=True)
+        finished, lines = short_run(args.device, args.steps, args.batch_size, ranks)
+        for line in lines:
+            say(line, flush=True)
+        say(f"OK: Start on the page trains on {info.name}." if finished else "FAILED: see the lines above.")
+        return 0 if finished else 1
+    finally:
+        if ranks:
+            ranks.leave()
 
 
 if __name__ == "__main__":

@@ -89,12 +89,16 @@ class NonSaturating:
 class WGANGP:
     """Wasserstein loss with gradient penalty (Gulrajani et al. 2017)."""
 
-    def __init__(self, gp_weight: float = 10.0):
-        self.gp_weight = gp_weight
+    def __init__(self, gp_weight: float = 10.0, random_rows=None):
+        """random_rows: the trainer's Runtime.random_rows, which draws the mixing weights of a batch's
+        rows (under DDP: drawn for the whole batch in every process, each keeping its rows); None:
+        drawn here for the rows given."""
+        self.gp_weight, self.random_rows = gp_weight, random_rows
 
     def discriminator_loss(self, D, real, fake, labels=None):
         real_score, fake_score = _judge(D, real, labels).float().mean(), _judge(D, fake.detach(), labels).float().mean()
-        penalty = gradient_penalty(D, real, fake, labels=labels)
+        alpha = self.random_rows(torch.rand, real.size(0), 1, 1, 1, dtype=real.dtype) if self.random_rows else None
+        penalty = gradient_penalty(D, real, fake, alpha=alpha, labels=labels)
         loss = fake_score - real_score + self.gp_weight * penalty
         return loss, {"wasserstein": (real_score - fake_score).detach(), "gp": penalty.detach()}
 
@@ -116,8 +120,9 @@ class Hinge:
         return -_judge(D, fake, labels).float().mean(), {}
 
 
-def make_loss(gan: str, gp_weight: float = 10.0):
-    """The loss object for a GAN type (its row in core/gans.py names the class)."""
+def make_loss(gan: str, gp_weight: float = 10.0, random_rows=None):
+    """The loss object for a GAN type (its row in core/gans.py names the class). random_rows: the
+    trainer's Runtime.random_rows, for a penalty's random mixing weights."""
     row = gans.get(gan)
     loss = globals()[row.loss]
-    return loss(gp_weight) if row.gradient_penalty else loss()
+    return loss(gp_weight, random_rows) if row.gradient_penalty else loss()

@@ -10,6 +10,7 @@ everywhere, while nn.Upsample's backward falls back to the host on non-TPU XLA d
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from core import gans
@@ -43,6 +44,38 @@ class FP32BatchNorm2d(nn.BatchNorm2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(x.device.type, enabled=False):
             return super().forward(x.float())
+
+
+class SyncedBatchNorm2d(FP32BatchNorm2d):
+    """FP32BatchNorm2d over the global batch of all of a run's processes (core/distributed.py: torchrun,
+    DDP), so N processes normalise what one process does on the same batch. torch's SyncBatchNorm
+    refuses the CPU ("expected input tensor to be on GPU"), so gloo could not test it; this one runs
+    wherever torch.distributed does: one all-reduce of each channel's mean and mean square per
+    forward, differentiable (its backward all-reduces their gradients), so each rank's gradient
+    counts the other ranks' images as one process's would.
+
+    Only in training with gradients: a judgement made without them on one rank alone (the grid's
+    verdicts, rank 0's) normalises its own batch, as a plain BatchNorm in training mode does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and torch.is_grad_enabled() and dist.is_initialized()):
+            return super().forward(x)
+        # The differentiable all-reduce (torch.distributed.all_reduce is not); imported here, not at the
+        # top, as it brings torch's RPC modules along, which a run in one process never needs.
+        from torch.distributed.nn.functional import all_reduce
+        with torch.autocast(x.device.type, enabled=False):
+            x = x.float()
+            world = dist.get_world_size()
+            local = torch.stack([x.mean((0, 2, 3)), (x * x).mean((0, 2, 3))])
+            mean, square = all_reduce(local) / world   # every rank has as many rows
+            var = (square - mean * mean).clamp_min(0)
+            with torch.no_grad():   # the running statistics as BatchNorm keeps them (unbiased variance)
+                count = x.numel() // x.size(1) * world
+                self.running_mean.lerp_(mean, self.momentum)
+                self.running_var.lerp_(var * count / max(count - 1, 1), self.momentum)
+                self.num_batches_tracked.add_(1)
+            scale = self.weight * torch.rsqrt(var + self.eps)
+            return x * scale[None, :, None, None] + (self.bias - mean * scale)[None, :, None, None]
 
 
 class LatentProjection(nn.ConvTranspose2d):

@@ -73,7 +73,8 @@ class Plan:
 
     @property
     def batch_per_device(self) -> int:
-        return self.config.batch_size // max(self.device.devices, 1)
+        """Each device's rows of a batch: split over the devices (SPMD) or the processes (DDP)."""
+        return self.config.batch_size // max(self.device.shards, 1)
 
     # ---- saved as the run's config.json and in every checkpoint --------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -110,7 +111,11 @@ class Plan:
             parts.append("unconditional")
         if self.augment is not None:
             parts.append(f"augmentation {self.augment_reason}")
-        split = f" = {self.batch_per_device} per device on {self.device.devices}" if self.device.devices > 1 else ""
+        split = ""
+        if self.device.processes > 1:
+            split = f" = {self.batch_per_device} per process on {self.device.processes} (DDP)"
+        elif self.device.devices > 1:
+            split = f" = {self.batch_per_device} per device on {self.device.devices}"
         parts.append(f"batch {cfg.batch_size}{split}, {cfg.precision}, {cfg.steps:,} steps on {self.device.name}")
         return "; ".join(parts) + "."
 

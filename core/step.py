@@ -32,9 +32,8 @@ class GanStep:
         return real, labels
 
     def noise(self, count: int):
-        import torch
-        # Split over the devices like the real batch, so each device generates its own share.
-        return self.rt.shard_batch(torch.randn(count, self.z_dim, 1, 1, device=self.rt.device))
+        # Split over the devices (or the processes) like the real batch: each generates its own share.
+        return self.rt.noise(count, self.z_dim, 1, 1)
 
     def __call__(self, batches) -> dict:
         """n_critic discriminator updates, then one generator update. Returns tensors only.

@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass, fields
 
 from core import gans
@@ -60,28 +61,38 @@ class SessionEnds(Exception):
 
 # ------------------------------------------------------------------------------------------
 def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent: int | None = None,
-          device_info=None, chunk: Chunk | None = None) -> str:
+          device_info=None, chunk: Chunk | None = None, ranks=None) -> str:
     """Train per config into run_path; return the final state. Never raises for training faults.
 
     One process drives every device (SPMD on several XLA devices), so every decision here is
-    this process's own. watch_parent: the pid of the app that started this trainer; the run
-    stops (checkpoint kept) when that process is gone. chunk: train only that long, then save and
-    return "running" (or "paused" when a Pause came: a chunk does not wait, holding the GPU).
+    this process's own, unless torchrun started several (ranks: this one's core.distributed.Ranks):
+    then each trains its rows of every batch, rank 0 alone reads the requests and writes run_path,
+    and its decisions are every rank's (core.distributed.SharedControl). watch_parent: the pid of
+    the app that started this trainer; the run stops (checkpoint kept) when that process is gone.
+    chunk: train only that long, then save and return "running" (or "paused" when a Pause came: a
+    chunk does not wait, holding the GPU).
     """
     from core import devices
     devices.prepare_environment(config.device)   # before anything imports torch_xla
     run = RunDir(run_path)
+    leads = ranks is None or ranks.leads
     try:
         info = device_info or devices.probe(config.device)
+        if ranks:
+            info = ranks.describe(info)
     except ValueError as exc:
-        run.write_status("failed", str(exc))
+        if leads:
+            run.write_status("failed", str(exc))
         return "failed"
     # The plan it resumes: its preset's reason ('auto', first session) stays the run's.
-    previous = run.read_plan() if resume else None
-    beat = Heartbeat(run).start()   # from here on the app can tell a busy trainer from a stuck one
+    previous = run.read_plan() if resume and leads else None
+    beat = Heartbeat(run)
+    if leads:
+        beat.start()   # from here on the app can tell a busy trainer from a stuck one
+    ended = "failed"   # what a rank other than 0 returns: it reads no status
     try:
         from core.training import build_training, planned
-        rt = devices.Runtime(info)
+        rt = devices.Runtime(info, ranks)
         refusal = rt.multi_host_refusal(rt.hosts())   # one host decides Stop and Pause: not built yet
         if refusal:
             raise SessionEnds("failed", refusal)
@@ -94,33 +105,48 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
             plan = dataclasses.replace(plan, preset_reason=previous.preset_reason)
         # From here on, config.json is the plan the run trains with: what resume, the Sample tab and
         # every reader of the run see is what the checkpoint and the generator hold.
-        run.write_plan(plan)
+        if leads:
+            run.write_plan(plan)
         training = build_training(plan, dataset, rt)
         beat.compiling = training.rt.compiling
         beat.on_compiling = lambda: _say_compiling(run, beat.step)
         report = Reporter(run, training, trainer_pid=os.getpid(), chunk=chunk.number if chunk else 0)
-        loop = Loop(training, run, Control(run, (watch_parent,)), report, resume=resume,
+        control = Control(run, (watch_parent,))
+        if ranks:
+            from core.distributed import SharedControl
+            control = SharedControl(ranks, control if leads else None)
+        loop = Loop(training, run, control, report, resume=resume,
                     chunk_seconds=chunk.seconds if chunk else None, beat=beat)
         try:
             loop.run()
         except SessionEnds as end:
             loop.finish(end.state, end.message)
+        ended = loop.ended
     except SessionEnds as end:   # raised while building the loop (a refused resume), or while finishing
-        try:
-            run.write_status(end.state, end.message)
-        except OSError:
-            pass
+        ended = end.state
+        if leads:
+            try:
+                run.write_status(end.state, end.message)
+            except OSError:
+                pass
     except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
-        log_traceback(run, "trainer")
-        try:
-            run.write_status("failed", failure_message(run, f"Training failed: {describe(exc).strip()[:300]}."))
-        except OSError:
-            pass
+        if leads:
+            log_traceback(run, "trainer")
+            why = describe(exc).strip()[:300]
+            if ranks and ranks.lost_another(exc):
+                why = (f"another of this run's {ranks.world} processes ended or stopped answering (torchrun's output "
+                       f"says which), so this one could not go on ({why})")
+            try:
+                run.write_status("failed", failure_message(run, f"Training failed: {why}."))
+            except OSError:
+                pass
+        else:   # torchrun shows a rank's own stderr: the run's files are rank 0's
+            traceback.print_exc()
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
         beat.stop()
-    return run.read_status().state or "failed"
+    return (run.read_status().state or "failed") if leads else ended
 
 
 def _say_compiling(run: RunDir, step: int) -> None:
@@ -179,11 +205,15 @@ class Loop:
         self.chunk_deadline: float | None = None
         self.beat = beat or Heartbeat(run)   # not started: a bench or a test steps without one
         self.saved_step = 0
+        self.ended: str | None = None   # the state finish() left the run in
+        leads = self.rt.leads
         if resume:
-            state = run.load_checkpoint()
-            problem = checkpoint_problem(state, training)
+            # Rank 0 reads the checkpoint and hands it to the other processes (share: itself when alone).
+            state = run.load_checkpoint() if leads else None
+            problem = self.rt.share(checkpoint_problem(state, training) if leads else None)
             if problem:
                 raise SessionEnds("failed", problem)
+            state = self.rt.share(state)
             training.load_checkpoint_state(state)
             self.saved_step = training.step_count
             report.elapsed_before = state.get("elapsed", 0.0)
@@ -192,7 +222,8 @@ class Loop:
         # The phase line and the warnings (D has won, mode collapse): core/phase.py's rules over the
         # run's values; a resumed run (or the next chunk) starts from the events it logged.
         self.phase = Phase(self.config.gan, conditional=training.classes > 0,
-                           events=run.read_events()[0] if resume else (), measured=self.config.quality_every > 0)
+                           events=run.read_events()[0] if resume and leads else (),
+                           measured=self.config.quality_every > 0)
         self.warning = ""
         # The quality meter is built at its first measurement, not here: its real-image features
         # would delay the first loss point on the page.
@@ -287,7 +318,7 @@ class Loop:
             decision = self.control.wait_while_paused()
             while decision == "step":
                 started = time.perf_counter()
-                self._step_while_paused(self.run_dir.read_step_count())
+                self._step_while_paused(self.control.step_count())
                 stepping += time.perf_counter() - started
                 decision = self.control.wait_while_paused()
             self.report.paused(time.perf_counter() - paused_at - stepping)
@@ -301,10 +332,10 @@ class Loop:
         before = self.step_count
         count = min(max(count, 1), MAX_STEPS_WHILE_PAUSED, self.config.steps - before)
         if count <= 0:
-            self.run_dir.request("pause")
+            self.control.paused_again()
             self._status("paused", f"Paused at step {before}, the run's last: there is nothing left to step.")
             return
-        if not self.run_dir.has_grid(before):
+        if self.rt.leads and not self.run_dir.has_grid(before):
             self.save_grid()
         for _ in range(count):
             tensors = self.training.step()
@@ -312,7 +343,7 @@ class Loop:
             self.rt.mark_step()
             self.report.stepped(self.step_count)
         self.save_grid()
-        self.run_dir.request("pause")   # the step request is done with: the run stays paused
+        self.control.paused_again()   # the step request is done with: the run stays paused
         updates = "1 generator update" if count == 1 else f"{count} generator updates"
         self._status("paused", f"Paused at step {self.step_count}: stepped {updates} from step {before}.", before)
 
@@ -322,7 +353,10 @@ class Loop:
 
     def _work(self, what: str, work) -> None:
         """Run the loop's bookkeeping (files, grids, quality): a failure ends the run as `failed`
-        with what it was doing, the last good checkpoint kept."""
+        with what it was doing, the last good checkpoint kept. Rank 0's alone under torchrun: the
+        other processes train and write nothing."""
+        if not self.rt.leads:
+            return
         doing = self.beat.what
         self.beat.doing(what)
         try:
@@ -340,8 +374,11 @@ class Loop:
             stepped_from, phase=self.phase.line(), augment_p=self.last_values.get("augment_p")))
 
     def save_grid(self) -> None:
-        """The fixed-noise grid, and what D believes about each of its images and of the real grid's."""
+        """The fixed-noise grid, and what D believes about each of its images and of the real grid's
+        (rank 0's alone under torchrun: no collective runs here)."""
         import torch
+        if not self.rt.leads:
+            return
         training = self.training
         G = training.G_sampled
         G.eval()
@@ -378,7 +415,8 @@ class Loop:
                 self.save_grid()
         self._status(state, message)
         if state != "paused":   # a paused chunk's request stays: the app waits on it to go on
-            self.run_dir.clear_request()
+            self.control.ended()
+        self.ended = state
 
 
 def grid_due(step: int, cfg: TrainConfig) -> bool:
@@ -432,14 +470,42 @@ def _flag_help(spec: dict, default) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The CLI. Under torchrun (several processes: core/distributed.py) every process runs it: rank 0
+    checks the arguments and makes or reads the run directory, and tells the others what to train
+    where; they never read it themselves."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = vars(_parser().parse_args(argv))
+    from core import distributed
+    ranks = distributed.Ranks.join() if distributed.launched() else None
+    leads = ranks is None or ranks.leads
+    try:
+        problem, config, run_path, resume = _prepare_run(args, argv) if leads else (None,) * 4
+        if ranks:
+            problem, config, run_path, resume = ranks.share((problem, config, run_path, resume))
+        if problem:
+            if leads:
+                print(f"error: {problem}", file=sys.stderr)
+            return 2
+        run = RunDir(run_path)
+        if leads:
+            print(f"run directory: {run.path}", flush=True)
+        _stop_cleanly_on_signals(run, ranks)
+        state = train(config, run.path, resume=resume, ranks=ranks)
+        if leads:
+            print(f"{state}: {run.read_status().message}")
+        return 0 if state in ("done", "stopped") else 1
+    finally:
+        if ranks:
+            ranks.leave()
+
+
+def _prepare_run(args: dict, argv: list[str]) -> tuple[str | None, TrainConfig | None, str | None, bool]:
+    """(why the CLI refuses, or None; the config to train; the run directory, made ready; resume?)."""
     run_dir, resume = args.pop("run_dir"), args.pop("resume")
     problem = writable_problem(os.path.dirname(os.path.abspath(resume or run_dir)) if resume or run_dir
                                else default_root())
     if problem:   # before anything is written: a read-only disk would otherwise end in a traceback
-        print(f"error: {problem}.", file=sys.stderr)
-        return 2
+        return f"{problem}.", None, None, False
     if resume:
         run = RunDir(resume)
         # Flags given explicitly must match the run's config; only --steps may change.
@@ -448,32 +514,32 @@ def main(argv: list[str] | None = None) -> int:
             config = prepare_resume(run, args["steps"] if "steps" in given else None,
                                     {name: args[name] for name in given if name in args})
         except ResumeRefused as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            return str(exc), None, None, True
+        return None, config, run.path, True
+    config = TrainConfig(**args)
+    try:
+        validate(config)
+    except ConfigError as exc:
+        return str(exc), None, None, False
+    if run_dir:
+        run = RunDir(run_dir)
+        os.makedirs(run.grids_folder, exist_ok=True)
+        run.write_config(config)
     else:
-        config = TrainConfig(**args)
-        try:
-            validate(config)
-        except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        if run_dir:
-            run = RunDir(run_dir)
-            os.makedirs(run.grids_folder, exist_ok=True)
-            run.write_config(config)
-        else:
-            run = RunDir.create(config)
-    print(f"run directory: {run.path}", flush=True)
-    _stop_cleanly_on_signals(run)
-    state = train(config, run.path, resume=bool(resume))
-    print(f"{state}: {run.read_status().message}")
-    return 0 if state in ("done", "stopped") else 1
+        run = RunDir.create(config)
+    return None, config, run.path, False
 
 
-def _stop_cleanly_on_signals(run: RunDir) -> None:
+def _stop_cleanly_on_signals(run: RunDir, ranks=None) -> None:
     """Ctrl-C and SIGTERM stop the CLI's run as Stop on the page does: within a second, with
-    a checkpoint and a generator saved, resumable. A second Ctrl-C quits at once."""
+    a checkpoint and a generator saved, resumable. A second Ctrl-C quits at once. Under torchrun,
+    which passes its signal on to every process, rank 0 asks as the CLI does, and another rank
+    signalled tells the others at the next step (core.distributed.SharedControl)."""
     import signal
+    if ranks is not None and not ranks.leads:
+        signal.signal(signal.SIGINT, lambda signum, frame: ranks.ask_to_stop())
+        signal.signal(signal.SIGTERM, lambda signum, frame: ranks.ask_to_stop())
+        return
 
     def ask_to_stop(signum, frame):
         if run.read_request() == "stop" and signum == signal.SIGINT:

@@ -197,12 +197,15 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     t0 = time.perf_counter()
     images = data.resized(dataset, plan.resolution)
     labels = dataset.labels if plan.classes else None
+    # The global batch's order from the seed, alike in every process; each takes its own rows of it.
     stream = data.BatchStream(images, config.batch_size, rt.device, config.seed,
-                              keep_on_device=info.kind == "cuda", labels=labels, place=rt.to_device)
+                              keep_on_device=info.kind == "cuda", labels=labels, place=rt.to_device,
+                              rows=rt.local_part)
     data_load_seconds = dataset.load_seconds + time.perf_counter() - t0
 
     # ---- models and optimizers -------------------------------------------------------------
     G, D = models.build(config.gan, config.preset, dataset.channels, plan.resolution, config.z_dim, plan.classes)
+    G, D = rt.sync_batch_norms(G), rt.sync_batch_norms(D)   # under DDP: BatchNorm over the global batch
     G.to(rt.device)
     D.to(rt.device)
     if info.kind in ("cuda", "cpu"):
@@ -220,10 +223,14 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
     # D trains on augmented images (both D's and G's steps); the checkpoint and the verdicts keep D itself.
     # Adaptive where D's logits have a sign to read (core/augment.py; the GAN type's row says).
-    augmented = Augmented(D, adaptive=gans.get(config.gan).adaptive_augment) if plan.augment else None
-    D_trained = augmented if augmented is not None else D
-    gan_step = GanStep(G, D_trained, opt_g, opt_d, losses.make_loss(config.gan, config.gp_weight), rt,
-                       config.n_critic, config.z_dim, config.precision)
+    # Under DDP the step trains the nets wrapped (rt.wrap), augmentation outside D's wrap: its p is
+    # the run's, kept alike in every process.
+    D_wrapped = rt.wrap(D)
+    augmented = (Augmented(D_wrapped, adaptive=gans.get(config.gan).adaptive_augment, average=rt.average,
+                           processes=rt.processes) if plan.augment else None)
+    D_trained = augmented if augmented is not None else D_wrapped
+    loss = losses.make_loss(config.gan, config.gp_weight, rt.random_rows)
+    gan_step = GanStep(rt.wrap(G), D_trained, opt_g, opt_d, loss, rt, config.n_critic, config.z_dim, config.precision)
 
     # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device. A
     # conditional G's grid has one column per class, so its rows are GRID_SIZE rounded down

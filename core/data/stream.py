@@ -81,7 +81,10 @@ class BatchStream:
 
     def __init__(self, images: torch.Tensor, batch_size: int, device, seed: int = 0,
                  keep_on_device: bool = False, labels: torch.Tensor | None = None, place=None,
-                 prefetch: bool | None = None):
+                 prefetch: bool | None = None, rows=None):
+        """rows: which of a batch's images this process takes (the trainer's Runtime.local_part: under
+        DDP a block of batch / N); the order, and state(), stay the whole batch's, alike in every
+        process, so a checkpoint continues with any number of them."""
         if len(images) < batch_size:
             raise DatasetError(f"The dataset has {len(images)} images, fewer than one batch of {batch_size}: "
                                "use a smaller batch size.")
@@ -91,6 +94,7 @@ class BatchStream:
         # Class labels travel with their images (a class-conditional GAN needs them).
         self.labels = None if labels is None else labels.to(self.images.device)
         self.place = place or (lambda tensor: tensor.to(self.device, non_blocking=True))
+        self.rows = rows or (lambda indices: indices)
         self.batch_size = batch_size
         self.batches_per_epoch = len(images) // batch_size
         # The order is drawn where the images are (a CUDA generator for a set on the GPU).
@@ -151,7 +155,7 @@ class BatchStream:
             self.epoch += 1
         idx = self._order[self._position * self.batch_size:(self._position + 1) * self.batch_size]
         self._position += 1
-        return idx
+        return self.rows(idx)
 
     def _cut(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         # uint8 crosses to the device (4x fewer bytes than float); conversion runs there.

@@ -30,7 +30,7 @@ def test_a_plan_before_the_data_is_decoded_leaves_what_it_cannot_know_open():
 
 @pytest.mark.parametrize("config, device, data, message", [
     (TrainConfig(batch_size=128), CPU, DataFacts(size=90), "batch_size 128 is larger than the dataset (90 images)"),
-    (TrainConfig(batch_size=6), FOUR_TPU_CORES, MNIST, "Batch size 6 does not split evenly over 4 devices"),
+    (TrainConfig(batch_size=6), FOUR_TPU_CORES, MNIST, "batch_size 6 does not split evenly over 4 devices"),
     (TrainConfig(gan="nope"), CPU, MNIST, "GAN type 'nope' is not supported"),
 ])
 def test_a_config_that_cannot_work_is_refused_naming_the_field(config, device, data, message):
