@@ -336,8 +336,8 @@ def _xla_importable() -> bool:
 @pytest.mark.xla
 @pytest.mark.skipif(not _xla_importable(), reason="torch_xla is not installed")
 def test_gradient_penalty_on_xla_cpu_matches_cpu():
-    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1", "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", XLA_SCRIPT], cwd=ROOT, env=env, capture_output=True,
+    from tests.xla.xlahelpers import xla_env
+    done = subprocess.run([sys.executable, "-c", XLA_SCRIPT], cwd=ROOT, env=xla_env(CPU_NUM_DEVICES="1", OMP_NUM_THREADS="1"), capture_output=True,
                           text=True, timeout=240)
     if done.returncode and "ModuleNotFoundError: No module named 'torch_xla'" in done.stderr:
         pytest.skip("torch_xla cannot be imported")

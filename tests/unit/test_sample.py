@@ -66,9 +66,9 @@ _XLA_SCRIPT = textwrap.dedent("""
 def test_xla_cpu_gives_the_same_images_as_cpu_eager(shipped, tmp_path):
     """Latents come from the CPU, so a seed is the same image on XLA; only float rounding differs."""
     out = str(tmp_path / "xla.npy")
-    env = {**os.environ, "PJRT_DEVICE": "CPU", "OMP_NUM_THREADS": "1"}
+    from tests.xla.xlahelpers import xla_env
     done = subprocess.run([sys.executable, "-c", _XLA_SCRIPT.format(root=ROOT, gen=SHIPPED, out=out)],
-                          capture_output=True, text=True, timeout=240, env=env)
+                          capture_output=True, text=True, timeout=240, env=xla_env(OMP_NUM_THREADS="1"))
     if "NOXLA" in done.stdout:
         pytest.skip(f"torch_xla cannot be imported: {done.stdout.strip()}")
     assert done.returncode == 0, done.stderr[-2000:]

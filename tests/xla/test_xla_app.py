@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.apphelpers import alive
-from tests.xla.xlahelpers import ROOT, XLA_TIMEOUT, check, run_python, status_of, xla_env
+from tests.xla.xlahelpers import FAST_COMPILE, ROOT, XLA_TIMEOUT, check, run_python, status_of, xla_env
 
 
 # ------------------------------------------------------------------------------------------
@@ -32,7 +32,7 @@ def _children(pid: int) -> list[int]:
 
 # The module's app (tests/conftest.py): 4 XLA:CPU devices, and a Stop grace shorter than a first compile.
 STOP_GRACE = 2
-APP_ENV = {"OMP_NUM_THREADS": "1", "CPU_NUM_DEVICES": "4", "BLINK_STOP_ESCALATE": str(STOP_GRACE)}
+APP_ENV = {"OMP_NUM_THREADS": "1", "CPU_NUM_DEVICES": "4", "BLINK_STOP_ESCALATE": str(STOP_GRACE), **FAST_COMPILE}
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,17 @@ SCRIPTS = os.path.join(ROOT, "tests", "xla_scripts")
 XLA_TIMEOUT = 420   # seconds for one XLA subprocess: generous for a loaded 2-core CI machine
 
 
+# XLA:CPU compiles each graph through LLVM, whose optimisation of the machine code is most of a tiny
+# run's CPU. Level 0 skips it: the same graphs, compiled as often (what the tests count), the same
+# results to float rounding, in about half the CPU (bench/README.md, "The suite").
+FAST_COMPILE = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
+
+
 def xla_env(**extra: str) -> dict:
-    """The child's environment: repo importable, XLA on the CPU, no inherited XLA knobs."""
+    """The child's environment: repo importable, XLA on the CPU compiling fast, no inherited XLA knobs."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("CPU_NUM_DEVICES", "XLA_ALWAYS_ALLREDUCE", "BLINK_DISABLE_XLA", "PJRT_DEVICE")}
-    env.update({"PYTHONPATH": ROOT, "PJRT_DEVICE": "CPU", **extra})
+           if k not in ("CPU_NUM_DEVICES", "XLA_ALWAYS_ALLREDUCE", "BLINK_DISABLE_XLA", "PJRT_DEVICE", "XLA_FLAGS")}
+    env.update({"PYTHONPATH": ROOT, "PJRT_DEVICE": "CPU", **FAST_COMPILE, **extra})
     return env
 
 
