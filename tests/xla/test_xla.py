@@ -1,11 +1,11 @@
-"""The TPU path (PyTorch/XLA) on XLA:CPU, from the CLI: the fallbacks, the precision policy, one real
-run per configuration shared by the tests that read it (1 and 4 devices, SPMD), a fault in the
-trainer's bookkeeping, and what the probe says of today's TPUs.
+"""The TPU path (PyTorch/XLA) on XLA:CPU, from the CLI: autocast's precisions, one real run per
+configuration shared by the tests that read it (1 and 4 devices, SPMD), and the compiles settling.
+(The fallbacks, refusals, a bookkeeping fault, the doctor, interrupts and the probe:
+test_xla_cli.py; the app: test_xla_app.py.)
 
 CPU_NUM_DEVICES=4 gives four XLA:CPU devices, which the trainer drives with SPMD from one
 process: the program a multi-chip TPU runs. Each XLA:CPU compile takes seconds on 2 cores, so
-every run is tiny (preset fast at 28x28, batch 8-16, a handful of steps). The fallback tests at
-the top need no torch_xla and run everywhere.
+every run is tiny (preset fast at 28x28, batch 8-16, a handful of steps).
 """
 from __future__ import annotations
 
@@ -19,71 +19,13 @@ import time
 import pytest
 
 from core.rundir import RunDir
-from tests.apphelpers import alive
-from tests.xla.xlahelpers import (ROOT, SCRIPTS, XLA_TIMEOUT, assert_finite_losses, check, events_of, probe, run_python, run_script,
+from tests.xla.xlahelpers import (ROOT, SCRIPTS, XLA_TIMEOUT, assert_finite_losses, check, events_of, run_python, run_script,
                                   status_of, xla_env)
 
 
 # ------------------------------------------------------------------------------------------
-# Fallback when torch_xla is missing or broken (no torch_xla needed)
+# Autocast in bf16 on XLA: what runs in which precision
 # ------------------------------------------------------------------------------------------
-def test_broken_torch_xla_falls_back_with_notice(broken_xla):
-    for device in ("xla-cpu", "tpu"):
-        info = probe(device, PYTHONPATH=broken_xla)
-        assert info["kind"] in ("cpu", "cuda")
-        assert "undefined symbol" in info["notice"] or "no TPU" in info["notice"], info
-        assert device.split("-")[0].upper() in info["notice"].upper()
-
-def test_disabled_xla_trains_on_cpu_and_says_so(tmp_path):
-    run = str(tmp_path / "run")
-    check(run_python(["-m", "core.train", "--device", "xla-cpu", "--preset", "fast", "--batch-size", "8",
-                 "--steps", "2", "--log-every", "1", "--run-dir", run], timeout=180, BLINK_DISABLE_XLA="1"))
-    status = status_of(run)
-    assert status["state"] == "done"
-    assert status["device_kind"] == "cpu"
-    assert "BLINK_DISABLE_XLA" in status["notice"], "the user must see why XLA was not used"
-
-
-def test_auto_probe_does_not_import_torch_xla_without_a_tpu():
-    # The UI probes in a child; on a machine with no TPU even that child must not pay the
-    # torch_xla import (seconds) nor touch the XLA runtime. PJRT_DEVICE=CPU (xla_env's, named here)
-    # keeps a TPU host's chips out of the probe too, refused by name before any import, so both
-    # assertions hold on every host: the chips on PCI decide nothing here.
-    code = ("import json, sys; from core import devices; i = devices.probe('auto'); "
-            "print(json.dumps([i.kind, 'torch_xla' in sys.modules]))")
-    kind, imported = json.loads(check(run_python(["-c", code], timeout=120, PJRT_DEVICE="CPU"))
-                                .stdout.strip().splitlines()[-1])
-    assert kind in ("cpu", "cuda")
-    assert not imported, "probing 'auto' without a usable TPU imported torch_xla"
-
-
-def test_bf16_refused_on_a_cpu_without_native_bf16(tmp_path):
-    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-    native = "avx512_bf16" in flags or "amx_bf16" in flags
-    run = str(tmp_path / "run")
-    proc = run_python(["-m", "core.train", "--device", "cpu", "--precision", "bf16", "--preset", "fast",
-                 "--batch-size", "8", "--steps", "1", "--run-dir", run], timeout=180)
-    status = status_of(run)
-    if native:
-        assert proc.returncode == 0 and status["state"] == "done"
-    else:
-        assert proc.returncode != 0 and status["state"] == "failed"
-        assert "bf16" in status["message"] and "native bfloat16" in status["message"]
-
-
-# ------------------------------------------------------------------------------------------
-# Precision policy on XLA
-# ------------------------------------------------------------------------------------------
-@pytest.mark.xla
-def test_fp16_refused_on_xla_with_the_reason(tmp_path):
-    run = str(tmp_path / "run")
-    proc = run_python(["-m", "core.train", "--device", "xla-cpu", "--precision", "fp16", "--steps", "1",
-                 "--run-dir", run], timeout=180)
-    status = status_of(run)
-    assert proc.returncode != 0 and status["state"] == "failed"
-    assert "fp16" in status["message"] and "bfloat16" in status["message"], status["message"]
-
-
 @pytest.fixture(scope="module")
 def autocast_dtypes(tmp_path_factory) -> dict:
     out = str(tmp_path_factory.mktemp("autocast") / "dtypes.json")
@@ -278,84 +220,3 @@ def test_a_four_device_checkpoint_loads_and_samples_without_torch_xla(cli_run, b
     npy = str(tmp_path / "samples.npy")
     check(run_python(["-m", "core.sample", "--run", run, "--n", "4", "--out", npy], timeout=180, PYTHONPATH=broken_xla))
     assert os.path.getsize(npy) > 0
-
-
-@pytest.mark.xla
-def test_a_failure_in_the_trainers_bookkeeping_ends_the_run_with_its_checkpoint(tmp_path):
-    """Saving the grid raises from step 4 (a fault injected by the test script): the run ends
-    `failed` there, saying what it was doing, with the checkpoint of step 2 kept. One XLA device:
-    the Loop's bookkeeping is the same over four, whose runs the tests above read."""
-    run = str(tmp_path / "run")
-    proc = run_python([os.path.join(SCRIPTS, "grid_failure.py"), "--device", "xla-cpu", "--preset", "fast",
-                 "--batch-size", "16", "--steps", "300", "--log-every", "3", "--grid-every", "2",
-                 "--checkpoint-every", "2", "--quality-every", "0", "--run-dir", run], CPU_NUM_DEVICES="1")
-    status = status_of(run)
-    assert proc.returncode == 1 and status["state"] == "failed", (proc.stdout[-2000:], proc.stderr[-2000:])
-    assert "while saving the sample grid at step 4" in status["message"], status["message"]
-    assert "simulated fault" in status["message"] and "checkpoint (step 2) is kept" in status["message"]
-    assert status["saved_step"] == 2
-    assert os.path.exists(os.path.join(run, "checkpoint.pt"))
-    assert "saving the sample grid" in open(os.path.join(run, "error.log")).read()
-    assert not alive(status["pid"])
-
-
-# ------------------------------------------------------------------------------------------
-# The probe tells the truth about a TPU (sysfs chips monkeypatched; torch_xla never imported)
-# ------------------------------------------------------------------------------------------
-@pytest.fixture
-def tpu_host(monkeypatch):
-    """A host whose PCI bus shows TPU chips: the chip ids are the only thing faked."""
-    from core import devices
-
-    def make(pci_ids: list[str], libtpu: bool, accelerator_type: str = ""):
-        monkeypatch.setattr(devices, "tpu_pci_ids", lambda: list(pci_ids))
-        monkeypatch.setattr(devices, "libtpu_found", lambda: libtpu)
-        monkeypatch.delenv("PJRT_DEVICE", raising=False)
-        monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")    # no metadata server here: never ask one
-        if accelerator_type:
-            monkeypatch.setenv("TPU_ACCELERATOR_TYPE", accelerator_type)
-        else:
-            monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
-        return devices
-    return make
-
-
-def test_probe_does_not_claim_a_tpu_without_libtpu(tpu_host):
-    devices = tpu_host(["0x0063"] * 8, libtpu=False)
-    info = devices.probe("auto")
-    assert info.kind != "tpu", info
-    assert "Found 8 TPU chip" in info.notice and "libtpu is not installed" in info.notice
-    assert "torch_xla[tpu]" in info.notice
-    assert devices.probe("tpu").kind != "tpu"
-    assert "torch_xla" not in sys.modules     # refused before any import of torch_xla
-
-
-def test_probe_does_not_claim_a_tpu_when_pjrt_device_says_cpu(tpu_host, monkeypatch):
-    devices = tpu_host(["0x0063"] * 8, libtpu=True)
-    monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    info = devices.probe("auto")
-    assert info.kind != "tpu" and "PJRT_DEVICE=CPU" in info.notice, info
-
-
-@pytest.mark.parametrize("pci_ids, accelerator_type, name, count", [
-    (["0x0063"], "v5litepod-1", "TPU v5e (1 chip)", 1),                    # Colab's free TPU: no mesh
-    (["0x0063"] * 8, "v5litepod-8", "TPU v5e (8 chips)", 8),               # Kaggle v5e-8
-    (["0x006f"] * 8, "", "TPU v6e (8 chips)", 8),                          # Kaggle v6e-8, from PCI alone
-    (["0x0027"] * 4, "v3-8", "TPU v3 (4 chips, 2 cores each)", 8),         # v3-8: 8 devices on 4 chips
-])
-def test_todays_tpus_by_name(tpu_host, monkeypatch, pci_ids, accelerator_type, name, count):
-    devices = tpu_host(pci_ids, libtpu=True, accelerator_type=accelerator_type)
-    monkeypatch.setattr(devices, "xla_import_error", lambda: "")   # torch_xla imports (not imported here)
-    info = devices.probe("auto")
-    assert (info.kind, info.name, info.devices) == ("tpu", name, count)
-    assert ("SPMD" in info.layout) == (count > 1), info.layout
-    assert devices.default_precision(info.kind) == "bf16"
-    assert "fp16" in info.precision_refused and "highest" in info.precision_warned["fp32"]
-
-
-def test_xla_cpu_on_a_tpu_host_means_the_cpu(monkeypatch):
-    from core import devices
-    monkeypatch.setenv("PJRT_DEVICE", "TPU")
-    monkeypatch.setenv("CPU_NUM_DEVICES", "4")
-    devices.prepare_environment("xla-cpu")
-    assert os.environ["PJRT_DEVICE"] == "CPU" and devices.xla_cpu_device_count() == 4

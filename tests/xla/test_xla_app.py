@@ -1,16 +1,14 @@
 """The TPU path from where its users start: `python app.py` on 4 XLA:CPU devices (one trainer
-process, SPMD), the doctor, and the CLI interrupted by Ctrl-C or SIGTERM."""
+process, SPMD). (The doctor and the CLI interrupted: test_xla_cli.py.)"""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 from tests.apphelpers import alive
-from tests.xla.xlahelpers import FAST_COMPILE, ROOT, XLA_TIMEOUT, check, run_python, status_of, xla_env
+from tests.xla.xlahelpers import FAST_COMPILE, XLA_TIMEOUT
 
 
 # ------------------------------------------------------------------------------------------
@@ -147,70 +145,3 @@ def test_app_pause_step_resume_then_a_killed_trainer_on_four_devices(xla_app):
     _wait_exit(trainer)
     assert xla_app.stop() is not None
     wait_for(lambda: not [p for p in xla_app.seen_pids if alive(p)], 60, what="every process to exit")
-
-
-@pytest.mark.xla
-def test_doctor_reports_four_devices_in_one_process_and_a_real_run():
-    proc = check(run_python(["-m", "core.doctor", "--device", "xla-cpu", "--steps", "15", "--batch-size", "16"],
-                       CPU_NUM_DEVICES="4"))
-    out = proc.stdout
-    assert "Device: XLA:CPU (4 devices)" in out and "4 devices in one process" in out, out
-    assert "4 per device on 4 devices" in out and "4x1x28x28" in out, out
-    assert "Short run: done after 15 of 15 steps" in out and "stopped growing" in out, out
-    assert "ops run on the host: none" in out and "img/s" in out, out
-
-
-def test_doctor_on_the_cpu():
-    proc = check(run_python(["-m", "core.doctor", "--device", "cpu", "--steps", "10"], timeout=180))
-    assert "Device: CPU" in proc.stdout and "in the trainer process" in proc.stdout
-    assert "Short run: done after 10 of 10 steps" in proc.stdout and "OK:" in proc.stdout, proc.stdout
-
-
-# ------------------------------------------------------------------------------------------
-# The CLI keeps what it trained when interrupted (Ctrl-C reaches the terminal's process group)
-# ------------------------------------------------------------------------------------------
-def _interrupt_cli(tmp_path, device: str, sig: int, **env: str) -> tuple[int, dict, str]:
-    import signal
-    run = str(tmp_path / "run")
-    proc = subprocess.Popen([sys.executable, "-m", "core.train", "--device", device, "--preset", "fast",
-                             "--batch-size", "16", "--steps", "100000", "--log-every", "5", "--run-dir", run],
-                            cwd=ROOT, env=xla_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        deadline = time.time() + XLA_TIMEOUT
-        while time.time() < deadline and proc.poll() is None:
-            try:
-                if status_of(run).get("state") == "running" and status_of(run).get("step", 0) >= 10:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.2)
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)     # as a terminal's Ctrl-C does: the whole foreground group
-        else:
-            proc.send_signal(sig)        # as `kill` or a supervisor does: the process alone
-        output = proc.communicate(timeout=180)[0]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode, status_of(run), output
-
-
-@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
-def test_cli_interrupted_stops_with_a_checkpoint(tmp_path, signal_name):
-    import signal
-    code, status, output = _interrupt_cli(tmp_path, "cpu", getattr(signal, signal_name))
-    assert code == 0 and status["state"] == "stopped", (status, output[-2000:])
-    assert status["saved_step"] == status["step"] >= 10
-    assert os.path.exists(tmp_path / "run" / "checkpoint.pt") and os.path.exists(tmp_path / "run" / "generator.json")
-
-
-@pytest.mark.xla
-def test_cli_ctrl_c_on_four_devices_stops_with_a_checkpoint(tmp_path):
-    import signal
-    code, status, output = _interrupt_cli(tmp_path, "xla-cpu", signal.SIGINT, CPU_NUM_DEVICES="4")
-    assert code == 0 and status["state"] == "stopped" and status["devices"] == 4, (status, output[-2000:])
-    assert not alive(status["pid"])
-    assert status["saved_step"] == status["step"] >= 10
-    assert os.path.exists(tmp_path / "run" / "checkpoint.pt")
