@@ -31,15 +31,17 @@ class _Popen(multiprocessing.popen_forkserver.Popen):
     """The fork server sends a child's exit code down a pipe once: two threads polling together
     (a viewer's reap beside the Stop watchdog, multiprocessing's own clean-up at the next start)
     would both read it, and the second would record 255 over the real code, a SIGKILL included.
-    The read is made under a lock, and only once."""
+    The read is made under a lock, and only once; every thread then sees the code it read."""
     _read_lock = threading.Lock()
 
     def poll(self, flag=os.WNOHANG):
         if self.returncode is None:
-            if not multiprocessing.connection.wait([self.sentinel], 0 if flag == os.WNOHANG else None):
-                return None
+            exited = multiprocessing.connection.wait([self.sentinel], 0 if flag == os.WNOHANG else None)
+            # Not `exited` may also mean that another thread read the code a moment ago (the pipe is
+            # empty until the fork server closes it): that read was under this lock, so it is set now.
             with self._read_lock:
-                return super().poll(os.WNOHANG)
+                if self.returncode is None and exited:
+                    super().poll(os.WNOHANG)
         return self.returncode
 
 

@@ -15,7 +15,7 @@ def test_a_trainer_killed_reads_as_killed_to_every_thread_that_polls_it_at_once(
     """The fork server sends a child's exit code down a pipe once. A viewer's reap, the Stop watchdog
     and multiprocessing's own clean-up may poll together: each must see SIGKILL, never 255 (the
     standard library's fork-server process fails this test)."""
-    for _ in range(10):
+    for _ in range(30):
         process = ForkedProcess(target=_end_by_sigkill)
         process.start()
         multiprocessing.connection.wait([process.sentinel], 30)
