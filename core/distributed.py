@@ -170,7 +170,6 @@ class Ranks:
     def wrap(self, module):
         """The module under DDP, which averages its gradients over the ranks in the backward pass
         and, once, broadcasts rank 0's weights and buffers to the others."""
-        import torch
         from torch.nn.parallel import DistributedDataParallel
         # A weight of one input channel in channels_last has strides DDP's buckets call mismatched
         # (a size-1 dimension's stride means nothing): a warning of a cost, on every rank, not an error.
