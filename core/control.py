@@ -81,11 +81,7 @@ class Control:
     def wait_while_paused(self) -> str:
         """Wait until the pause request is gone; then the decision ("run" once resumed: the
         Resume is cleared; "step": train the asked updates, still paused)."""
-        while (decision := self.decision()) == "pause":
-            time.sleep(PAUSE_POLL_SECONDS)
-        if decision == "run":
-            self.run.clear_request("resume")   # only the Resume: a Stop pressed since must still be heard
-        return decision
+        return wait_out_pause(self.decision, self.run)
 
     def between_chunks(self, paused: bool) -> str:
         """Between two chunks of a chunked run, without waiting (the app holds no GPU meanwhile):
@@ -101,3 +97,13 @@ class Control:
         if decision == "step" or (decision == "run" and paused):
             return "pause"
         return decision
+
+
+def wait_out_pause(decision, run) -> str:
+    """decision() until it is no longer "pause"; then that decision. run: the RunDir whose Resume is
+    cleared once the run goes on (None for a process that never writes the run)."""
+    while (decided := decision()) == "pause":
+        time.sleep(PAUSE_POLL_SECONDS)
+    if decided == "run" and run is not None:
+        run.clear_request("resume")   # only the Resume: a Stop pressed since must still be heard
+    return decided

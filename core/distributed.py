@@ -28,10 +28,9 @@ Not under torchrun (or under it with one process) none of this runs.
 from __future__ import annotations
 
 import os
-import time
 import warnings
 
-from core.control import PAUSE_POLL_SECONDS
+from core.control import wait_out_pause
 
 # How long a rank waits in one collective before it gives up with an error. A rank that dies closes
 # its connections, so the others fail at once (and torchrun ends them); this bound is for a rank that
@@ -205,11 +204,7 @@ class SharedControl:
         return self.ranks.agree(int(waiting or self.ranks.stop_asked)) > 0
 
     def wait_while_paused(self) -> str:
-        while (decision := self.decision()) == "pause":
-            time.sleep(PAUSE_POLL_SECONDS)
-        if decision == "run" and self.control:
-            self.control.run.clear_request("resume")   # only the Resume: a Stop pressed since must still be heard
-        return decision
+        return wait_out_pause(self.decision, self.control.run if self.control else None)
 
     def step_count(self) -> int:
         return self.ranks.share(self.control.step_count() if self.control else 0)
