@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
-from app import chunks, dataset_work, sample_tab, viewer_work, views
+from app import chunks, dataset_work, forkserver, sample_tab, viewer_work, views
 from app.dataset_work import check_data_path
 from app.errors import log_refusal, name_bad_values, refused
 from app.job import Job, JobBusy, ResumeRefused
@@ -80,7 +80,8 @@ def _static(name: str) -> str:
 
 
 class DeviceCache:
-    """Device probes, run in a child process (the UI never imports torch_xla) and kept."""
+    """Device probes, each in a fork of the app's fork server (the UI never imports torch_xla; the
+    fork server has imported torch already), and kept."""
 
     def __init__(self):
         self._infos: dict[str, devices.DeviceInfo] = {}
@@ -92,7 +93,7 @@ class DeviceCache:
                 # On ZeroGPU no process sees the GPU but a chunk's GPU call: the page describes that GPU.
                 on_gpu_call = chunks.on_zero_gpu() and requested in ("auto", "cuda")
                 self._infos[requested] = (chunks.zero_gpu_device() if on_gpu_call
-                                          else devices.probe_in_subprocess(requested))
+                                          else devices.probe_in_child_process(requested, forkserver.context()))
             return self._infos[requested]
 
 

@@ -6,7 +6,7 @@ it was not built for) turns into a notice and a fallback, never a crash.
 
 Two entry points:
 - `probe(requested)` says what a device can do (kind, name, device count, which precisions it runs
-  well and why not). The UI calls it through `probe_in_subprocess` so that the UI process
+  well and why not). The UI calls it through `probe_in_child_process` so that the UI process
   itself never imports torch_xla or touches an accelerator.
 - `Runtime` is what the trainer uses inside its own process: the torch device (with several
   XLA devices, an SPMD data mesh over all of them), autocast, optimizer steps, step closures
@@ -18,8 +18,6 @@ import contextlib
 import functools
 import json
 import os
-import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -317,30 +315,45 @@ def prepare_environment(requested: str) -> None:
         os.environ["PJRT_DEVICE"] = "CPU"
 
 
-def probe_command(requested: str) -> list[str]:
-    """The child process that probes: this module run as a script."""
-    return [sys.executable, "-m", "core.devices", "--device", requested]
-
-
-def probe_in_subprocess(requested: str = "auto", timeout: float = 120.0) -> DeviceInfo:
-    """probe() in a child process, so the caller never imports torch_xla nor touches a device."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ)
-    skip_metadata_query(env)
+def probe_in_child_process(requested: str, context, timeout: float = 120.0) -> DeviceInfo:
+    """probe() in a child process, so the caller never imports torch_xla nor touches a device.
+    context: the multiprocessing context the child comes from (the app's fork server's, which has
+    imported torch already, so the probe costs no imports)."""
+    reader, writer = context.Pipe(duplex=False)
+    child = context.Process(target=_probe_child, args=(requested, writer), name="blink-device-probe", daemon=True)
+    child.start()
+    writer.close()
     try:
-        out = subprocess.run(probe_command(requested), capture_output=True, text=True, timeout=timeout,
-                             cwd=root, env=env, check=True)
-        return DeviceInfo(**json.loads(out.stdout.strip().splitlines()[-1]))
-    except subprocess.TimeoutExpired:
-        # The child is killed; what hangs there is torch_xla starting the TPU runtime.
-        return _cpu_info(f"the TPU runtime did not answer within {timeout:g} s: importing torch_xla or opening "
-                         "the TPU hung (another process, such as an earlier cell's app or trainer, may still hold "
-                         "the TPU, or the metadata server did not answer); assuming CPU. Stop that process or "
-                         "restart the notebook, then run `python -m core.doctor` to see where it stops.")
-    except Exception as exc:  # a probe that crashes must not take the UI with it
-        detail = getattr(exc, "stderr", "") or str(exc)
-        return _cpu_info(f"device probe failed ({str(detail).strip().splitlines()[-1][:200] if detail else exc}); "
-                         "assuming CPU.")
+        if not reader.poll(timeout):
+            # What hangs there is torch_xla starting the TPU runtime.
+            return _cpu_info(f"the TPU runtime did not answer within {timeout:g} s: importing torch_xla or opening "
+                             "the TPU hung (another process, such as an earlier cell's app or trainer, may still "
+                             "hold the TPU, or the metadata server did not answer); assuming CPU. Stop that "
+                             "process or restart the notebook, then run `python -m core.doctor` to see where it "
+                             "stops.")
+        answer = reader.recv()
+    except EOFError:   # the child died before answering (a crash inside a native library)
+        child.join(5)
+        answer = f"the probe process ended with exit code {child.exitcode}"
+    finally:
+        reader.close()
+        if child.is_alive():
+            child.kill()
+        child.join(5)
+    if isinstance(answer, str):   # a probe that crashes must not take the UI with it
+        return _cpu_info(f"device probe failed ({answer[:200]}); assuming CPU.")
+    return DeviceInfo(**answer)
+
+
+def _probe_child(requested: str, writer) -> None:
+    skip_metadata_query(os.environ)
+    prepare_environment(requested)
+    try:
+        answer = probe(requested).to_dict()
+    except Exception as exc:
+        answer = f"{type(exc).__name__}: {exc}"
+    writer.send(answer)
+    writer.close()
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The notebook setup's decision (no network: versions are given), the doctor's version lines, and the
 device probe that must not hang the page (a stand-in child process, no torch_xla imported)."""
+import multiprocessing
 import os
 import re
 import sys
@@ -104,25 +105,35 @@ def test_the_doctor_reports_versions_and_a_mismatch_in_words(monkeypatch):
     assert "python tools/notebook_setup.py" in mismatch
 
 
+# The probe's child is forked here, so the probe it runs is the one this test replaced (the app's
+# children are forks of its fork server, which runs the real one).
+FORKED = multiprocessing.get_context("fork")
+
+
 def test_a_probe_that_hangs_times_out_with_a_reason_and_assumes_the_cpu(monkeypatch):
-    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
-    monkeypatch.setattr(devices, "probe_command", lambda requested: sleeper)
+    monkeypatch.setattr(devices, "probe", lambda requested: time.sleep(60))
     started = time.monotonic()
-    info = devices.probe_in_subprocess("auto", timeout=0.5)
+    info = devices.probe_in_child_process("auto", FORKED, timeout=0.5)
     assert time.monotonic() - started < 30
     assert info.kind == "cpu", info
     assert info.notice.startswith("the TPU runtime did not answer within 0.5 s: "), info.notice
     assert "assuming CPU" in info.notice
 
 
+def test_a_probe_that_crashes_says_how_and_assumes_the_cpu(monkeypatch):
+    monkeypatch.setattr(devices, "probe", lambda requested: os._exit(3))
+    info = devices.probe_in_child_process("auto", FORKED, timeout=60)
+    assert info.kind == "cpu" and info.notice == ("device probe failed (the probe process ended with exit code 3); "
+                                                  "assuming CPU."), info.notice
+
+
 def _probe_sees_skip_variable(monkeypatch, pci_ids: list[str]) -> str:
-    """What the probe's child process finds in TPU_SKIP_MDS_QUERY (a stand-in child reports it)."""
+    """What the probe's child process finds in TPU_SKIP_MDS_QUERY (a stand-in probe reports it)."""
     monkeypatch.delenv("TPU_SKIP_MDS_QUERY", raising=False)
     monkeypatch.setattr(devices, "tpu_pci_ids", lambda: list(pci_ids))
-    report = ("import json, os; print(json.dumps({'kind': 'cpu', "
-              "'name': os.environ.get('TPU_SKIP_MDS_QUERY', 'unset')}))")
-    monkeypatch.setattr(devices, "probe_command", lambda requested: [sys.executable, "-c", report])
-    return devices.probe_in_subprocess("auto", timeout=60).name
+    monkeypatch.setattr(devices, "probe", lambda requested: devices.DeviceInfo(
+        kind="cpu", name=os.environ.get("TPU_SKIP_MDS_QUERY", "unset")))
+    return devices.probe_in_child_process("auto", FORKED, timeout=60).name
 
 
 def test_the_probe_skips_the_metadata_server_when_no_tpu_chip_is_on_pci(monkeypatch):
