@@ -63,20 +63,15 @@ def test_bf16_refused_on_a_cpu_without_native_bf16(tmp_path):
         assert "bf16" in status["message"] and "native bfloat16" in status["message"]
 
 
-
-
-# ------------------------------------------------------------------------------------------
-# Precision policy on XLA
-# ------------------------------------------------------------------------------------------
-@pytest.mark.xla
-def test_fp16_refused_on_xla_with_the_reason(tmp_path):
+def test_a_precision_the_device_refuses_fails_the_cli_run_with_the_reason(tmp_path):
+    """fp16 is refused on every CPU: the run fails at once, saying why (XLA's own reason: the doctor's test)."""
     run = str(tmp_path / "run")
-    proc = run_python(["-m", "core.train", "--device", "xla-cpu", "--precision", "fp16", "--steps", "1",
-                 "--run-dir", run], timeout=180)
+    proc = run_python(["-m", "core.train", "--device", "cpu", "--precision", "fp16", "--steps", "1",
+                       "--run-dir", run], timeout=180)
     status = status_of(run)
     assert proc.returncode != 0 and status["state"] == "failed"
-    assert "fp16" in status["message"] and "bfloat16" in status["message"], status["message"]
-
+    assert status["message"].startswith("Precision fp16 is not offered on CPU"), status["message"]
+    assert "CPUs have no fast fp16 path" in status["message"], status["message"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -114,6 +109,9 @@ def test_doctor_reports_four_devices_in_one_process_and_a_real_run():
     assert "4 per device on 4 devices" in out and "4x1x28x28" in out, out
     assert "Short run: done after 15 of 15 steps" in out and "stopped growing" in out, out
     assert "ops run on the host: none" in out and "img/s" in out, out
+    # The precision XLA refuses, and why, from the device layer the trainer's config check reads
+    # (the CLI's road for a refused precision: test_bf16_refused_on_a_cpu_without_native_bf16).
+    assert "fp16 is not offered here: XLA devices compute in bfloat16, not float16" in out, out
 
 
 def test_doctor_on_the_cpu():
