@@ -1,11 +1,12 @@
-"""Fixtures of the XLA tests: skip where torch_xla is not installed, and a torch_xla that fails to import."""
+"""Fixtures of the XLA tests: skip where torch_xla is not installed, a torch_xla that fails to import,
+and the real CLI runs a module's tests share."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from tests.xla.xlahelpers import ROOT, xla_import_error
+from tests.xla.xlahelpers import ROOT, cli_runs, xla_import_error
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +25,8 @@ def broken_xla(tmp_path) -> str:
         'raise ImportError("_XLAC.cpython-311-x86_64-linux-gnu.so: undefined symbol: '
         '_ZN5torch8autograd12VariableInfoC1ERKN2at6TensorE")\n')
     return f"{package.parent}{os.pathsep}{ROOT}"
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    return cli_runs(tmp_path_factory)

@@ -12,15 +12,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
-import time
 
 import pytest
 
 from core.rundir import RunDir
-from tests.xla.xlahelpers import (ROOT, SCRIPTS, XLA_TIMEOUT, assert_finite_losses, check, events_of, run_python, run_script,
-                                  status_of, xla_env)
+from tests.xla.xlahelpers import (SCRIPTS, assert_compiles_once_on_four_devices, assert_finite_losses, check, events_of,
+                                  run_python, run_script, status_of)
 
 
 # ------------------------------------------------------------------------------------------
@@ -51,64 +48,6 @@ def test_autocast_bf16_policy_on_xla(autocast_dtypes, gan):
 # ------------------------------------------------------------------------------------------
 # The real trainer on XLA:CPU
 # ------------------------------------------------------------------------------------------
-# Every graph a run has (first steps, steady step, log step, grid, quality meter, checkpoint, the
-# learning-rate decay, the EMA) is met by step 10; steps 10-16 repeat them all.
-SHARED_RUN = ("--preset", "fast", "--steps", "16", "--log-every", "2", "--grid-every", "4", "--quality-every", "4",
-              "--checkpoint-every", "4", "--lr-decay-start", "0.5", "--ema", "0.99", "--seed", "3")
-# Two critic updates per generator update, not WGAN-GP's five: the graph still loops over critic
-# updates with the penalty's double backward, and compiles and runs in two thirds of the time.
-CRITIC_UPDATES = {"wgan-gp": ("--n-critic", "2")}
-# MNIST is large enough to train without augmentation (core/config.py AUGMENT_BELOW): the hinge
-# runs turn it on, so its random shifts and cut-outs are proven to compile once over 4 devices.
-AUGMENTED = {"hinge": ("--augment", "on")}
-# Adam's betas at 0.3 for these runs: 1 - 0.3**k is 1.0 in float32 from update 15, so steps 10-16
-# cross the point where bias corrections kept as Python floats would become graph constants and
-# the step compile again (see the compile-settle test below, which runs the other types' steps).
-CROSSING_ROUNDING = {gan: ("--beta1", "0.3", "--beta2", "0.3") for gan in ("hinge", "wgan-gp")}
-
-
-def _train_watching_states(run: str, flags: list[str], **env: str) -> list[str]:
-    """The real CLI trainer into `run`; the states its status went through, as a viewer saw them."""
-    proc = subprocess.Popen([sys.executable, "-m", "core.train", *flags, "--run-dir", run], cwd=ROOT, env=xla_env(**env),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    states: list[str] = []
-    deadline = time.time() + XLA_TIMEOUT
-    try:
-        while proc.poll() is None and time.time() < deadline:
-            try:
-                state = status_of(run).get("state")
-            except (OSError, ValueError):
-                state = None
-            if state and (not states or states[-1] != state):
-                states.append(state)
-            time.sleep(0.02)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        output = proc.communicate()[0]
-    assert proc.returncode == 0, output[-3000:]
-    final = status_of(run)["state"]
-    return states if states and states[-1] == final else [*states, final]
-
-
-@pytest.fixture(scope="module")
-def cli_run(tmp_path_factory):
-    """cli_run(gan, batch, devices, precision) -> (run folder, states seen) of one real CLI run on
-    XLA:CPU (SPMD over `devices` devices in one process), made once per configuration and shared
-    by the tests that read it."""
-    runs: dict[tuple, tuple[str, list[str]]] = {}
-
-    def get(gan: str, batch: int, devices: int, precision: str = "fp32") -> tuple[str, list[str]]:
-        key = (gan, batch, devices, precision)
-        if key not in runs:
-            run = str(tmp_path_factory.mktemp(f"{gan}-{devices}dev") / "run")
-            flags = ["--device", "xla-cpu", "--gan", gan, "--batch-size", str(batch), "--precision", precision,
-                     *SHARED_RUN, *CRITIC_UPDATES.get(gan, ()), *AUGMENTED.get(gan, ()), *CROSSING_ROUNDING.get(gan, ())]
-            runs[key] = run, _train_watching_states(run, flags, CPU_NUM_DEVICES=str(devices))
-        return runs[key]
-    return get
-
-
 @pytest.mark.xla
 def test_cli_training_on_one_xla_device_end_to_end(cli_run):
     """One XLA device (Colab's v5e-1: no mesh) through the CLI the app runs: compiling -> running
@@ -142,30 +81,9 @@ def test_cli_training_on_one_xla_device_end_to_end(cli_run):
 
 
 @pytest.mark.xla
-@pytest.mark.parametrize("gan, batch, precision", [
-    ("dcgan", 16, "fp32"),
-    ("hinge", 16, "bf16"),   # spectral norm (torch.vdot is not lowered by XLA) in a TPU's default precision
-    # Critic updates (gradient penalty: double backward) and a generator update in one graph.
-    pytest.param("wgan-gp", 8, "fp32", marks=pytest.mark.slow),
-])
-def test_real_trainer_on_four_devices_compiles_once_and_never_falls_back(cli_run, gan, batch, precision):
-    """On 4 XLA:CPU devices (SPMD) steps 10-16 compile nothing new (for hinge and WGAN-GP past the
-    update where Adam's bias corrections round to 1.0), no op falls back to the host, and each device
-    holds a quarter of the batch, as read from the batch's own sharding."""
-    run, _ = cli_run(gan, batch, 4, precision)
-    status, events = status_of(run), events_of(run)
-    assert status["state"] == "done" and status["device_kind"] == "xla-cpu", status
-    assert status["devices"] == 4 and "one process" in status["layout"], status
-    assert status["augment"].startswith("on" if gan in AUGMENTED else "off"), status["augment"]
-    assert status["diagnostics"]["batch_shards"] == [[batch // 4, 1, 28, 28]] * 4, status["diagnostics"]
-    compiles = {e["step"]: e["xla_compiles"] for e in events if "xla_compiles" in e}
-    assert compiles[10] > 0 and compiles[16] == compiles[10], compiles
-    assert [e["step"] for e in events if "quality_fd" in e] == [4, 8, 12, 16]   # the meter ran on XLA
-    diag = status["diagnostics"]
-    assert diag["fallback_ops"] == [], "ops outside devices.ALLOWED_FALLBACK_OPS ran on the host"
-    # fp32 means fp32 products (a TPU's default is bf16 passes); bf16 runs keep XLA's default.
-    assert (diag["matmul_precision"] == "highest") == (precision == "fp32"), diag
-    assert_finite_losses(events)
+def test_dcgan_on_four_devices_compiles_once_and_never_falls_back(cli_run):
+    """test_xla_types.py checks the other GAN types' runs the same way."""
+    assert_compiles_once_on_four_devices(cli_run, "dcgan", 16, "fp32")
 
 
 # Adam's bias corrections as Python floats became graph constants once they rounded to 1.0 (torch_xla's

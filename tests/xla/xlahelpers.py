@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "tests", "xla_scripts")
@@ -73,3 +74,88 @@ def assert_finite_losses(events: list[dict]) -> None:
     losses = [e[k] for e in events for k in ("loss_d", "loss_g") if k in e]
     assert losses, "no losses were logged"
     assert all(isinstance(v, float) and math.isfinite(v) for v in losses), losses
+
+
+# ------------------------------------------------------------------------------------------
+# One real CLI run per configuration, shared by the tests of a module that read it
+# ------------------------------------------------------------------------------------------
+# Every graph a run has (first steps, steady step, log step, grid, quality meter, checkpoint, the
+# learning-rate decay, the EMA) is met by step 10; steps 10-16 repeat them all.
+SHARED_RUN = ("--preset", "fast", "--steps", "16", "--log-every", "2", "--grid-every", "4",
+              "--checkpoint-every", "4", "--lr-decay-start", "0.5", "--ema", "0.99", "--seed", "3")
+# The quality meter every 4 steps where one device's readings are compared with four's (DCGAN); the
+# other types' runs measure at steps 8 and 16, enough to prove its graph compiles once with theirs.
+QUALITY_EVERY = {"dcgan": 4, "hinge": 8, "wgan-gp": 8}
+# Two critic updates per generator update, not WGAN-GP's five: the graph still loops over critic
+# updates with the penalty's double backward, and compiles and runs in two thirds of the time.
+CRITIC_UPDATES = {"wgan-gp": ("--n-critic", "2")}
+# MNIST is large enough to train without augmentation (core/config.py AUGMENT_BELOW): the hinge
+# runs turn it on, so its random shifts and cut-outs are proven to compile once over 4 devices.
+AUGMENTED = {"hinge": ("--augment", "on")}
+# Adam's betas at 0.3 for these runs: 1 - 0.3**k is 1.0 in float32 from update 15, so steps 10-16
+# cross the point where bias corrections kept as Python floats would become graph constants and
+# the step compile again (test_xla.py's compile-settle test runs DCGAN's step past it).
+CROSSING_ROUNDING = {gan: ("--beta1", "0.3", "--beta2", "0.3") for gan in ("hinge", "wgan-gp")}
+
+
+def train_watching_states(run: str, flags: list[str], **env: str) -> list[str]:
+    """The real CLI trainer into `run`; the states its status went through, as a viewer saw them."""
+    proc = subprocess.Popen([sys.executable, "-m", "core.train", *flags, "--run-dir", run], cwd=ROOT, env=xla_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    states: list[str] = []
+    deadline = time.time() + XLA_TIMEOUT
+    try:
+        while proc.poll() is None and time.time() < deadline:
+            try:
+                state = status_of(run).get("state")
+            except (OSError, ValueError):
+                state = None
+            if state and (not states or states[-1] != state):
+                states.append(state)
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        output = proc.communicate()[0]
+    assert proc.returncode == 0, output[-3000:]
+    final = status_of(run)["state"]
+    return states if states and states[-1] == final else [*states, final]
+
+
+def cli_runs(tmp_path_factory):
+    """The `cli_run` fixture (tests/xla/conftest.py): cli_run(gan, batch, devices, precision) ->
+    (run folder, states seen) of one real CLI run on XLA:CPU (SPMD over `devices` devices in one
+    process), made once per configuration and shared by the module's tests that read it."""
+    runs: dict[tuple, tuple[str, list[str]]] = {}
+
+    def get(gan: str, batch: int, devices: int, precision: str = "fp32") -> tuple[str, list[str]]:
+        key = (gan, batch, devices, precision)
+        if key not in runs:
+            run = str(tmp_path_factory.mktemp(f"{gan}-{devices}dev") / "run")
+            flags = ["--device", "xla-cpu", "--gan", gan, "--batch-size", str(batch), "--precision", precision,
+                     *SHARED_RUN, "--quality-every", str(QUALITY_EVERY[gan]), *CRITIC_UPDATES.get(gan, ()),
+                     *AUGMENTED.get(gan, ()), *CROSSING_ROUNDING.get(gan, ())]
+            runs[key] = run, train_watching_states(run, flags, CPU_NUM_DEVICES=str(devices))
+        return runs[key]
+    return get
+
+
+def assert_compiles_once_on_four_devices(cli_run, gan: str, batch: int, precision: str) -> None:
+    """On 4 XLA:CPU devices (SPMD) steps 10-16 compile nothing new (for hinge and WGAN-GP past the
+    update where Adam's bias corrections round to 1.0), no op falls back to the host, and each device
+    holds a quarter of the batch, as read from the batch's own sharding."""
+    run, _ = cli_run(gan, batch, 4, precision)
+    status, events = status_of(run), events_of(run)
+    assert status["state"] == "done" and status["device_kind"] == "xla-cpu", status
+    assert status["devices"] == 4 and "one process" in status["layout"], status
+    assert status["augment"].startswith("on" if gan in AUGMENTED else "off"), status["augment"]
+    assert status["diagnostics"]["batch_shards"] == [[batch // 4, 1, 28, 28]] * 4, status["diagnostics"]
+    compiles = {e["step"]: e["xla_compiles"] for e in events if "xla_compiles" in e}
+    assert compiles[10] > 0 and compiles[16] == compiles[10], compiles
+    every = QUALITY_EVERY[gan]
+    assert [e["step"] for e in events if "quality_fd" in e] == list(range(every, 17, every))   # the meter ran on XLA
+    diag = status["diagnostics"]
+    assert diag["fallback_ops"] == [], "ops outside devices.ALLOWED_FALLBACK_OPS ran on the host"
+    # fp32 means fp32 products (a TPU's default is bf16 passes); bf16 runs keep XLA's default.
+    assert (diag["matmul_precision"] == "highest") == (precision == "fp32"), diag
+    assert_finite_losses(events)
