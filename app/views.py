@@ -172,6 +172,8 @@ def diagnostics_rows(status: Status) -> list[list[str]]:
     """The run's diagnostics as rows [what, value] in words, for the Diagnostics part of the live panel."""
     diag = dict(status.diagnostics)
     rows = [("Trains on", status.device), ("Devices", devices_in_words(status)),
+            ("Batch", f"{status.batch_size} images a step" + (f" ({status.batch_reason})" if status.batch_reason else "")
+             if status.batch_size else None),
             ("Number format", NUMBER_FORMATS.get(status.precision, status.precision)),
             ("Model size", f"{status.preset} ({status.preset_reason})"
              + (f", trained at {status.resolution}x{status.resolution}" if status.resolution else "")),

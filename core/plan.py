@@ -66,6 +66,7 @@ class Plan:
     class_names: tuple[str, ...]
     augment: bool | None            # D sees augmented images
     augment_reason: str
+    batch_reason: str = ""          # why the batch is not the one asked for ("": it is)
 
     @property
     def gan(self) -> gans.GanType:
@@ -81,7 +82,7 @@ class Plan:
         return {"format": PLAN_FORMAT, "config": self.config.to_dict(), "preset_reason": self.preset_reason,
                 "device": self.device.to_dict(), "data": dataclasses.asdict(self.data),
                 "resolution": self.resolution, "classes": self.classes, "class_names": list(self.class_names),
-                "augment": self.augment, "augment_reason": self.augment_reason}
+                "augment": self.augment, "augment_reason": self.augment_reason, "batch_reason": self.batch_reason}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Plan":
@@ -90,7 +91,7 @@ class Plan:
         return cls(config=TrainConfig.from_dict(values["config"]), preset_reason=values["preset_reason"],
                    device=DeviceInfo(**values["device"]), data=DataFacts(**data), resolution=values["resolution"],
                    classes=values["classes"], class_names=tuple(values["class_names"]), augment=values["augment"],
-                   augment_reason=values["augment_reason"])
+                   augment_reason=values["augment_reason"], batch_reason=values.get("batch_reason", ""))
 
     def differences(self, other: "Plan") -> list[str]:
         """What differs between two plans of one run but its length: a checkpoint of the one cannot
@@ -116,7 +117,8 @@ class Plan:
             split = f" = {self.batch_per_device} per process on {self.device.processes} (DDP)"
         elif self.device.devices > 1:
             split = f" = {self.batch_per_device} per device on {self.device.devices}"
-        parts.append(f"batch {cfg.batch_size}{split}, {cfg.precision}, {cfg.steps:,} steps on {self.device.name}")
+        why = f" ({self.batch_reason})" if self.batch_reason else ""
+        parts.append(f"batch {cfg.batch_size}{split}{why}, {cfg.precision}, {cfg.steps:,} steps on {self.device.name}")
         return "; ".join(parts) + "."
 
 
@@ -127,6 +129,7 @@ def make_plan(config: TrainConfig, device, data: DataFacts = DataFacts()) -> Pla
     """The plan of a run of `config` on `device` (core.devices.DeviceInfo) from `data`, or a
     ConfigError naming the field when it cannot work there: every check, in one place."""
     resolved, preset_reason = resolved_for(config, device.kind)
+    resolved, batch_reason = batch_the_set_allows(resolved, data.size, device.shards)
     validate(resolved, dataset_size=data.size, device_caps=device.to_dict(), preset=resolved.preset)
     resolution = model_resolution(resolved.preset, data.resolution) if data.resolution else None
     # Class-conditional when the dataset has labels and the config leaves it "auto": a viewer can
@@ -135,4 +138,16 @@ def make_plan(config: TrainConfig, device, data: DataFacts = DataFacts()) -> Pla
     augment, augment_reason = augments(resolved, data.size, classes or 0) if data.size else (None, "")
     return Plan(config=resolved, preset_reason=preset_reason, device=device, data=data, resolution=resolution,
                 classes=classes, class_names=data.class_names if classes else (), augment=augment,
-                augment_reason=augment_reason)
+                augment_reason=augment_reason, batch_reason=batch_reason)
+
+
+def batch_the_set_allows(config: TrainConfig, size: int | None, shards: int) -> tuple[TrainConfig, str]:
+    """A set smaller than the batch asked for trains on batches of the whole set (rounded down to
+    split evenly over the devices), and says so: a class's 90 photos start at the form's default
+    batch instead of being refused. A set too small to give every device an image is left to
+    validate's refusal."""
+    if not size or config.batch_size <= size or size < shards:
+        return config, ""
+    batch = size // shards * shards
+    return (dataclasses.replace(config, batch_size=batch),
+            f"lowered from {config.batch_size}: the set has {size:,} images")

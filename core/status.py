@@ -27,6 +27,7 @@ class Status:
     devices: int = 1                  # devices the trainer drives (SPMD when > 1)
     layout: str = ""                  # how, in words (core.devices.DeviceInfo.layout)
     batch_size: int = 0               # the global batch: each device gets batch_size / devices
+    batch_reason: str = ""            # why it is not the batch asked for (core/plan.py batch_the_set_allows)
     precision: str = ""
     gan: str = ""
     preset: str = ""                  # the model preset that runs (never "auto")

@@ -28,8 +28,19 @@ def test_a_plan_before_the_data_is_decoded_leaves_what_it_cannot_know_open():
     assert "class-conditional" not in plan.describe() and "unconditional" not in plan.describe()
 
 
+def test_a_set_smaller_than_the_batch_trains_on_batches_of_the_whole_set_and_says_so():
+    small = make_plan(TrainConfig(batch_size=128), CPU, DataFacts(size=90))
+    assert small.config.batch_size == 90 and small.batch_reason == "lowered from 128: the set has 90 images"
+    assert "batch 90 (lowered from 128: the set has 90 images)" in small.describe()
+    # Split evenly over the devices: 90 images on 4 devices give batches of 88.
+    assert make_plan(TrainConfig(batch_size=256), FOUR_TPU_CORES, DataFacts(size=90)).config.batch_size == 88
+    # The batch asked for, where the set holds it.
+    assert make_plan(TrainConfig(batch_size=64), CPU, DataFacts(size=90)).batch_reason == ""
+    assert Plan.from_dict(small.to_dict()) == small
+
+
 @pytest.mark.parametrize("config, device, data, message", [
-    (TrainConfig(batch_size=128), CPU, DataFacts(size=90), "batch_size 128 is larger than the dataset (90 images)"),
+    (TrainConfig(batch_size=8), FOUR_TPU_CORES, DataFacts(size=3), "batch_size 8 is larger than the dataset (3 images)"),
     (TrainConfig(batch_size=6), FOUR_TPU_CORES, MNIST, "batch_size 6 does not split evenly over 4 devices"),
     (TrainConfig(gan="nope"), CPU, MNIST, "GAN type 'nope' is not supported"),
 ])

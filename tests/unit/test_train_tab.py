@@ -85,12 +85,13 @@ def test_my_images_outside_the_allowed_roots_are_refused_without_naming_the_path
     assert "outside the folders this server allows" in message and folder not in message
 
 
-def test_a_batch_larger_than_my_images_is_refused_before_any_trainer(tab, tmp_path, monkeypatch):
+def test_a_batch_larger_than_my_images_starts_lowered_to_the_set_and_the_page_says_so(tab, tmp_path, monkeypatch):
     monkeypatch.setenv("BLINK_DATA_ROOTS", str(tmp_path))
     folder = _images(tmp_path / "mine", 3)
-    assert tab.config_from_form(**{**FORM, "dataset": "folder", "data_path": folder, "batch_size": 3}).batch_size == 3
-    assert "larger than the dataset (3 images); use at most 3" in refusal(tab, dataset="folder", data_path=folder,
-                                                                          batch_size=4)
+    # Start takes the form's batch; the run's plan (the page's before Start, the trainer's) lowers it.
+    assert tab.config_from_form(**{**FORM, "dataset": "folder", "data_path": folder, "batch_size": 128}).batch_size == 128
+    note = tab.estimate("dcgan", "auto", 128, "cpu", 50, dataset="folder", data_path=folder)
+    assert "batch 3 (lowered from 128: the set has 3 images)" in note, note
 
 
 def test_a_wrong_host_key_is_refused_and_the_right_one_passes(tab):
