@@ -64,9 +64,15 @@ class GeneratorSpec:
         return asdict(self)
 
 
+# A grid narrower than this is a ribbon on a projector (three classes made one 3 tiles wide).
+MIN_GRID_COLUMNS = 8
+
+
 def grid_columns(classes: int, default: int = 8) -> int:
-    """Columns of a sample grid: one per class for a conditional generator (up to 16), else `default`."""
-    return classes if 0 < classes <= 16 else default
+    """Columns of a sample grid: for a conditional generator (up to 16 classes) a whole number of
+    columns a class, one for 8 or more classes, several for fewer so the grid stays wide; each
+    column is still one class, as labels run through the classes along a row. Else `default`."""
+    return classes * -(-MIN_GRID_COLUMNS // classes) if 0 < classes <= 16 else default
 
 
 def check_class(generator, label: int) -> int:

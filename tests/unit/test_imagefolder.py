@@ -138,12 +138,26 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     folder = write_folder(tmp_path / "colours", class_files())
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "core.train", "--dataset", "folder", "--data-path", folder,
-                           "--preset", "fast", "--batch-size", "8", "--steps", "4", "--log-every", "2",
+                           "--preset", "fast", "--steps", "4", "--log-every", "2",
                            "--grid-every", "4", "--checkpoint-every", "4", "--quality-every", "0", "--device", "cpu",
                            "--run-dir", str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "done", (status["message"], done.stderr[-2000:])
     assert status["classes"] == 3 and status["class_names"] == list(CLASSES)
+    # The form's batch of 128 from a set of 30: the whole set a step, said in the status.
+    assert status["batch_size"] == 30 and status["batch_reason"] == "lowered from 128: the set has 30 images"
+    # Three classes make a grid three columns a class wide, not a ribbon: each column one class, the
+    # real images laid out the same way.
+    from core.rundir import RunDir
+    verdicts = RunDir(str(run)).read_verdicts(4)
+    assert verdicts["columns"] == 9 and len(verdicts["real"]) == 63
+    from PIL import Image
+    with Image.open(run / "grids" / "step_000004.png") as grid, Image.open(run / "grids" / "real.png") as real:
+        assert grid.size == real.size == (9 * 34 + 2, 7 * 34 + 2)
+        # Each class is a colour (red, green, blue): every tile of a column of the real grid has its class's.
+        tiles = np.asarray(real.convert("RGB")).astype(int)
+        dominant = [[int(tiles[2 + r * 34 + 16, 2 + c * 34 + 16].argmax()) for c in range(9)] for r in range(7)]
+        assert all(row == dominant[0] for row in dominant) and len(set(dominant[0][:3])) == 3, dominant
     # 64x64 images train at 32x32 on the CPU preset, D seeing them augmented (a small set).
     assert status["resolution"] == 32 and status["augment"].startswith("on: ")
     from app import views
