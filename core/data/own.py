@@ -42,6 +42,9 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 # Budgets that a small file cannot escape. PIL only warns at 89 Mpx; 24 Mpx (a DSLR photo) is
 # far beyond anything a 64x64 GAN needs. Checked on the header, before any pixel is decoded.
 MAX_PIXELS = 24_000_000
+# An image smaller than this on a side says nothing the model can learn at 32 or 64 pixels (a
+# one-pixel image trained as a flat square): it is refused by name rather than skipped.
+MIN_IMAGE_SIDE = 8
 MAX_IMAGE_BYTES = 32 * 2**20             # one image file, declared and actually read
 MAX_FILES = 50_000                       # entries of a zip, or files walked in a folder
 # Zips: the declared uncompressed size of the image entries (zipfile never reads past it) may be
@@ -333,13 +336,19 @@ def read_file(path: str) -> bytes:
         return _read_capped(f)
 
 
+class ImageTooSmall(ValueError):
+    def __init__(self, width: int, height: int):
+        super().__init__(f"{width}x{height} pixels is under {MIN_IMAGE_SIDE} a side")
+        self.width, self.height = width, height
+
+
 def decode_image(data: bytes, size: int = OWN_RESOLUTION, timeout: float | None = None) -> tuple[np.ndarray, bool]:
     """PNG/JPEG bytes -> (uint8 array (size, size) if grey else (size, size, 3), is_grey).
 
     Shorter side resized to `size` (antialiased), centre crop; EXIF rotation applied; transparent
     pixels composited on white. Raises for anything unreadable, not PNG/JPEG, over MAX_IMAGE_BYTES
     or MAX_PIXELS (read from the header, before decoding), or still waiting for decode memory
-    after `timeout` seconds.
+    after `timeout` seconds; ImageTooSmall for one under MIN_IMAGE_SIDE a side.
     """
     from PIL import Image, ImageOps
     if len(data) > MAX_IMAGE_BYTES:
@@ -347,8 +356,10 @@ def decode_image(data: bytes, size: int = OWN_RESOLUTION, timeout: float | None 
     # formats=: no other decoder of PIL's ever parses a user's bytes.
     with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "MPO")) as img:
         w, h = img.size
-        if w < 1 or h < 1 or w * h > MAX_PIXELS:
-            raise ValueError(f"{w}x{h} pixels is outside 1..{MAX_PIXELS}")
+        if w * h > MAX_PIXELS:
+            raise ValueError(f"{w}x{h} pixels is over {MAX_PIXELS}")
+        if min(w, h) < MIN_IMAGE_SIDE:
+            raise ImageTooSmall(w, h)
         if img.format in ("JPEG", "MPO"):
             img.draft(img.mode, (size, size))        # JPEG decodes at 1/2..1/8 scale: much faster
         w, h = img.size
@@ -393,6 +404,10 @@ def decode_many(names: list[str], read, size: int = OWN_RESOLUTION,
             return None, name
         try:
             return decode_image(read(name), size, left), name
+        except ImageTooSmall as exc:   # readable, and wrong for the set: the person can act on it
+            raise DatasetError(f"{name} is {exc.width}x{exc.height} pixels: images need at least {MIN_IMAGE_SIDE} "
+                               f"pixels a side to train on. Remove it (and any other image that small) or "
+                               "replace it with a larger one.") from None
         except Exception:        # corrupt, truncated, encrypted, bomb, out of time: counted, never fatal
             return None, name
 

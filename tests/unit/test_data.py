@@ -317,6 +317,20 @@ def test_oversized_image_is_skipped_not_decoded(cache, tmp_path):
     assert len(loaded) == 1 and loaded.skipped == 1
 
 
+def test_an_image_too_small_to_train_on_is_refused_by_name(cache, tmp_path):
+    folder = tmp_path / "icons"
+    (folder / "dots").mkdir(parents=True)
+    Image.new("RGB", (10, 10), (1, 2, 3)).save(folder / "ok.png")
+    Image.new("RGB", (1, 1), (200, 0, 0)).save(folder / "dots" / "pixel.png")
+    refusal = (r"^dots/pixel\.png is 1x1 pixels: images need at least 8 pixels a side to train on\. Remove it "
+               r"\(and any other image that small\) or replace it with a larger one\.$")
+    with pytest.raises(data.DatasetError, match=refusal):
+        data.load("folder", str(folder))
+    # The preview before Start says it too, when it shows that image.
+    with pytest.raises(data.DatasetError, match=refusal):
+        data.preview("folder", str(folder), 2, seed=0)
+
+
 def make_zip(path, entries: dict[str, bytes], compression=zipfile.ZIP_DEFLATED):
     with zipfile.ZipFile(path, "w", compression) as zf:
         for name, payload in entries.items():
