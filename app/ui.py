@@ -117,6 +117,16 @@ def precision_notes(info: devices.DeviceInfo) -> str:
     return "  \n".join(notes)
 
 
+def in_page_words(message: str) -> str:
+    """A refusal as the page says it: the config's field names (batch_size) become the form's
+    labels (Batch size), the words the person sees beside the field. Names without an underscore
+    (steps, seed) are words already."""
+    for name in FORM_FIELDS:
+        if "_" in name:
+            message = re.sub(rf"\b{name}\b", spec(name)["label"], message)
+    return message
+
+
 def data_facts(dataset: str, data_path: str) -> DataFacts:
     """What the plan needs of a dataset, from dataset_info (no decoding: a folder's size from its
     listing; what is only known once decoded is left open, and the trainer's plan settles it)."""
@@ -342,7 +352,7 @@ class TrainTab:
                 raise ConfigError(f"Device '{config.device}' is not supported; choose one of: {', '.join(DEVICES)}.")
             make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
         except ConfigError as exc:
-            raise refused(str(exc), title="Check the settings")
+            raise refused(in_page_words(str(exc)), title="Check the settings")
         except (TypeError, ValueError) as exc:
             raise refused(f"Invalid form value: {exc}", title="Check the settings")
         return config

@@ -94,6 +94,14 @@ def test_a_batch_larger_than_my_images_starts_lowered_to_the_set_and_the_page_sa
     assert "batch 3 (lowered from 128: the set has 3 images)" in note, note
 
 
+def test_refusals_name_fields_by_the_labels_the_page_shows():
+    from app.ui import in_page_words
+    assert in_page_words("batch_size 6 does not split evenly over 4 devices (each gets batch / 4): use a multiple "
+                         "of 4, e.g. 4 or 8.") == ("Batch size 6 does not split evenly over 4 devices (each gets "
+                                                    "batch / 4): use a multiple of 4, e.g. 4 or 8.")
+    assert in_page_words("checkpoint_every must be at least 1") == "Checkpoint every (steps) must be at least 1"
+
+
 def test_a_wrong_host_key_is_refused_and_the_right_one_passes(tab):
     for wrong in ("", None, HOST_KEY.upper(), HOST_KEY + " "):
         with pytest.raises(gr.Error, match="enter the host key"):
