@@ -219,12 +219,17 @@ CPU_FAST_IMAGES_PER_SECOND = 1350
 CRAWL_SECONDS_PER_STEP = 1.0
 
 
-def measured_images_per_second(runs_root: str, kind: str, preset: str, gan: str) -> float | None:
-    """The newest measured speed of a run on this server with the same device kind, model and loss."""
+def measured_images_per_second(runs_root: str, plan: Plan) -> float | None:
+    """The newest speed measured on this server by a run of the same settings: device kind, model,
+    loss, resolution and batch (a batch-1 run's images a second say nothing of batch 128's: one
+    made a batch-128 run read "About 13 h" that took 35 minutes)."""
     from core.rundir import list_runs
+    config = plan.config
+    wanted = (plan.device.kind, config.preset, config.gan, config.batch_size)
     for run in list_runs(runs_root)[:20]:
         status = run.read_status()
-        if (status.device_kind, status.preset, status.gan) == (kind, preset, gan) and status.images_per_second:
+        if ((status.device_kind, status.preset, status.gan, status.batch_size) == wanted and status.images_per_second
+                and plan.resolution in (None, status.resolution)):
             return status.images_per_second
     return None
 
@@ -238,10 +243,11 @@ def estimate_note(plan: Plan, runs_root: str) -> str:
 def time_note(plan: Plan, runs_root: str) -> str:
     config, info = plan.config, plan.device
     preset, n_critic = config.preset, config.n_critic
-    measured = measured_images_per_second(runs_root, info.kind, preset, config.gan)
-    speed, source = measured, "measured on this server"
+    measured = measured_images_per_second(runs_root, plan)
+    speed, source = measured, "as a run of these settings measured on this server"
     if measured is None and info.kind == "cpu" and preset == "fast":
-        speed, source = CPU_FAST_IMAGES_PER_SECOND / gans.get(config.gan).cpu_cost, "rough"
+        speed, source = (CPU_FAST_IMAGES_PER_SECOND / gans.get(config.gan).cpu_cost,
+                         "rough: no run of these settings has trained here yet")
     turn = chunks.chunk_seconds(config.device) if chunks.on_zero_gpu() else None
     if turn and speed is None:
         return (f"On ZeroGPU a run trains in turns, one GPU call each with {turn:.0f} s of training on {info.name}: "
@@ -253,7 +259,8 @@ def time_note(plan: Plan, runs_root: str) -> str:
         per_turn = turn / per_step
         return (f"On ZeroGPU: each {turn:.0f}-s turn of {info.name} trains about **{per_turn:,.0f} steps**, so "
                 f"{config.steps:,} steps take about {math.ceil(config.steps / per_turn):,} turns ({source}).")
-    note = f"About **{views.duration(per_step * config.steps)}** for {config.steps:,} steps on this {info.kind.upper()} ({source})."
+    note = (f"About **{views.duration(per_step * config.steps)}** for {config.steps:,} steps on this "
+            f"{info.kind.upper()} if nothing else keeps it busy ({source}).")
     if per_step > CRAWL_SECONDS_PER_STEP:
         note += "  \n⚠️ " + crawl_warning(config, info, preset, n_critic, speed, per_step)
     return note

@@ -61,10 +61,11 @@ def test_on_zero_gpu_the_page_describes_the_gpu_a_chunk_gets(tmp_path, monkeypat
         "On ZeroGPU a run trains in turns, one GPU call each with 45 s of training on NVIDIA H200 MIG 3g.71gb")
     # Once a chunked run of the same settings measured its speed, the estimate is in turns.
     run = RunDir.create(config, str(tmp_path))
-    run.write_status("running", "", device_kind="cuda", preset="dcgan64", gan="dcgan", images_per_second=1280.0)
+    run.write_status("running", "", device_kind="cuda", preset="dcgan64", gan="dcgan", batch_size=128, resolution=64,
+                     images_per_second=1280.0)
     assert time_note(plan, str(tmp_path)) == (
         "On ZeroGPU: each 45-s turn of NVIDIA H200 MIG 3g.71gb (ZeroGPU) trains about **450 steps**, so 2,000 "
-        "steps take about 5 turns (measured on this server).")
+        "steps take about 5 turns (as a run of these settings measured on this server).")
 
 
 def test_a_spawned_child_is_no_space_main_process():

@@ -144,6 +144,25 @@ def test_the_estimate_warns_that_a_huge_batch_on_a_cpu_will_crawl(tab):
     assert tab.estimate("dcgan", "auto", low, "quantum", 1000) == ""
 
 
+def test_the_estimate_takes_the_speed_of_a_run_of_the_same_settings_and_says_what_it_assumes(tab, tmp_path):
+    from app.ui import time_note
+    from core.plan import DataFacts, make_plan
+    from core.rundir import RunDir
+    plan = make_plan(TrainConfig(batch_size=128, steps=1000, device="cpu"), tab.info, DataFacts(60000, 28, 1, 10))
+    rough = time_note(plan, str(tmp_path))
+    assert "(rough: no run of these settings has trained here yet)" in rough and "if nothing else keeps it busy" in rough
+    older = RunDir.create(plan.config, str(tmp_path))
+    older.write_status("done", "", device_kind="cpu", preset="fast", gan="dcgan", batch_size=128, resolution=28,
+                       images_per_second=1280.0)
+    # The newest run trained at batch 1: its images a second say nothing of batch 128's.
+    newest = RunDir.create(plan.config, str(tmp_path))
+    newest.write_status("done", "", device_kind="cpu", preset="fast", gan="dcgan", batch_size=1, resolution=28,
+                        images_per_second=30.0)
+    assert time_note(plan, str(tmp_path)).startswith(   # 1,000 steps x 128 images at 1,280 a second
+        "About **1 min 40 s** for 1,000 steps on this CPU if nothing else keeps it busy (as a run of these settings "
+        "measured on this server)."), time_note(plan, str(tmp_path))
+
+
 def suggested_batches(warning: str) -> list[int]:
     """The batches a crawl warning offers instead ("... with batch 64 (about 0.6 s a step)")."""
     return [int(b) for b in re.findall(r"with batch (\d+)", warning)]
