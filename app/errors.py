@@ -18,8 +18,10 @@ def one_line(text: str) -> str:
     return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def refused(message: str, title: str = "Error") -> gr.Error:
-    """The error to raise for input the app refuses (Gradio would print a full traceback)."""
+def refused(message: str, title: str) -> gr.Error:
+    """The error to raise for input the app refuses (Gradio would print a full traceback). title:
+    what kind of refusal, in the words of the toast's heading (Gradio's own is "Error", which tells
+    a student nothing)."""
     log_refusal(title, message)
     return gr.Error(message, title=title, print_exception=False)
 

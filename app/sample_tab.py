@@ -110,16 +110,16 @@ def _int(value, name: str, low: int, high: int) -> int:
     try:
         return whole_number(value, name, low, high)
     except ConfigError as exc:
-        raise refused(str(exc))
+        raise refused(str(exc), title="Check the value")
 
 
 def _float(value, name: str, low: float, high: float) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise refused(f"{name} must be a number.")
+        raise refused(f"{name} must be a number.", title="Check the value")
     if not low <= number <= high:   # also refuses NaN
-        raise refused(f"{name} must be between {low} and {high} (got {value}).")
+        raise refused(f"{name} must be between {low} and {high} (got {value}).", title="Check the value")
     return number
 
 
@@ -147,7 +147,7 @@ def generator_spec(directory: str):
     checks (classes, step) before any work is queued."""
     weights, description = generator_files(directory)
     if not os.path.exists(weights):
-        raise refused(sample_work.NO_GENERATOR)
+        raise refused(sample_work.NO_GENERATOR, title="No generator yet")
     try:
         return read_spec(description)
     except GeneratorFileError as exc:
@@ -337,7 +337,7 @@ class SampleTab:
         try:
             return check_class(spec, _int(value, name, 0, SEED_MAX))
         except ValueError as exc:
-            raise refused(f"{name}: {exc}")
+            raise refused(f"{name}: {exc}", title="Check the class")
 
     # ---- seeds ------------------------------------------------------------------------------
     def _seeds(self, view, seed, count, class_choice, most: int):
@@ -402,7 +402,7 @@ class SampleTab:
         seed_a, seed_b = _int(seed_a, "Seed A", 0, SEED_MAX), _int(seed_b, "Seed B", 0, SEED_MAX)
         steps = _int(steps, "Steps", 2, MAX_STRIP)
         if mode not in ("linear", "spherical"):
-            raise refused("Interpolation must be 'linear' or 'spherical'.")
+            raise refused("Interpolation must be 'linear' or 'spherical'.", title="Check the value")
         directory = self.current_dir(view)
         spec, _ = generator_spec(directory)
         class_a, class_b = self.asked_class(class_a, spec, "Class A"), self.asked_class(class_b, spec, "Class B")
@@ -527,7 +527,7 @@ class SampleTab:
         directory = self.current_dir(view)
         files = list(generator_files(directory))
         if not all(os.path.exists(f) for f in files):
-            raise refused("No generator has been saved yet.")
+            raise refused("No generator has been saved yet.", title="No generator yet")
         # Copied into this tab's own output folder: Gradio serves only files under the temp folder
         # or the app's folder, and BLINK_RUNS_DIR may be anywhere (a /data disk, a private TMPDIR).
         copies = _work(sample_work.copy_files, files, [self.outputs.path(os.path.basename(f)) for f in files])

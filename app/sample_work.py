@@ -41,7 +41,11 @@ NO_GENERATOR = "No generator to sample from yet: train a run, or wait for its fi
 
 class SampleError(ValueError):
     """Work refused with a message for the student (sample_tab shows it under `title`)."""
-    title = "Error"
+    title = "Could not make it"
+
+
+class NoGeneratorYet(SampleError):
+    title = "No generator yet"
 
 
 class GeneratorNotLoaded(SampleError):
@@ -83,7 +87,7 @@ class GeneratorCache:
         try:
             key = (directory, os.stat(weights).st_mtime_ns)
         except OSError:
-            raise SampleError(NO_GENERATOR)
+            raise NoGeneratorYet(NO_GENERATOR)
         if key not in self._loaded:
             _keep(self._loaded, key, _load_generator(weights, description))
         return self._loaded[key], key

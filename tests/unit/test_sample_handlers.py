@@ -81,15 +81,17 @@ OUT_OF_RANGE = {
 
 @pytest.mark.parametrize("handler, inputs, message", OUT_OF_RANGE.values(), ids=OUT_OF_RANGE.keys())
 def test_numbers_out_of_range_are_refused_with_the_projects_message(tab, handler, inputs, message):
-    with pytest.raises(gr.Error, match=message):
+    with pytest.raises(gr.Error, match=message) as refused:
         getattr(tab, handler)(*inputs)
+    assert refused.value.title == "Check the value"   # the toast's heading, not Gradio's "Error"
 
 
 def test_a_class_the_generator_lacks_is_refused(tab):
     missing = str(SHIPPED_CLASSES)
     wrong = f"{missing} is not one of this generator's classes \\(0 to {SHIPPED_CLASSES - 1}\\)"
-    with pytest.raises(gr.Error, match=f"Class: {wrong}"):
+    with pytest.raises(gr.Error, match=f"Class: {wrong}") as refused:
         tab.sample(FOLLOW, 0, 10, missing)
+    assert refused.value.title == "Check the class"
     with pytest.raises(gr.Error, match=f"Class B: {wrong}"):
         tab.interpolate(SHIPPED, 1, 2, 5, "linear", "0", missing)
     # A class it has is drawn, and the caption says so and names the generator.

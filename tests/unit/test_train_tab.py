@@ -94,6 +94,12 @@ def test_a_batch_larger_than_my_images_starts_lowered_to_the_set_and_the_page_sa
     assert "batch 3 (lowered from 128: the set has 3 images)" in note, note
 
 
+def test_a_refused_start_says_what_kind_of_refusal_in_its_heading(tab):
+    with pytest.raises(gr.Error) as refused:
+        tab.config_from_form(**{**FORM, "steps": 0})
+    assert refused.value.title == "Check the settings"   # not Gradio's own "Error"
+
+
 def test_refusals_name_fields_by_the_labels_the_page_shows():
     from app.ui import in_page_words
     assert in_page_words("batch_size 6 does not split evenly over 4 devices (each gets batch / 4): use a multiple "
