@@ -46,7 +46,7 @@ LIVE_PANEL = """
     <p class="verdict-legend" hidden></p></div>
   <div class="live-side">
     <a class="live-primer-link" href="#">What are G and D?</a>
-    <div class="live-status">No run yet. Pick a dataset and press <b>Start</b>.</div>
+    <div class="live-status">No run yet: it shows here as soon as <b>Start</b> is pressed.</div>
     <div class="live-controls"><label><input class="live-verdicts" type="checkbox" checked> D's verdicts</label>
       <label>Smoothing <input class="live-smoothing" type="range" min="0" max="0.99"
       step="0.01" value="0.6"></label> <label><input class="live-log" type="checkbox"> log scale</label></div>

@@ -69,7 +69,8 @@ def silence_line(status: Status, now: float) -> str:
 def status_line(status: Status, run_name: str = "", events: list[dict] | None = None) -> str:
     """One Markdown line a room can read from the back: device, state, progress, speed, time left."""
     if not status.state:
-        return "No run yet. Pick a dataset and press **Start**."
+        # Students read this too, and have no Start: it says what will happen, not what to do.
+        return "No run yet: it shows here as soon as **Start** is pressed."
     state = status.state
     # A pending Stop shows in any state until the run ends (Job.snapshot sets request only until then;
     # a Pause pressed after it is refused); a Pause only while the run still trains.
