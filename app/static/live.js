@@ -164,6 +164,14 @@ function verdictLine(verdicts) {
   return (mean(verdicts.real) + mean(verdicts.fake)) / 2;
 }
 
+function verdictText(v) {
+  // At most five characters, so a verdict fits its tile's corner for every GAN type: a probability
+  // to two decimals; WGAN-GP's scores and hinge's logits to three figures ("-11.473" overflowed).
+  const a = Math.abs(v);
+  if (a >= 1e4) return `${(v / 1000).toFixed(0)}k`;
+  return v.toFixed(a >= 100 ? 0 : a >= 10 ? 1 : 2);
+}
+
 function frameTiles(img, values, verdicts) {
   // A frame on every tile of a grid image (tiles with a 2-pixel gap, as core/images.py grid_image
   // lays them out), coloured by D's verdict, its value in the corner.
@@ -181,7 +189,7 @@ function frameTiles(img, values, verdicts) {
     frame.className = `verdict ${v >= line ? "real" : "fake"}`;
     Object.assign(frame.style, { left: pct(pad + column * tile, W), top: pct(pad + row * tile, H),
                                  width: pct(tile - pad, W), height: pct(tile - pad, H) });
-    frame.textContent = verdicts.kind === "probability" ? v.toFixed(2) : fmt(v);
+    frame.textContent = verdictText(v);
     layer.appendChild(frame);
   });
 }
