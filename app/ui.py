@@ -67,6 +67,7 @@ body.blink-watch .blink-host-only { display: none !important; }
 body.blink-presenting #blink-controls, body.blink-presenting #blink-message { order: -2; }
 body.blink-presenting #join-link, body.blink-presenting #live { order: -1; }
 body.blink-presenting .blink-intro { display: none !important; }
+#blink-message.blink-stale { display: none; }
 """
 PAGE_CSS += sample_tab.SAMPLE_CSS   # the Sample tab's outputs, sized for a projector
 
@@ -494,9 +495,9 @@ class TrainTab:
             with gr.Row(elem_id="blink-controls", elem_classes=["blink-host-only"], equal_height=True):
                 self.key = gr.Textbox(label="Host key", type="password", value="", visible=bool(self.host_key),
                                       placeholder="only the host needs this", scale=2)
-                self.start_button = gr.Button("Start", variant="primary")
+                self.start_button = gr.Button("Start", variant="primary", elem_id="blink-start")
                 self.pause_button = gr.Button("Pause", elem_id="blink-pause")
-                self.resume_button = gr.Button("Resume")
+                self.resume_button = gr.Button("Resume", elem_id="blink-resume")
                 # While paused: one generator update (or ten) at a time, the grid before and after.
                 self.step_button = gr.Button("Step", elem_id="blink-step")
                 self.step_ten_button = gr.Button("10 steps", elem_id="blink-step-10")

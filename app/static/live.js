@@ -7,6 +7,7 @@ const MAX_KEPT = 2000;          // points per series kept in the page; halved wh
 const Y_AXES = { losses: "loss", extra: "value", quality: "distance" };
 const series = {};
 let lastRun = null, lastState = null, lastMessage = null;
+let pressedAt = null;   // the run's state and step when the host last pressed a control
 const panel = element.querySelector(".live");
 const smoothing = element.querySelector(".live-smoothing");
 const logScale = element.querySelector(".live-log");
@@ -257,6 +258,12 @@ function apply(message) {
   // A run this page watched has just finished: go to the Sample tab (the server samples). Not
   // after a Stop: the lesson goes on at the grid, and the host may Resume.
   if (message.run === lastRun && lastState && !FINAL.has(lastState) && message.state === "done") trigger("click");
+  // The host's answer to a press ("Pausing...") is news until the run moves on from where it was
+  // pressed (its state, or its step while paused, for Step); then the status says what happened.
+  if (pressedAt && (message.state !== pressedAt.state || (message.state === "paused" && message.step !== pressedAt.step))) {
+    document.getElementById("blink-message")?.classList.add("blink-stale");
+    pressedAt = null;
+  }
   lastRun = message.run;
   lastState = message.state;
   panel.dataset.version = message.version;       // what a page (or a browser test) can read
@@ -290,6 +297,10 @@ new ResizeObserver(fitGrid).observe(grid.closest(".live-grid"));
 const PENDING = { "blink-stop": ["stopping...", ["preparing", "waiting", "running", "compiling", "paused"]],
                   "blink-pause": ["pausing...", ["running", "compiling"]] };
 document.addEventListener("click", (event) => {
+  if (event.target.closest && event.target.closest("#blink-controls button")) {
+    pressedAt = { state: panel.dataset.state, step: Number(panel.dataset.step) };
+    document.getElementById("blink-message")?.classList.remove("blink-stale");
+  }
   const button = event.target.closest && event.target.closest("#blink-stop, #blink-pause");
   const [word, states] = button ? PENDING[button.id] : [null, []];
   const state = element.querySelector(".live-status b");

@@ -514,10 +514,13 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
     # Pause, then Step: one generator update, the grid before it shown under the new one, both framed.
     host.get_by_role("button", name="Pause", exact=True).click()
     expect(host.locator("#live .live[data-state='paused']")).to_have_count(1, timeout=120_000)
+    # "Pausing..." goes once the run is paused: the status line says so.
+    expect(host.locator("#blink-message")).to_be_hidden()
     paused_at = int(host.locator("#live .live").get_attribute("data-step"))
     host.get_by_role("button", name="Step", exact=True).click()
     expect(host.locator("#live .live-before .before-step")).to_have_text(str(paused_at), timeout=60_000)
     expect(host.locator("#live .live")).to_have_attribute("data-step", str(paused_at + 1))
+    expect(host.locator("#blink-message")).to_be_hidden()   # "Stepping 1 generator update..." too, once stepped
     expect(phone.locator("#live .live-before .verdict")).to_have_count(60, timeout=30_000)
     # Every page's plots changed while the run trained, pushed to it (the Pause's and the Step's
     # points: a request heard between log steps makes its step one).
