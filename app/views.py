@@ -210,8 +210,11 @@ def join_html(page_url: str) -> str:
     import segno
     # 8 px a module: a QR code about 300 px wide, which a phone reads off a projector from a seat.
     qr = segno.make(url, error="m").svg_inline(scale=8, dark="#111", light="#fff")
-    return (f'<details open class="blink-join"><summary style="font-size:1.2rem"><b>Students, watch on your phone'
-            f'</b> (click to fold)</summary><div style="display:flex;gap:16px;align-items:center;flex-wrap:wrap">'
+    # The link in the summary line too: folded (live.js folds it once a run is shown, so the grid
+    # has the projector's first screen), a room can still type it.
+    return (f'<details open class="blink-join"><summary style="font-size:1.2rem"><b>Students, watch on your phone:'
+            f'</b> <code>{html.escape(url)}</code> <span class="blink-join-hint">(click for the QR code)</span>'
+            f'</summary><div style="display:flex;gap:16px;align-items:center;flex-wrap:wrap">'
             f'{qr}<p style="font-size:1.4rem"><a href="{html.escape(url)}">{html.escape(url)}</a></p></div></details>')
 
 

@@ -77,7 +77,11 @@ function yRange(lists, f) {
 }
 
 function drawChart(svg, name, keys, names) {
-  const W = 600, H = 260, L = 70, R = 12, T = 10, B = 46;
+  // Drawn in the chart's own CSS pixels, so its ticks are their CSS size on every screen (in a fixed
+  // 600-unit drawing a phone showed 17-px ticks at 9 px, a projector's side column at 13).
+  const W = Math.max(300, Math.round(svg.clientWidth) || 600), H = Math.round(Math.min(Math.max(W * 0.43, 160), 300));
+  const L = 70, R = 12, T = 10, B = 46;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const present = keys.filter((k) => series[k] && series[k].length);
   const legend = svg.parentElement.querySelector(".legend");
   if (!present.length) {
@@ -195,6 +199,20 @@ function frameTiles(img, values, verdicts) {
   });
 }
 
+// The students' QR code is big before a run, while the room joins; once a run is shown it folds to
+// its one line (the link still readable), so the grid has the projector's first screen. Once a run:
+// a click unfolds it, and it stays so until the next run. The host's join block may load after the
+// first message, hence the observer.
+let joinFoldedFor = null;
+function foldJoin() {
+  const details = document.querySelector("#join-link details");
+  if (!details || !lastRun || joinFoldedFor === lastRun) return;
+  details.open = false;
+  joinFoldedFor = lastRun;
+}
+const joinBlock = document.getElementById("join-link");
+if (joinBlock) new MutationObserver(foldJoin).observe(joinBlock, { childList: true, subtree: true });
+
 function drawVerdicts() {
   const verdicts = (lastMessage || {}).verdicts;
   const legend = element.querySelector(".verdict-legend");
@@ -266,6 +284,7 @@ function apply(message) {
   }
   lastRun = message.run;
   lastState = message.state;
+  foldJoin();
   panel.dataset.version = message.version;       // what a page (or a browser test) can read
   panel.dataset.state = message.state;
   if (message.run && message.gan) panel.dataset.gan = message.gan;   // the primer shows its type (all, before a run)
@@ -287,7 +306,7 @@ element.querySelector(".live-primer-link").addEventListener("click", (event) => 
   primer.open = true;
   primer.scrollIntoView({ behavior: "smooth", block: "start" });
 });
-window.addEventListener("resize", fitGrid);
+window.addEventListener("resize", () => { fitGrid(); drawCharts(); });
 // The panel shown again (back from the Sample tab) after a resize while it was hidden.
 new ResizeObserver(fitGrid).observe(grid.closest(".live-grid"));
 

@@ -17,8 +17,9 @@ in file order, and the one run trained for real comes last.
 - a page load and the Sample tab leave the UI process without torch; on each screen (projector,
   host, phone) the crawl warning offers a batch that does not crawl, and "steps 2.5" and "seed 1.5"
   are refused naming the field (from the page and the named API), not rounded into a run;
-- reached by a network address, the host's page tops the live panel with the students' link and a
-  QR code a seat can scan, folded with a click;
+- reached by a network address, the host's page tops the live panel with the students' link; once a
+  run is shown its QR code is folded to that line, so the whole grid fits a projector's first
+  screen, and a click shows a QR code a seat can scan;
 - one run, trained for real, as a teacher, the room and a phone see it: before Start an estimate,
   and a refused zip leaves the form usable; after Start the grid is the big thing on every screen,
   the phone's view has no form, and every live panel updates from the one watcher; a paused run
@@ -334,8 +335,14 @@ def test_the_students_link_and_qr_code_top_the_live_panel_on_a_network_address(a
     page = person(**PROJECTOR)
     page.goto(f"http://{address}:{app.port}/")
     join = page.locator("#join-link .blink-join")
-    expect(join).to_have_attribute("open", "", timeout=60_000)
-    expect(join).to_contain_text(f"http://{address}:{app.port}/?view=watch")
+    # A run is shown (the seeded one): the QR code is folded to its line, which still gives the
+    # link, and the whole grid is on the projector's first screen.
+    expect(join.locator("summary")).to_contain_text(f"http://{address}:{app.port}/?view=watch", timeout=60_000)
+    expect(join).not_to_have_attribute("open", "")
+    grid = live_grid_box(page)
+    assert grid["y"] + grid["height"] <= PROJECTOR["viewport"]["height"], grid
+    # A click shows the QR code, big enough to scan from a seat, above the live panel; another folds it.
+    join.locator("summary").click()
     qr, live = join.locator("svg").bounding_box(), page.locator("#live").bounding_box()
     assert qr["width"] >= 250 and qr["y"] + qr["height"] <= live["y"], (qr, live)
     join.locator("summary").click()
@@ -433,6 +440,17 @@ def check_the_charts_and_diagnostics(page, name: str, run_path: str, stopped: in
     boxes, chart = [t.bounding_box() for t in ticks.all()], page.locator("#live svg[data-chart='losses']").bounding_box()
     assert all(a["x"] + a["width"] < b["x"] for a, b in zip(boxes, boxes[1:])), (name, boxes)
     assert chart["x"] <= boxes[0]["x"] and boxes[-1]["x"] + boxes[-1]["width"] <= chart["x"] + chart["width"], name
+
+    # Readable from the back of a room: the ticks as drawn (their font times the chart's scale) at least
+    # 14 px on a projector and 11 on a phone; on a projector the status and the legends 24 px.
+    drawn = page.evaluate("""() => [...document.querySelectorAll('#live svg[data-chart] text.tick')].map(t => {
+        const svg = t.ownerSVGElement;
+        return parseFloat(getComputedStyle(t).fontSize) * svg.getBoundingClientRect().width / svg.viewBox.baseVal.width; })""")
+    assert drawn and min(drawn) >= (11 if name == "phone" else 14), (name, min(drawn))
+    if name == "projector":
+        sizes = page.evaluate("""() => ['.live-status', '.live-chart .legend'].map(
+            s => parseFloat(getComputedStyle(document.querySelector('#live ' + s)).fontSize))""")
+        assert min(sizes) >= 24, sizes
 
     # The diagnostics in words: no field names, and "1 device" beside "CPU (N cores)" explained.
     page.locator("#live .live-diagnostics summary").click()
