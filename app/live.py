@@ -57,13 +57,16 @@ def log_scale(gan: str) -> bool:
 
 
 def plot_points(events: list[dict], gan: str) -> dict[str, list]:
-    """The plotted values of events, as {series key: [[step, value], ...]}, finite values only."""
+    """The plotted values of events, as {series key: [[step, value], ...]}, finite values only; a
+    stepped update's point (the host's Step while paused) as [step, value, 1], which the page draws
+    as a marker off the line."""
     keys = list(views.LOSS_SERIES) + list(extra_series(gan)) + list(views.QUALITY_DISTANCES)
     series: dict[str, list] = {}
     for event in events:
+        mark = [1] if event.get("stepped") else []
         for key in keys:
             if _finite(event.get(key)):
-                series.setdefault(key, []).append([event["step"], round(float(event[key]), 5)])
+                series.setdefault(key, []).append([event["step"], round(float(event[key]), 5), *mark])
     return series
 
 

@@ -158,7 +158,9 @@ class Phase:
 
     def add(self, event: dict) -> None:
         """A loss point ({"loss_d", "loss_g", ...}) or a quality measurement ({"quality_...": ...})."""
-        if "loss_d" in event and "loss_g" in event:
+        # A stepped update (the host's Step while paused) is one noisy update among log points a
+        # log_every apart: the rules over loss points leave it out.
+        if "loss_d" in event and "loss_g" in event and not event.get("stepped"):
             self.points.append(event)
             self.won_streak = self.won_streak + 1 if d_has_won(event, self.gan) else 0
             self.is_settled = settled(list(self.points), SETTLED_CHANGE * (2 if self.is_settled else 1))

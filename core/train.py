@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 import sys
@@ -291,12 +292,16 @@ class Loop:
                                              "saved); the next chunk continues the run.")
         self.finish("done", f"Finished {self.step_count} steps.")
 
-    def _on_values(self, values: dict) -> None:
-        """Runs once the logged step's values exist (a step closure on XLA)."""
+    def _on_values(self, values: dict, stepped: bool = False) -> None:
+        """Runs once the logged step's values exist (a step closure on XLA). stepped: an update the
+        host stepped while paused, marked so: every one is logged, where a run logs every
+        log_every, so the charts draw them apart and the phase rules leave them out."""
         step = int(values.pop("step"))
         self.values_finite = all(math.isfinite(v) for v in values.values())
         self.last_values = values
         event = {"step": step, "time": round(self.report.elapsed(), 3), **_rounded(values)}
+        if stepped:
+            event["stepped"] = True
         if self.rt.is_xla:   # the graph counters, read after this step's graph ran
             event.update(xla_compiles=self.rt.compile_count(), xla_executions=self.rt.execution_count(),
                          xla_transfers=self.rt.host_transfers())
@@ -339,7 +344,8 @@ class Loop:
             self.save_grid()
         for _ in range(count):
             tensors = self.training.step()
-            self.rt.read_later(self._on_values, {"step": _as_tensor(self.step_count, tensors), **tensors})
+            self.rt.read_later(functools.partial(self._on_values, stepped=True),
+                               {"step": _as_tensor(self.step_count, tensors), **tensors})
             self.rt.mark_step()
             self.report.stepped(self.step_count)
         self.save_grid()

@@ -114,25 +114,31 @@ function drawChart(svg, name, keys, names) {
   html += `<text x="${(L + W - R) / 2}" y="${H - 4}" text-anchor="middle" class="axis-name">step</text>`
     + `<text transform="translate(16 ${(T + H - B) / 2}) rotate(-90)" text-anchor="middle" class="axis-name">`
     + `${Y_AXES[name] || "value"}${useLog ? " (log)" : ""}</text>`;
-  const bold = {};     // the line drawn bold: smoothed when smoothing is on
+  const bold = {}, line = {};   // the line drawn bold (smoothed when smoothing is on), and its raw points
   for (const key of present) {
-    const color = COLORS[keys.indexOf(key) % COLORS.length], points = series[key];
+    const color = COLORS[keys.indexOf(key) % COLORS.length], all = series[key];
+    // Stepped updates (a third element: the host's Step while paused) are markers off the line:
+    // joined in, every one logged among points a log_every apart, they drew a zigzag.
+    const stepped = all.filter((p) => p[2]), points = stepped.length < all.length ? all.filter((p) => !p[2]) : all;
+    for (const [x, y] of stepped)
+      html += `<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="4" fill="none" stroke="${color}" stroke-width="2" class="stepped"/>`;
+    line[key] = points;
     bold[key] = smoothed(points, weight);
     if (points.length === 1) {
       html += `<circle cx="${sx(points[0][0])}" cy="${sy(points[0][1])}" r="5" fill="${color}"/>`;
       continue;
     }
-    const line = (p) => p.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" ");
-    if (weight) html += `<polyline points="${line(points)}" fill="none" stroke="${color}" stroke-width="1.5" opacity="0.25"/>`;
-    html += `<polyline points="${line(bold[key])}" fill="none" stroke="${color}" stroke-width="2.5"/>`;
+    const drawn = (p) => p.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" ");
+    if (weight) html += `<polyline points="${drawn(points)}" fill="none" stroke="${color}" stroke-width="1.5" opacity="0.25"/>`;
+    html += `<polyline points="${drawn(bold[key])}" fill="none" stroke="${color}" stroke-width="2.5"/>`;
   }
   svg.innerHTML = html;
   // The number is where the bold line ends; with smoothing on, the newest raw value stands beside it, named.
   legend.innerHTML = present.map((k) => {
-    const raw = series[k][series[k].length - 1][1], shown = bold[k][bold[k].length - 1][1];
+    const raw = line[k][line[k].length - 1][1], shown = bold[k][bold[k].length - 1][1];
     return `<span class="legend-item"><span style="color:${COLORS[keys.indexOf(k) % COLORS.length]}">&#9632; `
       + `${names[k]}</span> <span class="shown">${fmt(shown)}</span>`
-      + (weight && series[k].length > 1 ? ` <span class="raw">(smoothed; raw ${fmt(raw)})</span>` : "") + "</span>";
+      + (weight && line[k].length > 1 ? ` <span class="raw">(smoothed; raw ${fmt(raw)})</span>` : "") + "</span>";
   }).join(" ");
 }
 

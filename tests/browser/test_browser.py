@@ -420,7 +420,7 @@ def check_the_charts_and_diagnostics(page, name: str, run_path: str, stopped: in
 
     # The legend's number is where the bold (smoothed) line ends, with the raw value named beside it.
     events = [json.loads(line) for line in open(os.path.join(run_path, "events.jsonl"))]
-    loss_d = [round(e["loss_d"], 5) for e in events if "loss_d" in e]
+    loss_d = [round(e["loss_d"], 5) for e in events if "loss_d" in e and not e.get("stepped")]
     item = page.locator("#live .live-chart:has(svg[data-chart='losses']) .legend-item", has_text="D loss")
     weight = float(page.locator("#live .live-smoothing").input_value())
     assert weight > 0 and len(loss_d) > 1, (weight, loss_d)
@@ -539,6 +539,8 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
     expect(host.locator("#live .live-before .before-step")).to_have_text(str(paused_at), timeout=60_000)
     expect(host.locator("#live .live")).to_have_attribute("data-step", str(paused_at + 1))
     expect(host.locator("#blink-message")).to_be_hidden()   # "Stepping 1 generator update..." too, once stepped
+    # The stepped update is a marker off the loss lines (D's and G's), not a point joined into them.
+    expect(host.locator("#live svg[data-chart='losses'] circle.stepped")).to_have_count(2, timeout=30_000)
     expect(phone.locator("#live .live-before .verdict")).to_have_count(60, timeout=30_000)
     # Every page's plots changed while the run trained, pushed to it (the Pause's and the Step's
     # points: a request heard between log steps makes its step one).

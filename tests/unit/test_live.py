@@ -143,3 +143,8 @@ def test_a_trainer_that_falls_silent_is_shown_to_every_viewer_once_and_again_onc
     # An earlier trainer's old beat (a resumed run) says nothing of this one, which is starting.
     beat(last, pid=os.getpid() + 1)
     assert not feed.refresh() and feed.current.status["silent_since"] is None
+
+
+def test_a_stepped_update_is_a_marked_point():
+    events = [{"step": 5, "loss_d": 1.0, "loss_g": 2.0}, {"step": 6, "loss_d": 1.5, "loss_g": 1.0, "stepped": True}]
+    assert plot_points(events, "dcgan")["loss_d"] == [[5, 1.0], [6, 1.5, 1]]

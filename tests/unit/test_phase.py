@@ -109,6 +109,17 @@ def test_without_a_quality_meter_there_is_no_stage_only_what_the_losses_say():
     assert followed.stage() == "" and followed.line().startswith("D has won")
 
 
+def test_stepped_updates_trip_no_rule():
+    """A host stepping a paused run one update at a time logs every update: sixteen steady points
+    would otherwise say the losses settled (seen at step 99 of a stepped run), and a streak of D's
+    outright wins would say D has won."""
+    steady = [{"step": s, "loss_d": 0.5, "loss_g": 3.0, "d_real": 0.999, "d_fake": 0.001} for s in range(1, 17)]
+    logged = Phase("dcgan", True, steady, measured=False)
+    assert logged.is_settled and logged.line().startswith("D has won")
+    stepped = Phase("dcgan", True, [{**e, "stepped": True} for e in steady], measured=False)
+    assert not stepped.is_settled and stepped.won_streak == 0 and stepped.warning() == ""
+
+
 def test_d_has_won_only_when_it_calls_both_batches_outright():
     assert phase.d_has_won({"loss_d": 0.01, "d_real": 0.999, "d_fake": 0.001}, "dcgan")
     assert not phase.d_has_won({"d_real": 0.999, "d_fake": 0.02}, "dcgan")      # fakes still fool it sometimes
