@@ -526,13 +526,13 @@ class TrainTab:
                 self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value=TrainConfig.gan,
                                        label=spec("gan")["label"])
                 self.preset = gr.Dropdown(list(PRESETS), value=TrainConfig.preset, label=spec("preset")["label"],
-                                          info="auto: the seed's 64x64 DCGAN on TPU/GPU, a fast one on CPU (the data's size, at most 32x32)")
+                                          info="auto: a larger network at 64x64 pixels on a TPU or GPU, a small fast one on a CPU (the images' own size, at most 32x32)")
             with gr.Row():
                 self.batch_size = whole_number_box(value=TrainConfig.batch_size, label=spec("batch_size")["label"],
                                                    info=batch_size_note(self.info))
                 self.precision = gr.Radio(precision_choices(self.info), value=devices.default_precision(self.info.kind),
                                           label=spec("precision")["label"],
-                                          info="bf16 on TPU; fp16 (with a loss scaler) or bf16 on a GPU")
+                                          info="how many bits each number has: fp32 is full precision; bf16 and fp16 are half, about twice as fast on a TPU or GPU")
                 self.device = gr.Dropdown(list(DEVICES), value=TrainConfig.device, label=spec("device")["label"])
                 self.steps = whole_number_box(value=TrainConfig.steps, label=spec("steps")["label"])
 

@@ -35,7 +35,7 @@ def resolve_preset(preset: str, device_kind: str) -> tuple[str, str]:
     if preset != "auto":
         return preset, "chosen by the user"
     if device_kind in ("tpu", "cuda"):
-        return "dcgan64", f"auto: {device_kind.upper()} has the compute for the seed's 64x64 DCGAN"
+        return "dcgan64", f"auto: a {device_kind.upper()} has the compute for the larger 64x64 network"
     return "fast", f"auto: a small DCGAN at the data's size (at most 32x32) trains in minutes on a {device_kind.upper()}"
 
 
