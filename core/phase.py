@@ -22,6 +22,10 @@ from core import gans
 # falls from ~2,000 (G's first grey texture) toward ~2 (real digits).
 FD_BLOBS = 600.0        # below: shapes with a digit's size and brightness, no strokes yet
 FD_STROKES = 150.0      # below: strokes; some samples read as digits
+# Or these shares of the samples confidently digits, whatever the distance (the rest weigh it down):
+# a line that said "noise" beside a meter reading 21% digits contradicted the screen.
+FEW_DIGITS = 0.1        # at least blobs
+SOME_DIGITS = 0.2       # at least strokes
 # "digits": core.quality.RECOGNIZABLE, the product's one criterion (80% confident, all ten digits).
 
 # Any other dataset (the sliced Wasserstein distance): how far it has fallen from the run's first
@@ -85,9 +89,9 @@ def samples_stage(quality: dict, first_swd: float | None) -> tuple[str, str]:
         fd, confident = quality["quality_fd"], quality.get("quality_confident", 0.0)
         if confident >= RECOGNIZABLE["confident"] and quality.get("quality_classes", 0) >= RECOGNIZABLE["classes"]:
             return "digits", f"digits: {confident:.0%} of the samples read as digits, all ten of them"
-        if fd < FD_STROKES:
+        if fd < FD_STROKES or confident >= SOME_DIGITS:
             return "strokes", "strokes: the samples are taking shape, and some already read as digits"
-        if fd < FD_BLOBS:
+        if fd < FD_BLOBS or confident >= FEW_DIGITS:
             return "blobs", "blobs: bright shapes where digits go, their strokes still blurred"
         return "noise", NOISE_WORDS
     if "quality_swd" in quality and first_swd:

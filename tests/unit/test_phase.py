@@ -109,6 +109,14 @@ def test_without_a_quality_meter_there_is_no_stage_only_what_the_losses_say():
     assert followed.stage() == "" and followed.line().startswith("D has won")
 
 
+def test_a_share_of_confident_digits_lifts_the_stage_whatever_the_distance():
+    """The distance lags while most samples are still noise: a fifth confidently digits is strokes,
+    a tenth at least blobs, never "noise" beside a meter that reads digits."""
+    far = {"quality_fd": 900.0, "quality_classes": 3}
+    assert [phase.samples_stage({**far, "quality_confident": c}, None)[0] for c in (0.05, 0.12, 0.21)] == [
+        "noise", "blobs", "strokes"]
+
+
 def test_stepped_updates_trip_no_rule():
     """A host stepping a paused run one update at a time logs every update: sixteen steady points
     would otherwise say the losses settled (seen at step 99 of a stepped run), and a streak of D's
