@@ -222,8 +222,8 @@ CRAWL_SECONDS_PER_STEP = 1.0
 
 def measured_images_per_second(runs_root: str, plan: Plan) -> float | None:
     """The newest speed measured on this server by a run of the same settings: device kind, model,
-    loss, resolution and batch (a batch-1 run's images a second say nothing of batch 128's: one
-    made a batch-128 run read "About 13 h" that took 35 minutes)."""
+    loss, resolution and batch (a batch-1 run's images a second say nothing of batch 128's, and
+    made its estimate hours too long)."""
     from core.rundir import list_runs
     config = plan.config
     wanted = (plan.device.kind, config.preset, config.gan, config.batch_size)

@@ -23,7 +23,7 @@ from core import gans
 FD_BLOBS = 600.0        # below: shapes with a digit's size and brightness, no strokes yet
 FD_STROKES = 150.0      # below: strokes; some samples read as digits
 # Or these shares of the samples confidently digits, whatever the distance (the rest weigh it down):
-# a line that said "noise" beside a meter reading 21% digits contradicted the screen.
+# a line that said "noise" beside a meter reading digits contradicted the screen.
 FEW_DIGITS = 0.1        # at least blobs
 SOME_DIGITS = 0.2       # at least strokes
 # "digits": core.quality.RECOGNIZABLE, the product's one criterion (80% confident, all ten digits).

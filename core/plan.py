@@ -143,8 +143,8 @@ def make_plan(config: TrainConfig, device, data: DataFacts = DataFacts()) -> Pla
 
 def batch_the_set_allows(config: TrainConfig, size: int | None, shards: int) -> tuple[TrainConfig, str]:
     """A set smaller than the batch asked for trains on batches of the whole set (rounded down to
-    split evenly over the devices), and says so: a class's 90 photos start at the form's default
-    batch instead of being refused. A set too small to give every device an image is left to
+    split evenly over the devices), and says so: a class's 90 photos start, at the form's default
+    batch, rather than being refused. A set too small to give every device an image is left to
     validate's refusal."""
     if not size or config.batch_size <= size or size < shards:
         return config, ""

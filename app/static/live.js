@@ -77,8 +77,8 @@ function yRange(lists, f) {
 }
 
 function drawChart(svg, name, keys, names) {
-  // Drawn in the chart's own CSS pixels, so its ticks are their CSS size on every screen (in a fixed
-  // 600-unit drawing a phone showed 17-px ticks at 9 px, a projector's side column at 13).
+  // Drawn in the chart's own CSS pixels, so its ticks are their CSS size on every screen (a drawing
+  // of fixed size, scaled to the column, shrank them below reading size on a phone).
   const W = Math.max(300, Math.round(svg.clientWidth) || 600), H = Math.round(Math.min(Math.max(W * 0.43, 160), 300));
   const L = 70, R = 12, T = 10, B = 46;
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
