@@ -1,9 +1,11 @@
 """One run over two processes under torchrun (DDP, gloo on the CPU), started as a user starts it:
-`python -m torch.distributed.run --standalone --nproc-per-node 2 -m core.train --device cpu ...`.
+`python -m torch.distributed.run --standalone --nproc-per-node 2 -m core.train --device cpu ...`,
+or as two machines do, one torchrun a node (`--nnodes 2 --node-rank K --master-addr ...`).
 
-Two launches, each a real run that its tests read (a torchrun launch is three Python processes,
+Two launches, each a real run that its tests read (a launch is three or four Python processes,
 each importing torch: the most this file can afford):
-- DCGAN (BatchNorm in G and D), logging every step, stopped through its request file;
+- DCGAN (BatchNorm in G and D) over two nodes of one process each on loopback, logging every step,
+  paused, resumed and stopped through its request file;
 - WGAN-GP (the gradient penalty's double backward through DDP), logging every step, its rank 1
   killed with SIGKILL after a checkpoint; one process then resumes it to its end.
 The one-process runs they are compared with, and the resume, run in this process through the CLI's
@@ -22,7 +24,7 @@ import time
 import pytest
 
 from core.rundir import RunDir
-from tests.apphelpers import ROOT, alive
+from tests.apphelpers import ROOT, alive, free_port
 
 TIMEOUT = 180   # seconds for one launch to reach what a test waits for: generous for a loaded 2-core machine
 ARGS = ["--device", "cpu", "--preset", "fast", "--batch-size", "16", "--log-every", "1", "--quality-every", "0",
@@ -41,42 +43,53 @@ def loss_match_tolerance(step: int) -> float:
 
 
 class Launch:
-    """`python -m torch.distributed.run` with two ranks of core.train, as a subprocess."""
+    """Two ranks of core.train under `python -m torch.distributed.run`, as subprocesses: one torchrun
+    with two processes, or (nodes=2) two torchruns of one process each that rendezvous over
+    loopback, as two machines do with the README's multi-node command."""
 
-    def __init__(self, run_path: str, *args: str):
+    def __init__(self, run_path: str, *args: str, nodes: int = 1):
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-             "-m", "core.train", *args, "--run-dir", run_path],
+        if nodes == 1:
+            launchers = [["--standalone", "--nproc-per-node", "2"]]
+        else:
+            port = str(free_port())
+            launchers = [["--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "1",
+                          "--master-addr", "127.0.0.1", "--master-port", port] for rank in range(2)]
+        self.processes = [subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", *launcher, "-m", "core.train", *args, "--run-dir", run_path],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            for launcher in launchers]
         self.run = RunDir(run_path)
         self.ranks: dict[int, int] = {}   # rank -> pid, read from torchrun's children
+        self.paused: tuple[int, int, int] | None = None   # what the stopped_run fixture saw of its pause
 
     def wait_for(self, ready, what: str):
         """Poll the run's status until ready(status); learn the ranks' pids on the way."""
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline:
             if len(self.ranks) < 2:
-                self.ranks = _ranks_of(self.process.pid)
+                self.ranks = {rank: pid for p in self.processes for rank, pid in _ranks_of(p.pid).items()}
             status = self.run.read_status()
             if ready(status):
                 return status
-            assert self.process.poll() is None, f"torchrun ended before {what}:\n{self.process.stdout.read()[-3000:]}"
+            for p in self.processes:
+                assert p.poll() is None, f"torchrun ended before {what}:\n{p.stdout.read()[-3000:]}"
             time.sleep(0.1)
         raise AssertionError(f"no {what} within {TIMEOUT} s: {self.run.read_status()}")
 
     def end(self) -> tuple[int, str]:
-        """torchrun's exit status and output, once it has ended."""
-        output, _ = self.process.communicate(timeout=TIMEOUT)
-        return self.process.returncode, output
+        """The torchruns' exit status (the first that is not 0) and their output, once they have ended."""
+        outputs = [p.communicate(timeout=TIMEOUT)[0] for p in self.processes]
+        return next((p.returncode for p in self.processes if p.returncode), 0), "".join(outputs)
 
     def left(self) -> list[int]:
-        return [pid for pid in (self.process.pid, *self.ranks.values()) if alive(pid)]
+        return [pid for pid in (*(p.pid for p in self.processes), *self.ranks.values()) if alive(pid)]
 
     def clean_up(self) -> None:
         for pid in self.left():
             os.kill(pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
+        for p in self.processes:
+            p.wait(timeout=30)
 
 
 def _ranks_of(torchrun_pid: int) -> dict[int, int]:
@@ -105,10 +118,20 @@ def _one_process_run(tmp_path_factory, gan: str) -> str:
 
 @pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory):
-    """DCGAN over two processes, stopped through the request file once it has logged the compared steps."""
-    launch = Launch(str(tmp_path_factory.mktemp("stopped") / "run"), "--gan", "dcgan", *ARGS, "--steps", "100000")
+    """DCGAN over two nodes of one process each (rendezvous over loopback), paused and resumed through
+    the request file once it has logged the compared steps, then stopped. launch.paused: the steps
+    at the pause and a second later, and the first step seen after Resume."""
+    launch = Launch(str(tmp_path_factory.mktemp("stopped") / "run"), "--gan", "dcgan", *ARGS, "--steps", "100000",
+                    nodes=2)
     try:
         launch.wait_for(lambda status: status.step >= COMPARED_STEPS and len(launch.ranks) == 2, "the compared steps")
+        launch.run.request("pause")
+        paused = launch.wait_for(lambda status: status.state == "paused", "the pause").step
+        time.sleep(1.0)
+        still = launch.run.read_status().step
+        launch.run.request("resume")
+        going = launch.wait_for(lambda status: status.state == "running" and status.step > still, "the resumed run").step
+        launch.paused = (paused, still, going)
         launch.run.request("stop")
         code, output = launch.end()
         yield launch, code, output
@@ -158,6 +181,15 @@ def test_a_stop_request_ends_every_rank_stopped_with_a_checkpoint(stopped_run):
     assert status.state == "stopped" and status.message == f"Stopped by request at step {status.step}.", status
     assert status.saved_step == status.step >= COMPARED_STEPS and launch.run.has_checkpoint()
     assert launch.left() == []
+
+
+def test_two_nodes_over_loopback_pause_together_and_resume(stopped_run):
+    """The README's two-machine command, both nodes on this one: rank 0 hears the Pause and every
+    rank waits with it (no step while paused); Resume goes on from there."""
+    launch, _, output = stopped_run
+    paused, still, going = launch.paused
+    assert paused == still >= COMPARED_STEPS and going > still, launch.paused
+    assert output.count("run directory:") == 1, output[-3000:]   # rank 0 alone, on node 0
 
 
 def test_a_killed_rank_fails_the_run_with_its_checkpoint_and_one_process_resumes_it(killed_run):
