@@ -77,7 +77,9 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
     pending = ("stopping..." if status.request == "stop"
                else "pausing..." if status.request == "pause" and state in ("running", "compiling") else "")
     parts = [f"**{pending or state}**"]
-    if status.device:
+    if status.device and status.processes > 1:   # torchrun's processes: "2 GPUs (DDP, nccl), batch 128 = 64 per GPU"
+        parts.append(f"{status.device}, {status.layout}")
+    elif status.device:
         split = (f", batch {status.batch_size} = {status.batch_size // status.devices} per device"
                  if status.devices > 1 and status.batch_size else "")
         parts.append(f"{status.device}" + (f" in one process{split}" if status.devices > 1 else ""))

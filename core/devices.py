@@ -54,15 +54,17 @@ class DeviceInfo:
     def layout(self) -> str:
         """How the trainer uses the devices, in words for the status line and the doctor."""
         if self.processes > 1:
-            return f"{self.processes} processes (DDP, {self.backend})"
+            return f"{self.processes} {'GPUs' if self.kind == 'cuda' else 'processes'} (DDP, {self.backend})"
         if self.devices > 1:
             return f"{self.devices} devices in one process (SPMD: each batch split {self.devices} ways)"
         return "1 device, one process"
 
     def batch_layout(self, batch_size: int) -> str:
-        """The layout with the batch's split, e.g. "2 processes (DDP, gloo), batch 16 = 8 per process"."""
+        """The layout with the batch's split, e.g. "2 processes (DDP, gloo), batch 16 = 8 per process";
+        "2 GPUs (DDP, nccl), batch 128 = 64 per GPU" (a process a GPU)."""
         if self.processes > 1:
-            return f"{self.layout}, batch {batch_size} = {batch_size // self.shards} per process"
+            each = "GPU" if self.kind == "cuda" else "process"
+            return f"{self.layout}, batch {batch_size} = {batch_size // self.shards} per {each}"
         return self.layout
 
     def to_dict(self) -> dict[str, Any]:

@@ -128,7 +128,7 @@ class Reporter:
                            "with no clear message. Lower the batch size.")
         self.run.write_status(
             state, message, step=step, steps=cfg.steps, pid=self.trainer_pid,
-            device=rt.info.name, device_kind=rt.kind, devices=rt.device_count,
+            device=rt.info.name, device_kind=rt.kind, devices=rt.device_count, processes=rt.info.processes,
             layout=rt.info.batch_layout(cfg.batch_size), batch_size=cfg.batch_size, batch_reason=self.plan.batch_reason,
             precision=cfg.precision, gan=cfg.gan,
             preset=cfg.preset, preset_reason=self.plan.preset_reason, classes=self.plan.classes,

@@ -24,7 +24,8 @@ class Status:
     pid: int | None = None            # the trainer process: the only one, whatever the device count
     device: str = ""                  # e.g. "CPU (2 cores)", from core.devices.DeviceInfo
     device_kind: str = ""             # tpu | xla-cpu | cuda | cpu
-    devices: int = 1                  # devices the trainer drives (SPMD when > 1)
+    devices: int = 1                  # devices the trainer drives (SPMD when > 1), or its processes' (DDP)
+    processes: int = 1                # trainer processes (torchrun: DDP, a device each) when > 1
     layout: str = ""                  # how, in words (core.devices.DeviceInfo.layout)
     batch_size: int = 0               # the global batch: each device gets batch_size / devices
     batch_reason: str = ""            # why it is not the batch asked for (core/plan.py batch_the_set_allows)

@@ -172,6 +172,10 @@ def test_two_processes_train_what_one_process_trains_and_only_rank_0_writes(stop
         assert launch.run.read_status().pid == launch.run.read_heartbeat()["pid"] == launch.ranks[0]
         assert output.count("run directory:") == 1, output[-3000:]
         assert launch.run.read_status().layout == "2 processes (DDP, gloo), batch 16 = 8 per process"
+        # Every page's status line says so, not "in one process".
+        from app import views
+        line = views.status_line(launch.run.read_status())
+        assert "2 processes (DDP, gloo), batch 16 = 8 per process" in line and "one process" not in line, line
 
 
 def test_a_stop_request_ends_every_rank_stopped_with_a_checkpoint(stopped_run):

@@ -28,6 +28,19 @@ def test_a_plan_before_the_data_is_decoded_leaves_what_it_cannot_know_open():
     assert "class-conditional" not in plan.describe() and "unconditional" not in plan.describe()
 
 
+def test_a_run_over_two_gpus_says_so_before_start_and_on_every_page():
+    from app import views
+    from core.status import Status
+    two_gpus = DeviceInfo(kind="cuda", name="NVIDIA H200", processes=2, backend="nccl")
+    plan = make_plan(TrainConfig(batch_size=128, device="cuda"), two_gpus, MNIST)
+    assert "batch 128 = 64 per GPU on 2 (DDP)" in plan.describe(), plan.describe()
+    layout = two_gpus.batch_layout(128)
+    assert layout == "2 GPUs (DDP, nccl), batch 128 = 64 per GPU"
+    line = views.status_line(Status(state="running", device="NVIDIA H200", device_kind="cuda", devices=2, processes=2,
+                                    layout=layout, batch_size=128))
+    assert "NVIDIA H200, 2 GPUs (DDP, nccl), batch 128 = 64 per GPU" in line and "one process" not in line, line
+
+
 def test_a_set_smaller_than_the_batch_trains_on_batches_of_the_whole_set_and_says_so():
     small = make_plan(TrainConfig(batch_size=128), CPU, DataFacts(size=90))
     assert small.config.batch_size == 90 and small.batch_reason == "lowered from 128: the set has 90 images"
