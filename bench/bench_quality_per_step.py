@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -82,6 +83,7 @@ def main() -> None:
     finally:
         for tree in trees.values():
             subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=ROOT, check=False)
+        shutil.rmtree(scratch, ignore_errors=True)   # the runs too: their scores are printed
 
 
 if __name__ == "__main__":
