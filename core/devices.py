@@ -322,7 +322,9 @@ def probe_in_child_process(requested: str, context, timeout: float = 120.0) -> D
     context: the multiprocessing context the child comes from (the app's fork server's, which has
     imported torch already, so the probe costs no imports)."""
     reader, writer = context.Pipe(duplex=False)
-    child = context.Process(target=_probe_child, args=(requested, writer), name="blink-device-probe", daemon=True)
+    # Not a daemon: a daemonic process may start no children, and opening a TPU may; the child is
+    # killed below when it does not answer in time.
+    child = context.Process(target=_probe_child, args=(requested, writer), name="blink-device-probe")
     child.start()
     writer.close()
     try:

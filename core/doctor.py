@@ -90,7 +90,7 @@ def short_run(requested: str, steps: int, batch_size: int | None, ranks=None) ->
         return state == "done", []
     status = run.read_status()
     diag = status.diagnostics
-    unit, units = ("process", "processes") if "DDP" in status.layout else ("device", "devices")
+    unit, units = ("process", "processes") if status.processes > 1 else ("device", "devices")
     split = (f", {config.batch_size // status.devices} per {unit} on {status.devices} {units}"
              if status.devices > 1 else "")
     lines = [f"Short run: {state} after {status.step} of {steps} steps "
