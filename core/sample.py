@@ -142,13 +142,14 @@ def truncate(z: torch.Tensor, psi: float) -> torch.Tensor:
 
 def seed_labels(generator: Generator, seed: int, n: int) -> torch.Tensor | None:
     """The classes a conditional generator draws for n samples of a seed: seed, seed+1, ...
-    (mod the class count), so seed 7 starts with a 7 and a grid as wide as the class count has
-    one class per column. None for an unconditional generator."""
+    (mod the class count), so seed 7 starts with a 7 and a grid as wide as a multiple of the class
+    count has one class per column. None for an unconditional generator."""
     return (torch.arange(n) + int(seed)) % generator.classes if generator.classes else None
 
 
 def grid_columns(generator: Generator, default: int = 8) -> int:
-    """One column per class for a conditional generator (with seed_labels, each column is one class)."""
+    """A whole number of columns a class for a conditional generator (architecture.grid_columns; with
+    seed_labels, each column is one class)."""
     return models.grid_columns(generator.classes, default)
 
 

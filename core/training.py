@@ -75,7 +75,7 @@ class Training:
 
     @property
     def grid_columns(self) -> int:
-        """A conditional G's grid has one column per class (0-9 for digits)."""
+        """A conditional G's grid has a whole number of columns a class (0-9 for digits: one each)."""
         return grid_columns(self.classes)
 
     @property
@@ -233,8 +233,8 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     gan_step = GanStep(rt.wrap(G), D_trained, opt_g, opt_d, loss, rt, config.n_critic, config.z_dim, config.precision)
 
     # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device. A
-    # conditional G's grid has one column per class, so its rows are GRID_SIZE rounded down
-    # to whole rows: 6 rows of 10 for MNIST.
+    # conditional G's grid has a whole number of columns a class, so its rows are GRID_SIZE rounded
+    # down to whole rows: 6 rows of 10 for MNIST, 7 of 9 for three classes.
     columns = grid_columns(plan.classes)
     cpu_noise = torch.Generator().manual_seed(config.seed)
     fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)[:GRID_SIZE // columns * columns]
