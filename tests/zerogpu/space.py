@@ -9,7 +9,7 @@ through torch._C._cuda_init(), which fails without an NVIDIA driver: `spaces.zer
 "cuda" moved there, then a synchronize; Blink's UI process puts none there). Those two are set
 aside here, in this process only, so each chunk's body runs on the CPU in the package's own forked
 worker. What this cannot prove: CUDA in a forked worker, the package's moving of tensors to the
-GPU, and a real node's timing (see the README's Space section).
+GPU, and a real node's timing (see DEPLOYING.md, "Run on a free ZeroGPU Space").
 
     SPACES_ZERO_GPU=true SPACES_ZERO_DEVICE_API_URL=http://127.0.0.1:PORT python tests/zerogpu/space.py --port 7860
 """
