@@ -1,5 +1,6 @@
-"""The TPU path (PyTorch/XLA) on XLA:CPU, from the CLI: autocast's precisions, one real run per
-configuration shared by the tests that read it (1 and 4 devices, SPMD), and the compiles settling.
+"""The TPU path (PyTorch/XLA) on XLA:CPU, from the CLI: one real run per configuration shared by the
+tests that read it (1 and 4 devices, SPMD). (The autocast policy and the step's compiles settling:
+test_xla_facts.py.)
 (The fallbacks, refusals, a bookkeeping fault, the doctor, interrupts and the probe:
 test_xla_cli.py; the app: test_xla_app.py.)
 
@@ -9,7 +10,6 @@ every run is tiny (preset fast at 28x28, batch 8-16, a handful of steps).
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 
@@ -17,32 +17,7 @@ import pytest
 
 from core.rundir import RunDir
 from tests.xla.xlahelpers import (SCRIPTS, assert_compiles_once_on_four_devices, assert_finite_losses, check, events_of,
-                                  run_python, run_script, status_of)
-
-
-# ------------------------------------------------------------------------------------------
-# Autocast in bf16 on XLA: what runs in which precision
-# ------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def autocast_dtypes(tmp_path_factory) -> dict:
-    out = str(tmp_path_factory.mktemp("autocast") / "dtypes.json")
-    run_script("autocast_policy.py", out)
-    with open(out) as f:
-        return json.load(f)
-
-
-@pytest.mark.xla
-@pytest.mark.parametrize("gan", ["dcgan", "wgan-gp", "hinge"])
-def test_autocast_bf16_policy_on_xla(autocast_dtypes, gan):
-    """Convolutions in bf16; normalisation, generator output and every loss in fp32."""
-    assert autocast_dtypes["kind"] == "xla-cpu"
-    layers, values = autocast_dtypes["layers"][gan], autocast_dtypes["losses"][gan]
-    convs = {k: v for k, v in layers.items() if "Conv" in k}
-    norms = {k: v for k, v in layers.items() if "Norm" in k}
-    assert convs and all(v == ["bfloat16"] for v in convs.values()), layers
-    assert norms and all(v == ["float32"] for v in norms.values()), layers
-    assert values["bn_running_mean"] == ["torch.float32"]
-    assert all(v == "torch.float32" for k, v in values.items() if k != "bn_running_mean"), values
+                                  run_python, status_of)
 
 
 # ------------------------------------------------------------------------------------------
@@ -84,22 +59,6 @@ def test_cli_training_on_one_xla_device_end_to_end(cli_run):
 def test_dcgan_on_four_devices_compiles_once_and_never_falls_back(cli_run):
     """test_xla_types.py checks the other GAN types' runs the same way."""
     assert_compiles_once_on_four_devices(cli_run, "dcgan", 16, "fp32")
-
-
-# Adam's bias corrections as Python floats became graph constants once they rounded to 1.0 (torch_xla's
-# special scalars), and the step compiled again mid-run: at betas 0.3, from update 15. On the device
-# (capturable) they never change the graph. DCGAN's step alone here; hinge (in bf16, a TPU's default)
-# and WGAN-GP cross the same point in their 4-device trainer runs above.
-@pytest.mark.xla
-@pytest.mark.parametrize("gan, preset, precision", [("dcgan", "fast", "fp32")])
-def test_compiles_stop_after_warm_up_past_the_steps_where_adams_corrections_round_to_one(tmp_path, gan, preset,
-                                                                                         precision):
-    out = tmp_path / "compiles.json"
-    run_script("compiles_settle.py", out, gan, preset, precision, 16)
-    with open(out) as f:
-        compiles = json.load(f)["compiles"]
-    # Steps 1 and 2 are different graphs (the optimizers create their state in step 1); then none.
-    assert len(compiles) == 16 and compiles[-1] == compiles[2], compiles
 
 
 # Four devices sum a batch's gradients in another order than one device: the float results differ

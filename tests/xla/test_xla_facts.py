@@ -1,0 +1,68 @@
+"""What one XLA:CPU device does with the project's parts, from one child process
+(tests/xla_scripts/facts.py: the torch_xla import is paid once): the gradient penalty, the shipped
+generator's images, the bf16 autocast policy, and the trainer's step settling to one graph."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from tests.xla.xlahelpers import ROOT, run_script
+
+pytestmark = pytest.mark.xla
+SHIPPED = os.path.join(ROOT, "assets", "generator")
+
+
+@pytest.fixture(scope="module")
+def facts(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("facts")
+    run_script("facts.py", folder / "facts.json", SHIPPED, folder / "images.npy", CPU_NUM_DEVICES="1")
+    with open(folder / "facts.json") as f:
+        return {**json.load(f), "images": np.load(folder / "images.npy")}
+
+
+def test_gradient_penalty_on_xla_cpu_matches_cpu_and_critic_steps_reuse_one_graph(facts):
+    result = facts["penalty"]
+    assert result["gp_xla"] == pytest.approx(result["gp_cpu"], rel=1e-4, abs=1e-6)
+    assert result["gp_cpu"] > 0.1 and result["grad_scale"] > 0.01     # a case with real gradients
+    assert result["grad_diff"] < 1e-4 * result["grad_scale"]
+    assert math.isfinite(result["gp_last"])
+    counts = result["compiles"]
+    assert counts[1] == counts[2], f"critic steps kept compiling: {counts}"
+    assert not set(result["fallbacks"]) - {"aten::_local_scalar_dense"}
+
+
+def test_xla_cpu_gives_the_same_images_as_cpu_eager(facts):
+    """Latents come from the CPU, so a seed is the same image on XLA; only float rounding differs."""
+    from core import sample
+    assert facts["images_device"].startswith("xla")
+    generator, _ = sample.load_run_generator(SHIPPED)
+    cpu = sample.generate(generator, sample.latents(3, 16, generator.z_dim))
+    assert facts["images"].shape == cpu.shape
+    assert np.abs(facts["images"] - cpu).max() < 2e-3     # tanh outputs in [-1, 1]; 1/127.5 is one grey level
+
+
+@pytest.mark.parametrize("gan", ["dcgan", "wgan-gp", "hinge"])
+def test_autocast_bf16_policy_on_xla(facts, gan):
+    """Convolutions in bf16; normalisation, generator output and every loss in fp32."""
+    assert facts["kind"] == "xla-cpu"
+    layers, values = facts["autocast"]["layers"][gan], facts["autocast"]["losses"][gan]
+    convs = {k: v for k, v in layers.items() if "Conv" in k}
+    norms = {k: v for k, v in layers.items() if "Norm" in k}
+    assert convs and all(v == ["bfloat16"] for v in convs.values()), layers
+    assert norms and all(v == ["float32"] for v in norms.values()), layers
+    assert values["bn_running_mean"] == ["torch.float32"]
+    assert all(v == "torch.float32" for k, v in values.items() if k != "bn_running_mean"), values
+
+
+# Adam's bias corrections as Python floats became graph constants once they rounded to 1.0 (torch_xla's
+# special scalars), and the step compiled again mid-run: at betas 0.3, from update 15. On the device
+# (capturable) they never change the graph. DCGAN's step here; hinge (in bf16, a TPU's default) and
+# WGAN-GP cross the same point in their 4-device trainer runs (test_xla_types.py).
+def test_compiles_stop_after_warm_up_past_the_steps_where_adams_corrections_round_to_one(facts):
+    compiles = facts["compiles"]
+    # Steps 1 and 2 are different graphs (the optimizers create their state in step 1); then none.
+    assert len(compiles) == 16 and compiles[-1] == compiles[2], compiles
