@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from core.config import MAX_STEPS, TrainConfig
-from core.plan import Plan, resolved_for
+from core.plan import Plan, batch_the_set_allows, resolved_for
 from core.rundir import FINAL_STATES, RunDir, pid_alive
 
 
@@ -43,6 +43,9 @@ def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = N
     # A run saved before config.json was resolved holds 'auto' and None: resolved here as its trainer did.
     own, _ = resolved_for(saved, status.device_kind)
     wanted, _ = resolved_for(dataclasses.replace(saved, **(given or {})), status.device_kind)
+    plan = run.read_plan()
+    if plan is not None:   # the batch asked for, lowered for a small set as its first session lowered it
+        wanted, _ = batch_the_set_allows(wanted, plan.data.size, plan.device.shards)
     changed = wanted.differences(own)
     if changed:
         raise ResumeRefused(config_changed_message(changed))

@@ -146,6 +146,17 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     assert status["classes"] == 3 and status["class_names"] == list(CLASSES)
     # The form's batch of 128 from a set of 30: the whole set a step, said in the status.
     assert status["batch_size"] == 30 and status["batch_reason"] == "lowered from 128: the set has 30 images"
+    # Resumed with the form's batch of 128 again (the page's and the CLI's default): the same run,
+    # not a changed config, and its status still says why the batch is 30.
+    from core.resume import prepare_resume
+    from core.rundir import RunDir
+    from core.train import train
+    resumed_config = prepare_resume(RunDir(str(run)), steps=6, given={"batch_size": 128})
+    assert resumed_config.batch_size == 30
+    assert train(resumed_config, str(run), resume=True) == "done"
+    status = json.loads((run / "status.json").read_text())
+    assert (status["step"], status["batch_size"]) == (6, 30), status
+    assert status["batch_reason"] == "lowered from 128: the set has 30 images", status
     # Three classes make a grid three columns a class wide, not a ribbon: each column one class, the
     # real images laid out the same way.
     from core.rundir import RunDir
