@@ -41,9 +41,9 @@ def _classes(classifier, path: str, columns: int) -> np.ndarray:
     return quality.classify(classifier, _tiles(path, columns))[1].argmax(1)
 
 
-def _start(client, steps: int, checkpoint_every: int, gan: str = "dcgan", conditional: str = "auto") -> str:
-    message, _ = press_start(client, "bundled-mnist", "", gan, "auto", 32, "fp32", "cpu", steps, 10, 250,
-                             checkpoint_every, conditional)
+def _start(client, steps: int, checkpoint_every: int) -> str:
+    message, _ = press_start(client, "bundled-mnist", "", "dcgan", "auto", 32, "fp32", "cpu", steps, 10, 250,
+                             checkpoint_every, "auto")
     assert "Started run" in message
     return client.predict(api_name="/status")["run"]
 
@@ -51,12 +51,6 @@ def _start(client, steps: int, checkpoint_every: int, gan: str = "dcgan", condit
 def _wait(app, states, what: str) -> dict:
     return wait_for(lambda: (status := app.status())["state"] in states and status,
                     timeout=400, interval=0.3, what=what)
-
-
-def _run_to_end(app, client, **settings) -> RunDir:
-    name = _start(client, **settings)
-    assert _wait(app, FINAL_STATES, "the run to end")["state"] == "done"
-    return RunDir(os.path.join(app.runs_root, name))
 
 
 def test_the_class_picker_draws_the_chosen_digit_and_interpolation_morphs_classes(app, classifier):
@@ -117,12 +111,29 @@ def test_the_caption_names_the_generator_and_follows_the_live_run(app):
     assert f"run {name} at step {saved}." in caption and saved >= steps_seen[-1]
 
 
+def _seed_runs(runs_root: str) -> tuple[RunDir, RunDir]:
+    """Two finished runs as the picker finds them, nothing trained: an older class-conditional DCGAN
+    (the shipped generator saved as its own, grids at steps 20 and 40) and a newer unconditional
+    hinge run (a small untrained generator). Newest first is by name: the hinge run's sorts first
+    even when both are made within one second."""
+    from core.config import TrainConfig
+    from tests.apphelpers import seed_finished_run
+    from tests.filehelpers import save_generator_pair, tiny_generator
+    older = seed_finished_run(runs_root, [str(c) for c in range(10)], 40, (20, 40), 60)
+    newer = RunDir.create(TrainConfig(gan="hinge", conditional="off", steps=40), runs_root)
+    save_generator_pair(newer.path, tiny_generator(), step=40, config={"gan": "hinge", "dataset": "bundled-mnist"})
+    for run in (older, newer):
+        run.write_status("done", "Finished 40 steps.", step=40, saved_step=40)
+    return older, newer
+
+
 def test_an_earlier_run_can_be_picked_by_one_viewer_only(app):
+    """Seeded runs: what this shows is the picker's, not training's (a run saving its generator as
+    it trains: test_the_caption_names_the_generator_and_follows_the_live_run)."""
     running = app
-    host = running.client()
-    older = _run_to_end(app, host, steps=40, checkpoint_every=20)
-    newer = _run_to_end(app, host, steps=40, checkpoint_every=20, gan="hinge", conditional="off")
+    older, newer = _seed_runs(app.runs_root)
     viewer, other = running.client(), running.client()
+    _, before = other.predict(0, 10, api_name="/sample")
     follow, picker, digit, *_, caption = viewer.predict(older.name, api_name="/choose_generator")
     assert follow is False and f"run {older.name} at step 40 (your pick" in caption
     # The picker lists every run with a generator, newest first, with its step and GAN type.
@@ -131,11 +142,11 @@ def test_an_earlier_run_can_be_picked_by_one_viewer_only(app):
     assert runs.index(newer.name) < runs.index(older.name)
     assert "step 40, hinge, unconditional" in labels[newer.name] and "step 40, dcgan, 10 classes" in labels[older.name]
     assert digit["interactive"]
-    # The pick is this viewer's: another page still follows the live (newest) run.
+    # The pick is this viewer's: another page still shows what it showed (it follows the live run).
     _, caption = viewer.predict(0, 10, api_name="/sample")
     assert f"run {older.name} at step 40" in caption
     _, caption = other.predict(0, 10, api_name="/sample")
-    assert f"run {newer.name} at step 40" in caption and older.name not in caption
+    assert caption == before and older.name not in caption
     # The picked run's timelapse plays on the page (an image, not only a file to download).
     gif, _, _, caption = viewer.predict(api_name="/timelapse")
     assert older.name in caption
@@ -150,6 +161,7 @@ def test_an_earlier_run_can_be_picked_by_one_viewer_only(app):
         viewer.predict(0, 10, "3", api_name="/sample")
     with pytest.raises(AppError, match="no run no-such-run"):
         viewer.predict("no-such-run", api_name="/choose_generator")
-    # Following again shows the live run's generator.
-    *_, caption = viewer.predict(True, api_name="/follow_live_run")
-    assert f"run {newer.name} at step 40" in caption
+    # Following again shows what every page that follows the live run shows.
+    viewer.predict(True, api_name="/follow_live_run")
+    _, caption = viewer.predict(0, 10, api_name="/sample")
+    assert caption == before
