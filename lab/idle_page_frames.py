@@ -40,6 +40,14 @@ def chromium_cpu() -> float:
     return total
 
 
+def answers(url: str) -> bool:
+    import urllib.request
+    try:
+        return urllib.request.urlopen(url, timeout=2).status == 200
+    except OSError:      # not listening yet
+        return False
+
+
 def at_rest(browser, url: str, seconds: float = 10) -> tuple[float, float]:
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     page = context.new_page()
@@ -64,8 +72,7 @@ def main() -> None:
         f.write('{"state": "done", "step": 200, "steps": 200}')
     app = RunningApp(runs).wait_ready()
     try:
-        import urllib.request
-        wait_for(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2), 60, what="the minimal page")
+        wait_for(lambda: answers(f"http://127.0.0.1:{port}/"), 60, what="the minimal page")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
             for name, url in (("about:blank", "about:blank"), ("minimal Gradio page", f"http://127.0.0.1:{port}/"),
