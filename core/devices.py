@@ -59,12 +59,18 @@ class DeviceInfo:
             return f"{self.devices} devices in one process (SPMD: each batch split {self.devices} ways)"
         return "1 device, one process"
 
+    @property
+    def shard_name(self) -> str:
+        """What takes one piece of a batch: under DDP a GPU (a process each) or a process, else a device."""
+        if self.processes > 1:
+            return "GPU" if self.kind == "cuda" else "process"
+        return "device"
+
     def batch_layout(self, batch_size: int) -> str:
         """The layout with the batch's split, e.g. "2 processes (DDP, gloo), batch 16 = 8 per process";
         "2 GPUs (DDP, nccl), batch 128 = 64 per GPU" (a process a GPU)."""
         if self.processes > 1:
-            each = "GPU" if self.kind == "cuda" else "process"
-            return f"{self.layout}, batch {batch_size} = {batch_size // self.shards} per {each}"
+            return f"{self.layout}, batch {batch_size} = {batch_size // self.shards} per {self.shard_name}"
         return self.layout
 
     def to_dict(self) -> dict[str, Any]:

@@ -114,8 +114,7 @@ class Plan:
             parts.append(f"augmentation {self.augment_reason}")
         split = ""
         if self.device.processes > 1:
-            each = "GPU" if self.device.kind == "cuda" else "process"
-            split = f" = {self.batch_per_device} per {each} on {self.device.processes} (DDP)"
+            split = f" = {self.batch_per_device} per {self.device.shard_name} on {self.device.processes} (DDP)"
         elif self.device.devices > 1:
             split = f" = {self.batch_per_device} per device on {self.device.devices}"
         why = f" ({self.batch_reason})" if self.batch_reason else ""

@@ -102,14 +102,12 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
             plan, dataset = planned(config, info)
         except ConfigError as exc:
             raise SessionEnds("failed", str(exc))
-        if previous is not None:
-            # Its first session's reasons stay the run's: why 'auto' became its preset, and why a
-            # small set's batch was lowered (resumed, the lowered batch asks for nothing to lower).
-            same_preset, same_batch = (previous.config.preset == plan.config.preset,
-                                       previous.config.batch_size == plan.config.batch_size)
-            plan = dataclasses.replace(
-                plan, preset_reason=previous.preset_reason if same_preset else plan.preset_reason,
-                batch_reason=plan.batch_reason or (previous.batch_reason if same_batch else ""))
+        # Its first session's reasons stay the run's: why 'auto' became its preset, and why a small
+        # set's batch was lowered (resumed, the lowered batch asks for nothing to lower).
+        if previous is not None and previous.config.preset == plan.config.preset:
+            plan = dataclasses.replace(plan, preset_reason=previous.preset_reason)
+        if previous is not None and previous.config.batch_size == plan.config.batch_size and not plan.batch_reason:
+            plan = dataclasses.replace(plan, batch_reason=previous.batch_reason)
         # From here on, config.json is the plan the run trains with: what resume, the Sample tab and
         # every reader of the run see is what the checkpoint and the generator hold.
         if leads:

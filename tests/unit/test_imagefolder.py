@@ -135,6 +135,7 @@ def test_the_trainer_is_class_conditional_on_a_class_folder_unless_told_off(cach
 def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generator_and_sample(cache, tmp_path, capsys):
     from app.sample_tab import FOLLOW, SampleTab
     from core import sample as S
+    from core.rundir import RunDir
     folder = write_folder(tmp_path / "colours", class_files())
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "core.train", "--dataset", "folder", "--data-path", folder,
@@ -149,7 +150,6 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     # Resumed with the form's batch of 128 again (the page's and the CLI's default): the same run,
     # not a changed config, and its status still says why the batch is 30.
     from core.resume import prepare_resume
-    from core.rundir import RunDir
     from core.train import train
     resumed_config = prepare_resume(RunDir(str(run)), steps=6, given={"batch_size": 128})
     assert resumed_config.batch_size == 30
@@ -159,7 +159,6 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     assert status["batch_reason"] == "lowered from 128: the set has 30 images", status
     # Three classes make a grid three columns a class wide, not a ribbon: each column one class, the
     # real images laid out the same way.
-    from core.rundir import RunDir
     verdicts = RunDir(str(run)).read_verdicts(4)
     assert verdicts["columns"] == 9 and len(verdicts["real"]) == 63
     from PIL import Image
@@ -199,7 +198,6 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     # refuses in words, and keeps its checkpoint and generator.
     from core import models
     state = torch.load(run / "checkpoint.pt", weights_only=False)
-    from core.rundir import RunDir
     config = RunDir(str(run)).read_config()
     old_g, old_d = models.build(config.gan, config.preset, 3, 64, config.z_dim, 3)
     state.update(G=old_g.state_dict(), D=old_d.state_dict())

@@ -5,7 +5,8 @@ compiling nothing new past the steps where Adam's bias corrections round to 1.0.
 
     python tests/xla_scripts/facts.py OUT.json SHIPPED_GENERATOR_DIR IMAGES.npy
 
-Each part's compile counts and host fallbacks are its own (read before and after it).
+The penalty runs first, so the host fallbacks read after it are its own; the other parts' compile
+counts are compared within each part.
 """
 import copy
 import sys
