@@ -11,11 +11,9 @@ from tests.filehelpers import mount  # noqa: E402,F401  (a fixture: a real small
 # No telemetry or version checks: the suite runs offline.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# XLA:CPU's own code generation at LLVM -O0, in every process the tests start: the graphs, their
-# sharding, the compile counts and the host fallbacks the tests read are the same, only the CPU
-# machine code is less optimised, and compiling it (what most of an XLA test's time goes to) costs
-# half. A TPU compiles with its own backend either way.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+# XLA:CPU compiling fast (tests/xla/xlahelpers.py FAST_COMPILE) in every process the tests start.
+from tests.xla.xlahelpers import FAST_COMPILE  # noqa: E402
+os.environ.setdefault("XLA_FLAGS", FAST_COMPILE["XLA_FLAGS"])
 
 
 @pytest.fixture
