@@ -113,8 +113,7 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
         if leads:
             run.write_plan(plan)
         training = build_training(plan, dataset, rt)
-        beat.compiling = training.rt.compiling
-        beat.on_compiling = lambda: _say_compiling(run, beat.step)
+        say_compiles(beat, run, training.rt)
         report = Reporter(run, training, trainer_pid=os.getpid(), chunk=chunk.number if chunk else 0)
         control = Control(run, (watch_parent,))
         if ranks:
@@ -154,13 +153,15 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     return (run.read_status().state or "failed") if leads else ended
 
 
-def _say_compiling(run: RunDir, step: int) -> None:
+def say_compiles(beat: Heartbeat, run: RunDir, rt) -> None:
     """A compile after the first steps (a new graph: the grid's, the quality meter's, a changed
     step) stalls the run, on a TPU for up to minutes: the status says so while it lasts, and the
-    trainer's next status puts its state back. Written from the heartbeat's thread, while the
-    trainer's own thread waits for the compile."""
-    if run.read_status().state == "running":   # the first steps' compiles say so already
-        run.write_status("compiling", f"XLA is compiling a new graph after step {step} (later steps reuse it)...")
+    trainer's next status puts its state back. The heartbeat's thread sees the compile begin (`rt`
+    says so) and writes it, while the trainer's own thread waits for the compile."""
+    def say() -> None:
+        if run.read_status().state == "running":   # the first steps' compiles say so already
+            run.write_status("compiling", f"XLA is compiling a new graph after step {beat.step} (later steps reuse it)...")
+    beat.compiling, beat.on_compiling = rt.compiling, say
 
 
 def prepare_data(config: TrainConfig, run_path: str, device_kind: str) -> bool:

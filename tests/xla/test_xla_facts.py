@@ -1,6 +1,7 @@
 """What one XLA:CPU device does with the project's parts, from one child process
 (tests/xla_scripts/facts.py: the torch_xla import is paid once): the gradient penalty, the shipped
-generator's images, the bf16 autocast policy, and the trainer's step settling to one graph."""
+generator's images, the bf16 autocast policy, the trainer's step settling to one graph, and a
+compile mid-run said in the status."""
 from __future__ import annotations
 
 import json
@@ -66,3 +67,11 @@ def test_compiles_stop_after_warm_up_past_the_steps_where_adams_corrections_roun
     compiles = facts["compiles"]
     # Steps 1 and 2 are different graphs (the optimizers create their state in step 1); then none.
     assert len(compiles) == 16 and compiles[-1] == compiles[2], compiles
+
+
+def test_a_compile_after_the_first_steps_is_said_in_the_status_while_it_lasts(facts):
+    """On a TPU a new graph mid-run (the grid's, the quality meter's) stalls the run for up to
+    minutes: the status says so, from the heartbeat's thread, while the trainer waits on the compile."""
+    said = facts["said"]
+    assert said["state"] == "compiling", said
+    assert said["message"] == "XLA is compiling a new graph after step 16 (later steps reuse it)...", said

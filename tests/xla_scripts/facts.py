@@ -1,7 +1,8 @@
 """What one XLA:CPU device does with the project's parts, in one process (each XLA process pays
 seconds to import torch_xla before it does anything): the gradient penalty against the CPU's, the
-shipped generator's images, the bf16 autocast policy of every GAN type, and the trainer's own step
-compiling nothing new past the steps where Adam's bias corrections round to 1.0.
+shipped generator's images, the bf16 autocast policy of every GAN type, the trainer's own step
+compiling nothing new past the steps where Adam's bias corrections round to 1.0, and a compile
+mid-run said in the run's status.
 
     python tests/xla_scripts/facts.py OUT.json SHIPPED_GENERATOR_DIR IMAGES.npy
 
@@ -9,6 +10,7 @@ The penalty runs first, so the host fallbacks read after it are its own; the oth
 counts are compared within each part.
 """
 import copy
+import os
 import sys
 
 from _common import tiny_config, write_result   # the repo importable, PJRT_DEVICE=CPU
@@ -120,6 +122,30 @@ def compiles_settling(info, steps: int = 16, beta: float = 0.3) -> list[int]:
     return counts
 
 
+def compile_said_mid_run(info, folder: str) -> dict:
+    """A run's status reads "running" and a new graph compiles (another GAN type's first step, as a
+    grid's or the quality meter's graph does mid-run): the heartbeat, wired as the trainer wires it
+    (core/train.py say_compiles), sees the compile begin and the status says so. Nothing else writes
+    the status here, so what it says after the compile is what a viewer saw during it."""
+    from core.heartbeat import Heartbeat
+    from core.rundir import RunDir
+    from core.train import say_compiles
+    from core.training import build_training, planned
+    os.makedirs(folder, exist_ok=True)
+    run = RunDir(folder)
+    run.write_status("running", "Training...", step=16)
+    training = build_training(*planned(tiny_config(gan="hinge", batch_size=8), info))
+    beat = Heartbeat(run).start()
+    beat.stepped(16)
+    say_compiles(beat, run, training.rt)
+    training.step()
+    training.rt.mark_step()
+    training.rt.synchronize()
+    beat.stop()
+    status = run.read_status()
+    return {"state": status.state, "message": status.message}
+
+
 def main(out: str, generator_dir: str, images_out: str) -> None:
     import torch_xla
     from core import devices
@@ -129,7 +155,8 @@ def main(out: str, generator_dir: str, images_out: str) -> None:
     result = {"penalty": gradient_penalty(dev), "images_device": shipped_images(dev, generator_dir, images_out)}
     info = devices.probe("xla-cpu")
     rt = devices.Runtime(info)
-    result.update(kind=rt.kind, autocast=autocast_policy(rt), compiles=compiles_settling(info))
+    result.update(kind=rt.kind, autocast=autocast_policy(rt), compiles=compiles_settling(info),
+                  said=compile_said_mid_run(info, os.path.join(os.path.dirname(out), "said")))
     write_result(out, result)
 
 
