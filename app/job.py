@@ -18,10 +18,11 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
+from app import views
 from app.chain import ChunkChain
 from app.chunks import chunk_seconds
 from app.supervisor import STOP_ESCALATE_SECONDS, TrainerEnd, TrainerSupervisor
-from core.config import TrainConfig
+from core.config import TrainConfig, live_change
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
 from core.failures import failure_message
 from core.heartbeat import silent_since
@@ -184,6 +185,21 @@ class Job:
         return {"stop": "Stopping... the trainer saves a checkpoint and the final grid, then ends.",
                 "pause": "Pausing...", "resume": "Resuming...",
                 "step": f"Stepping {count} generator update{'s' if count != 1 else ''}..."}[action]
+
+    def change_settings(self, values: dict) -> str:
+        """Train the current run on with `values` (core/config.py LIVE_FIELDS) from its next step;
+        refused (ConfigError, naming the field) by the run's own config checks before the trainer
+        is asked. A chunked run's next chunk takes a change asked between two chunks."""
+        with self._lock:
+            run = self._run
+            if run is None or not self.is_active() or run.read_status().state in FINAL_STATES:
+                return "No run is training."
+            live_change(run.read_config(), values)
+            try:
+                run.change_settings(values)
+            except DiskRefused as exc:
+                return f"Could not ask the trainer to change its settings: {exc}."
+        return f"Changing {views.settings_words(values)} from the next step (marked on the charts)."
 
     def shutdown(self, grace: float | None = None) -> None:
         """Stop the trainer cleanly (checkpoint kept), escalating only if it does not answer."""

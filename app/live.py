@@ -70,6 +70,13 @@ def plot_points(events: list[dict], gan: str) -> dict[str, list]:
     return series
 
 
+def settings_marks(events: list[dict]) -> list[list]:
+    """The host's changes while the run trained (core/train.py Loop.apply_settings), as
+    [[step, "D's learning rate 0.001"], ...]: the page marks each on the charts at its step."""
+    return [[event["step"], views.settings_words(event["settings"])]
+            for event in events if isinstance(event.get("settings"), dict)]
+
+
 def downsample(points: list, limit: int = MAX_POINTS) -> list:
     """At most `limit` points: evenly spaced ones, always keeping the last (the newest value)."""
     if len(points) <= limit:
@@ -175,9 +182,9 @@ class LiveFeed:
                           and RunDir(snap.run_path).has_real_grid() else None),
             "diagnostics": views.diagnostics_rows(status) if status.state else [],
         }
-        full = {**head, "reset": True,
+        full = {**head, "reset": True, "marks": settings_marks(snap.events),
                 "points": {k: downsample(v) for k, v in plot_points(snap.events, gan).items()}}
-        delta = {**head, "reset": reset, "points": plot_points(new_events, gan)}
+        delta = {**head, "reset": reset, "marks": settings_marks(new_events), "points": plot_points(new_events, gan)}
         self._current = Rendered(version, _sse(full), _sse(delta), {
             "version": version, "run": snap.run_name, **views.json_safe(status.to_dict()),
             "events": len(snap.events), "last_event": views.json_safe(snap.events[-1]) if snap.events else None},

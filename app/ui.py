@@ -31,8 +31,8 @@ from core import data, devices
 from core.plan import DataFacts, Plan, make_plan
 from core.rundir import FINAL_STATES, DiskRefused
 from core import gans
-from core.config import (AUGMENT_BELOW, DATASETS, DEVICES, PRECISIONS, PRESETS, ConfigError, TrainConfig,
-                         form_number, spec, whole_number)
+from core.config import (AUGMENT_BELOW, DATASETS, DEVICES, LIVE_FIELDS, PRECISIONS, PRESETS, ConfigError,
+                         TrainConfig, form_number, spec, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
 LIVE_PANEL = """
@@ -416,6 +416,30 @@ class TrainTab:
             return "The run is already paused: press Resume to continue."
         return self.job.request("pause")
 
+    def change_settings(self, lr_g=None, lr_d=None, beta1=None, beta2=None, n_critic=None, key=""):
+        """While a run trains or is paused: the fields given (a blank one stays as it is) from the
+        run's next step on, written to its events and marked on the charts."""
+        self.require_host(key)
+        given = dict(lr_g=lr_g, lr_d=lr_d, beta1=beta1, beta2=beta2, n_critic=n_critic)
+        values = {}
+        try:
+            for name in LIVE_FIELDS:
+                value = given[name]
+                if value is None or str(value).strip() == "":
+                    continue
+                if spec(name)["range"]:
+                    values[name] = form_number(value, name)
+                else:
+                    try:
+                        values[name] = float(value)
+                    except (TypeError, ValueError):
+                        raise ConfigError(f"{name} must be a number (got {value!r}).")
+            if not values:
+                return "Nothing to change: type a new value in one of the boxes."
+            return self.job.change_settings(values)
+        except ConfigError as exc:
+            raise refused(views.live_words(str(exc)), title="Check the settings")
+
     def resume(self, resume_steps=0, key=""):
         """Resume a paused live run, or continue a stopped/finished/failed run from its checkpoint."""
         self.require_host(key)
@@ -503,6 +527,19 @@ class TrainTab:
                 self.step_ten_button = gr.Button("10 steps", elem_id="blink-step-10")
                 self.stop_button = gr.Button("Stop", variant="stop", elem_id="blink-stop")
             self.message = gr.Markdown(elem_id="blink-message", elem_classes=["blink-host-only"])
+            # Changed while the run trains or is paused, from its next step: the lesson's "what if D
+            # learned ten times faster?" without a new run. Text boxes, as a blank one must mean "as
+            # it is" (an empty number box is sent as 0); the values are checked as numbers on the server.
+            with gr.Accordion("Change while training", open=False, elem_id="blink-live-settings",
+                              elem_classes=["blink-host-only"]):
+                gr.Markdown("From the next step, marked on the charts, kept when the run is resumed. On a TPU "
+                            "the first change, and any change of a beta or of D's updates, compiles the step "
+                            "again (seconds to minutes); later changes of the learning rates do not.",
+                            elem_id="live-settings-note")
+                with gr.Row():
+                    self.live_settings = [gr.Textbox(label=label, placeholder="as it is", elem_id=f"live-{name}")
+                                          for name, label in views.LIVE_LABELS.items()]
+                self.change_button = gr.Button("Apply from the next step", elem_id="blink-change")
             with gr.Column(elem_id="blink-more", elem_classes=["blink-host-only"]):
                 self.estimate_text = gr.Markdown(elem_id="estimate")
                 self._lay_out_more_choices()
@@ -594,6 +631,8 @@ class TrainTab:
         self.step_button.click(self.step_one, self.key, self.message, api_name="step", concurrency_limit=None)
         self.step_ten_button.click(self.step_ten, self.key, self.message, api_name="step_10", concurrency_limit=None)
         self.resume_button.click(self.resume, [self.resume_steps, self.key], self.message, api_name="resume")
+        self.change_button.click(self.change_settings, [*self.live_settings, self.key], self.message,
+                                 api_name="change_settings", concurrency_limit=None)
         blocks.load(self.join_link, None, self.join, api_visibility="private")
         gr.api(self.status_api, api_name="status", concurrency_limit=None)
         self.upload.upload(self.check_upload, [self.upload, self.key], [self.dataset, self.data_path, self.dataset_note],

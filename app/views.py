@@ -8,6 +8,23 @@ import time
 from core import gans
 from core.status import Status
 
+# The page's names for what the host may change while a run trains (core/config.py LIVE_FIELDS),
+# in its order: the boxes of "Change while training", its answers and refusals, the charts' marks.
+LIVE_LABELS = {"lr_g": "G's learning rate", "lr_d": "D's learning rate", "beta1": "Adam beta1", "beta2": "Adam beta2",
+               "n_critic": "D updates per G update"}
+
+
+def settings_words(values: dict) -> str:
+    """A settings change as the page says it: "D's learning rate 0.001, D updates per G update 2"."""
+    return ", ".join(f"{LIVE_LABELS.get(name, name)} {value:g}" for name, value in values.items())
+
+
+def live_words(message: str) -> str:
+    """A refusal of a settings change with the page's names for its fields."""
+    for name, label in LIVE_LABELS.items():
+        message = re.sub(rf"\b{name}\b", label, message)
+    return message
+
 LOSS_SERIES = {"loss_d": "D loss", "loss_g": "G loss"}
 QUALITY_PREFIX = "quality_"
 # The distance each meter reports (lower is better): one curve on one scale.

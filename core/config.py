@@ -184,6 +184,21 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{name} '{value}' is not supported; choose one of: {', '.join(choices)}.")
 
 
+# What the host may change while a run trains (the page's "Change while training"): each takes effect
+# at the next step, and none changes the nets' shapes or the data. On XLA the rates and betas are
+# device data, so changing them compiles nothing; n_critic is the number of critic updates the graph
+# holds, so a new value compiles the step once.
+LIVE_FIELDS = ("lr_g", "lr_d", "beta1", "beta2", "n_critic")
+
+
+def live_change(cfg: TrainConfig, values: dict) -> TrainConfig:
+    """The run's config with `values` changed, refused (ConfigError naming the field) like a Start's."""
+    unknown = sorted(set(values) - set(LIVE_FIELDS))
+    if unknown:
+        raise ConfigError(f"{unknown[0]} cannot change while a run trains; these can: {', '.join(LIVE_FIELDS)}.")
+    return validate(dataclasses.replace(cfg, **values))
+
+
 def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dict | None = None,
              preset: str | None = None) -> TrainConfig:
     """Refuse values that cannot work; return the config with defaults resolved (for `preset`,

@@ -9,6 +9,7 @@ Under torchrun (several processes, DDP) rank 0 decides for all: core/distributed
     control.decision()              # "run" | "pause" | "stop" | "gone" | "step" (while paused)
     control.wait_while_paused()     # the decision once the pause ends (or a step is asked for)
     control.step_count()            # how many updates a Step asks for; paused_again() once done
+    control.settings()              # the settings the host changed since the last call ({} if none)
     control.ended()                 # the run ended: no request left for the next session
     control.between_chunks(paused)  # a chunked run's decision between two chunks (app/chain.py)
 
@@ -64,11 +65,19 @@ class Control:
         if now - self._last_check < CONTROL_CHECK_SECONDS:
             return False
         self._last_check = now
-        return self.decision() != "run"
+        return self.decision() != "run" or bool(self.run.read_settings())
 
     def step_count(self) -> int:
         """How many generator updates a Step asks for (0 if none)."""
         return self.run.read_step_count()
+
+    def settings(self) -> dict:
+        """The values of a settings change the host asked for since the last call; {} if none. Taken
+        once: the file goes (unless a newer change replaced it meanwhile, which the next call takes)."""
+        asked = self.run.read_settings()
+        if asked:
+            self.run.clear_settings(asked["time"])
+        return asked.get("values", {})
 
     def paused_again(self) -> None:
         """A Step is done with: the run stays paused."""

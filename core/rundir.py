@@ -39,6 +39,7 @@ FINAL_STATES = ("done", "stopped", "failed")
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 REQUEST_FILE, STOP_FILE = "control.json", "stop.json"   # RunDir.request
+SETTINGS_FILE = "settings.json"   # RunDir.change_settings: what the host changed while the run trains
 
 
 # A generator's two files, in a run directory and in any folder that holds one (the shipped
@@ -403,6 +404,28 @@ class RunDir:
             return pending
         self._write(REQUEST_FILE, json.dumps({"action": action, "time": time.time(), "count": count}).encode())
         return ""
+
+    def change_settings(self, values: dict) -> None:
+        """Ask the trainer to train on with `values` (core.config.LIVE_FIELDS, checked by the
+        caller): it reads them between steps, as it reads a request, and applies each change once."""
+        self._write(SETTINGS_FILE, json.dumps({"values": values, "time": time.time()}).encode())
+
+    def read_settings(self) -> dict:
+        """The last settings change asked for: {"values": {...}, "time": t}, or {} if none."""
+        try:
+            with open(self.file(SETTINGS_FILE)) as f:
+                asked = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return asked if isinstance(asked, dict) and isinstance(asked.get("values"), dict) else {}
+
+    def clear_settings(self, asked_at: float) -> None:
+        """The change asked at `asked_at` is taken: its file goes, but not a newer one written since."""
+        if self.read_settings().get("time") == asked_at:
+            try:
+                os.remove(self.file(SETTINGS_FILE))
+            except OSError:
+                pass
 
     def _read_request_file(self) -> dict:
         try:

@@ -205,7 +205,7 @@ class Loop:
         """training: core.training.build_training's, for a config resolved for its device.
         chunk_seconds: how long this chunk of the run trains, counted from its first step, so the
         data and the nets' setup take none of it (None: not chunked)."""
-        self.training, self.config, self.rt, self.run_dir = training, training.config, training.rt, run
+        self.training, self.rt, self.run_dir = training, training.rt, run
         self.control, self.report = control, report
         self.chunk_seconds = chunk_seconds
         self.chunk_deadline: float | None = None
@@ -234,6 +234,11 @@ class Loop:
         # The quality meter is built at its first measurement, not here: its real-image features
         # would delay the first loss point on the page.
         self.quality = None
+
+    @property
+    def config(self):
+        """The run's config as it trains now: the host may change some of it (apply_settings)."""
+        return self.training.config
 
     @property
     def step_count(self) -> int:
@@ -318,6 +323,7 @@ class Loop:
         if diverged:
             raise SessionEnds("failed", diverged)
         self.warning = self.phase.warning()
+        self.apply_settings()
         decision = self.control.decision()
         if decision == "pause" and self.chunk_seconds is not None:   # the GPU is given back while paused
             raise SessionEnds("paused", paused_message(self.step_count))
@@ -347,6 +353,7 @@ class Loop:
             return
         if self.rt.leads and not self.run_dir.has_grid(before):
             self.save_grid()
+        self.apply_settings()   # changed while paused: the stepped updates are the first to use them
         for _ in range(count):
             tensors = self.training.step()
             self.rt.read_later(functools.partial(self._on_values, stepped=True),
@@ -357,6 +364,27 @@ class Loop:
         self.control.paused_again()   # the step request is done with: the run stays paused
         updates = "1 generator update" if count == 1 else f"{count} generator updates"
         self._status("paused", f"Paused at step {self.step_count}: stepped {updates} from step {before}.", before)
+
+    def apply_settings(self) -> None:
+        """A settings change the host asked for (core/config.py LIVE_FIELDS), from the next step on:
+        written to the run's events (a mark on the charts) and to its plan, so a resumed run, the
+        checkpoints and the generator's description train on and say the changed values. A change
+        that no longer passes the config's checks (asked of another Blink) is refused in the status."""
+        from core.config import live_change
+        asked = self.control.settings()
+        if not asked:
+            return
+        try:
+            config = live_change(self.config, asked)
+        except ConfigError as exc:
+            self.warning = f"Settings not changed: {exc}"
+            return
+        changed = self.training.change_config(config)
+        if not changed:
+            return
+        event = {"step": self.step_count, "time": round(self.report.elapsed(), 3), "settings": changed}
+        self._work("writing the loss log", lambda: self.run_dir.append_event(event))
+        self._work("writing the run's plan", lambda: self.run_dir.write_plan(self.training.plan))
 
     def _stop_for(self, decision: str) -> None:
         if decision in ("stop", "gone"):

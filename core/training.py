@@ -11,13 +11,14 @@ run directory: the Loop adds the files, the status and the stop and pause decisi
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from core import gans
 from core.architecture import grid_columns
-from core.config import TrainConfig
+from core.config import LIVE_FIELDS, TrainConfig
 from core.plan import DataFacts, Plan, make_plan
 from core.step import GanStep
 
@@ -106,6 +107,19 @@ class Training:
         for optimizer, lr in ((self.opt_g, self.config.lr_g), (self.opt_d, self.config.lr_d)):
             for group in optimizer.param_groups:
                 group["lr"] = lr * factor
+
+    def change_config(self, config) -> dict:
+        """Train on with `config` (core.config.live_change's: only LIVE_FIELDS differ): the rates
+        from the next step (set_learning_rates reads the plan's config every step), the betas in
+        both optimizers, the critic updates in the step. Returns what changed, {field: new value}."""
+        changed = {name: getattr(config, name) for name in LIVE_FIELDS
+                   if getattr(config, name) != getattr(self.config, name)}
+        self.plan = dataclasses.replace(self.plan, config=config)
+        for optimizer in (self.opt_g, self.opt_d):
+            for group in optimizer.param_groups:
+                group["betas"] = (config.beta1, config.beta2)
+        self.gan_step.n_critic = config.n_critic
+        return changed
 
     def verdicts(self, fakes):
         """D's output on the grid's fakes and on the real grid, each image with its column's class:

@@ -6,6 +6,7 @@ const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c"];
 const MAX_KEPT = 2000;          // points per series kept in the page; halved when exceeded
 const Y_AXES = { losses: "loss", extra: "value", quality: "distance" };
 const series = {};
+const marks = [];                // the host's settings changes: [step, "lr_d 0.001"], drawn on every chart
 let lastRun = null, lastState = null, lastMessage = null;
 let pressedAt = null;   // the run's state and step when the host last pressed a control
 const panel = element.querySelector(".live");
@@ -114,6 +115,17 @@ function drawChart(svg, name, keys, names) {
   html += `<text x="${(L + W - R) / 2}" y="${H - 4}" text-anchor="middle" class="axis-name">step</text>`
     + `<text transform="translate(16 ${(T + H - B) / 2}) rotate(-90)" text-anchor="middle" class="axis-name">`
     + `${Y_AXES[name] || "value"}${useLog ? " (log)" : ""}</text>`;
+  // A settings change the host made mid-run: a dashed line at its step, named on the loss chart.
+  for (const [step, words] of marks) {
+    if (step < x0 || step > x1) continue;
+    const x = sx(step).toFixed(1);
+    html += `<line x1="${x}" y1="${T}" x2="${x}" y2="${H - B}" class="settings-mark"/>`;
+    if (name === "losses") {
+      const label = document.createElementNS("http://www.w3.org/2000/svg", "text");
+      label.textContent = words;   // text, never markup
+      html += `<text x="${x}" y="${T + 14}" dx="4" class="mark-label">${label.innerHTML}</text>`;
+    }
+  }
   const bold = {}, line = {};   // the line drawn bold (smoothed when smoothing is on), and its raw points
   for (const key of present) {
     const color = COLORS[keys.indexOf(key) % COLORS.length], all = series[key];
@@ -243,6 +255,9 @@ function countSilence() {
 
 function apply(message) {
   if (message.reset) for (const key of Object.keys(series)) delete series[key];
+  if (message.reset) marks.length = 0;
+  marks.push(...(message.marks || []));
+  panel.dataset.marks = marks.length;
   for (const [key, points] of Object.entries(message.points)) {
     const kept = (series[key] = (series[key] || []).concat(points));
     if (kept.length > MAX_KEPT) series[key] = kept.filter((_, i) => i % 2 === 0 || i === kept.length - 1);

@@ -334,6 +334,11 @@ def test_step_and_ten_steps_while_paused_train_exactly_that_and_show_before_and_
     client.predict(api_name="/pause")
     paused = wait_for(lambda: (s := status())["state"] == "paused" and s, 60, what="the pause")
     run = RunDir(os.path.join(app.runs_root, paused["run"]))
+    # Settings changed while paused: refused by the config's own check, naming the field; taken, the
+    # stepped updates are the first to train with them.
+    with pytest.raises(AppError, match=r"D's learning rate 5(\.0)? is out of range"):
+        client.predict(lr_d=5, api_name="/change_settings")
+    assert "Changing D's learning rate 0.001, D updates per G update 2" in client.predict(lr_d=1e-3, n_critic=2, api_name="/change_settings")
 
     for press, count in (("/step", 1), ("/step_10", 10)):
         before = status()
@@ -353,6 +358,9 @@ def test_step_and_ten_steps_while_paused_train_exactly_that_and_show_before_and_
     # phase rules); the points the run logged by itself are not.
     assert [e["step"] for e in points if e.get("stepped")] == list(stepped)
     assert logged == sorted(set(logged))
+    changes = [(e["step"], e["settings"]) for e in run.read_events()[0] if "settings" in e]
+    assert changes == [(paused["step"], {"lr_d": 1e-3, "n_critic": 2})]
+    assert (run.read_config().lr_d, run.read_config().n_critic) == (1e-3, 2)
 
     # Still paused: nothing trains until Resume, which carries on from the stepped step.
     assert status()["step"] == paused["step"] + 11

@@ -24,7 +24,8 @@ in file order, and the one run trained for real comes last.
   and a refused zip leaves the form usable; after Start the grid is the big thing on every screen,
   the phone's view has no form, and every live panel updates from the one watcher; a paused run
   steps one update with the grid before it shown; Stop says "stopping..." on the click, is heard
-  between log steps and leaves the room on the grid; on the projector, the host's screen and a
+  between log steps and leaves the room on the grid; D's learning rate changed while paused is
+  marked on every page's loss chart; on the projector, the host's screen and a
   phone the log-scale box shows its state, the legend's number is the line's (smoothed, the raw one
   named), the step axis has round ticks, the diagnostics use words; a phone opens the primer on this
   run's losses; the Sample tab names the stopped run's generator; resumed, the run ends and the host
@@ -535,12 +536,20 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
     # "Pausing..." goes once the run is paused: the status line says so.
     expect(host.locator("#blink-message")).to_be_hidden()
     paused_at = int(host.locator("#live .live").get_attribute("data-step"))
+    # While paused, D's learning rate changed for the next update: said, then marked on the charts.
+    host.get_by_text("Change while training", exact=True).click()
+    host.get_by_label("D's learning rate", exact=True).fill("0.001")
+    host.get_by_role("button", name="Apply from the next step", exact=True).click()
+    expect(host.locator("#blink-message")).to_contain_text("Changing D's learning rate 0.001 from the next step", timeout=30_000)
     host.get_by_role("button", name="Step", exact=True).click()
     expect(host.locator("#live .live-before .before-step")).to_have_text(str(paused_at), timeout=60_000)
     expect(host.locator("#live .live")).to_have_attribute("data-step", str(paused_at + 1))
     expect(host.locator("#blink-message")).to_be_hidden()   # "Stepping 1 generator update..." too, once stepped
     # The stepped update is a marker off the loss lines (D's and G's), not a point joined into them.
     expect(host.locator("#live svg[data-chart='losses'] circle.stepped")).to_have_count(2, timeout=30_000)
+    for page in viewers:   # the change, where it took effect, on every page's loss chart
+        expect(page.locator("#live svg[data-chart='losses'] .settings-mark")).to_have_count(1, timeout=30_000)
+        expect(page.locator("#live svg[data-chart='losses'] .mark-label")).to_have_text("D's learning rate 0.001")
     expect(phone.locator("#live .live-before .verdict")).to_have_count(60, timeout=30_000)
     # Every page's plots changed while the run trained, pushed to it (the Pause's and the Step's
     # points: a request heard between log steps makes its step one).

@@ -148,3 +148,17 @@ def test_a_trainer_that_falls_silent_is_shown_to_every_viewer_once_and_again_onc
 def test_a_stepped_update_is_a_marked_point():
     events = [{"step": 5, "loss_d": 1.0, "loss_g": 2.0}, {"step": 6, "loss_d": 1.5, "loss_g": 1.0, "stepped": True}]
     assert plot_points(events, "dcgan")["loss_d"] == [[5, 1.0], [6, 1.5, 1]]
+
+
+def test_a_settings_change_is_a_mark_every_page_gets_and_not_a_point(runs_root):
+    run = RunDir.create(TrainConfig(), runs_root)
+    run.write_status("running", "Training...", step=25, steps=100, gan="dcgan")
+    run.append_event({"step": 20, "loss_d": 1.0, "loss_g": 2.0, "d_real": 0.5, "d_fake": 0.4})
+    feed = LiveFeed(Job(runs_root))
+    assert feed.refresh() and message(feed.current.full)["marks"] == []
+    run.append_event({"step": 20, "time": 1.0, "settings": {"lr_d": 1e-3, "n_critic": 2}})
+    run.append_event({"step": 25, "loss_d": 0.9, "loss_g": 1.5, "d_real": 0.6, "d_fake": 0.3})
+    assert feed.refresh()
+    delta, full = message(feed.current.delta), message(feed.current.full)
+    assert delta["marks"] == full["marks"] == [[20, "D's learning rate 0.001, D updates per G update 2"]]
+    assert full["points"]["loss_d"] == [[20, 1.0], [25, 0.9]]   # no point of its own

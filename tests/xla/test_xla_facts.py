@@ -64,9 +64,20 @@ def test_autocast_bf16_policy_on_xla(facts, gan):
 # (capturable) they never change the graph. DCGAN's step here; hinge (in bf16, a TPU's default) and
 # WGAN-GP cross the same point in their 4-device trainer runs (test_xla_types.py).
 def test_compiles_stop_after_warm_up_past_the_steps_where_adams_corrections_round_to_one(facts):
-    compiles = facts["compiles"]
+    compiles = facts["compiles"]["settling"]
     # Steps 1 and 2 are different graphs (the optimizers create their state in step 1); then none.
     assert len(compiles) == 16 and compiles[-1] == compiles[2], compiles
+
+
+def test_settings_changed_mid_run_compile_what_the_page_says(facts):
+    """What the page tells a TPU's host (app/ui.py, Change while training): the learning rates are
+    values the step reads, so once they have changed they change again with no compile; a new beta
+    is a constant of the step's graph, compiled once and reused."""
+    changed = facts["compiles"]["changed"]
+    again = changed["rates again"]
+    assert again[0] == again[1] == again[2], changed
+    beta = changed["beta1"]
+    assert beta[1] <= beta[0] + 1 and beta[2] == beta[1], changed
 
 
 def test_a_compile_after_the_first_steps_is_said_in_the_status_while_it_lasts(facts):

@@ -108,18 +108,32 @@ def autocast_policy(rt) -> dict:
 def compiles_settling(info, steps: int = 16, beta: float = 0.3) -> list[int]:
     """The trainer's setup and step (core/training.py) for DCGAN at preset fast, with both of Adam's
     betas at `beta`: 1 - 0.3**k is 1.0 in float32 from k = 15, so 16 updates cross every point where
-    a Python float of the step would become a graph constant (torch_xla's special scalars). The
-    compile count after every step."""
+    a Python float of the step would become a graph constant (torch_xla's special scalars): the
+    compile count after every step. Then the compile counts around settings changed as the host
+    changes them mid-run: {"settling": [...], "changed": {what: [before, 1 step, 2 steps after]}}."""
+    from core.config import live_change
     from core.training import build_training, planned
     training = build_training(*planned(tiny_config(gan="dcgan", preset="fast", precision="fp32", batch_size=8,
                                                    beta1=beta, beta2=beta, steps=steps), info))
     counts = []
-    for _ in range(steps):
+
+    def step() -> None:
         training.step()
         training.rt.mark_step()
         training.rt.synchronize()
         counts.append(compiles())
-    return counts
+    for _ in range(steps):
+        step()
+    settled = list(counts)
+    # The host changes the settings mid-run (core/config.py LIVE_FIELDS), two steps after each change.
+    after = {}
+    for name, change in (("rates", {"lr_d": 1e-3, "lr_g": 5e-4}), ("rates again", {"lr_d": 2e-3, "lr_g": 3e-4}),
+                         ("beta1", {"beta1": 0.2})):
+        training.change_config(live_change(training.config, change))
+        step()
+        step()
+        after[name] = counts[-3:]
+    return {"settling": settled, "changed": after}
 
 
 def compile_said_mid_run(info, folder: str) -> dict:
