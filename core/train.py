@@ -339,6 +339,7 @@ class Loop:
                 decision = self.control.wait_while_paused()
             self.report.paused(time.perf_counter() - paused_at - stepping)
             self.beat.doing("training")
+            self.apply_settings()   # changed while paused: the first step after the pause trains with it
         self._stop_for(decision)
         self._status("running", "Training...")
 

@@ -129,6 +129,7 @@ def stopped_run(tmp_path_factory):
         paused = launch.wait_for(lambda status: status.state == "paused", "the pause").step
         time.sleep(1.0)
         still = launch.run.read_status().step
+        launch.run.change_settings({"lr_d": 1e-3})   # as the host's Change while training asks
         launch.run.request("resume")
         going = launch.wait_for(lambda status: status.state == "running" and status.step > still, "the resumed run").step
         launch.paused = (paused, still, going)
@@ -189,11 +190,16 @@ def test_a_stop_request_ends_every_rank_stopped_with_a_checkpoint(stopped_run):
 
 def test_two_nodes_over_loopback_pause_together_and_resume(stopped_run):
     """The README's two-machine command, both nodes on this one: rank 0 hears the Pause and every
-    rank waits with it (no step while paused); Resume goes on from there."""
+    rank waits with it (no step while paused); Resume goes on from there, with a changed setting."""
     launch, _, output = stopped_run
     paused, still, going = launch.paused
     assert paused == still >= COMPARED_STEPS and going > still, launch.paused
     assert output.count("run directory:") == 1, output[-3000:]   # rank 0 alone, on node 0
+    # A settings change asked while paused: rank 0 hands it to every rank at the next log step, and
+    # the run trains on with it (a rank left out would wait in that exchange, and the Stop never end).
+    changes = [event for event in launch.run.read_events()[0] if "settings" in event]
+    assert [(e["step"], e["settings"]) for e in changes] == [(still, {"lr_d": 1e-3})], changes
+    assert launch.run.read_config().lr_d == 1e-3
 
 
 def test_a_killed_rank_fails_the_run_with_its_checkpoint_and_one_process_resumes_it(killed_run):
