@@ -155,9 +155,10 @@ class Job:
             new_config = prepare_resume(run, steps, config.to_dict() if config is not None else None)
             return self.start(new_config, resume_run=run)
 
-    def request(self, action: str, count: int = 0) -> str:
-        """stop | pause | resume | step (count updates, while paused) the current run; returns a
-        message for the user. Which press wins over a pending one: RunDir.request."""
+    def request(self, action: str, count: int = 0, updates: str = "both") -> str:
+        """stop | pause | resume | step (count updates, while paused; of both nets, or "d" / "g"
+        alone) the current run; returns a message for the user. Which press wins over a pending
+        one: RunDir.request."""
         with self._lock:
             run = self._run
             # A trainer that has written its end is not asked anything (it only has to exit).
@@ -173,7 +174,7 @@ class Job:
             if action == "resume" and self._chain.going():
                 self._chain.charge_to_presser()   # the next chunks spend the quota of whoever pressed Resume
             try:
-                kept = run.request(action, count)
+                kept = run.request(action, count, updates)
             except DiskRefused as exc:   # the trainer will fail on its own next write and say so
                 return f"Could not ask the trainer to {action}: {exc}."
             if kept == "stop":
@@ -184,7 +185,8 @@ class Job:
                 self._trainer.watch_stop()   # ended by force if it never answers (a wedged device)
         return {"stop": "Stopping... the trainer saves a checkpoint and the final grid, then ends.",
                 "pause": "Pausing...", "resume": "Resuming...",
-                "step": f"Stepping {count} generator update{'s' if count != 1 else ''}..."}[action]
+                "step": (f"Stepping {count} generator update{'s' if count != 1 else ''}..." if updates == "both" else
+                         f"Stepping {count} update{'s' if count != 1 else ''} of {updates.upper()} alone...")}[action]
 
     def change_settings(self, values: dict) -> str:
         """Train the current run on with `values` (core/config.py LIVE_FIELDS) from its next step;

@@ -295,6 +295,17 @@ def whole_number_box(value, **options) -> gr.Number:
     return gr.Number(value=value, precision=None, **options)
 
 
+# What the host's Step (and 10 steps) trains: both nets as the run does, or one alone (the lesson's
+# "let D learn alone and watch its verdicts move"), as core/rundir.py STEP_UPDATES names them.
+STEP_TRAINS = ("G and D", "D alone", "G alone")
+
+
+def _step_updates(step_trains) -> str:
+    if step_trains not in STEP_TRAINS:
+        raise refused(f"Step trains: choose one of {', '.join(STEP_TRAINS)}.", title="Check the settings")
+    return ("both", "d", "g")[STEP_TRAINS.index(step_trains)]
+
+
 # Wait after each wrong host key: slow enough that guessing gets nowhere, short for a typo.
 WRONG_KEY_SECONDS = 0.5
 
@@ -400,15 +411,16 @@ class TrainTab:
         self.require_host(key)
         return self.job.request("stop")
 
-    def step_one(self, key=""):
-        """While paused: exactly one generator update (with its critic updates)."""
+    def step_one(self, key="", step_trains=STEP_TRAINS[0]):
+        """While paused: exactly one generator update (with its critic updates), or one update of
+        D or G alone."""
         self.require_host(key)
-        return self.job.request("step", 1)
+        return self.job.request("step", 1, _step_updates(step_trains))
 
-    def step_ten(self, key=""):
-        """While paused: exactly ten generator updates."""
+    def step_ten(self, key="", step_trains=STEP_TRAINS[0]):
+        """While paused: exactly ten generator updates (or of D or G alone)."""
         self.require_host(key)
-        return self.job.request("step", 10)
+        return self.job.request("step", 10, _step_updates(step_trains))
 
     def pause(self, key=""):
         self.require_host(key)
@@ -536,6 +548,8 @@ class TrainTab:
                             "the first change, and any change of a beta or of D's updates, compiles the step "
                             "again (seconds to minutes); later changes of the learning rates do not.",
                             elem_id="live-settings-note")
+                self.step_trains = gr.Radio(list(STEP_TRAINS), value=STEP_TRAINS[0], label="Step trains",
+                                            elem_id="live-step-trains")
                 with gr.Row():
                     self.live_settings = [gr.Textbox(label=label, placeholder="as it is", elem_id=f"live-{name}")
                                           for name, label in views.LIVE_LABELS.items()]
@@ -628,8 +642,10 @@ class TrainTab:
             None, None, None, js=status_again, api_visibility="private")
         self.pause_button.click(self.pause, self.key, self.message, api_name="pause", concurrency_limit=None).failure(
             None, None, None, js=status_again, api_visibility="private")
-        self.step_button.click(self.step_one, self.key, self.message, api_name="step", concurrency_limit=None)
-        self.step_ten_button.click(self.step_ten, self.key, self.message, api_name="step_10", concurrency_limit=None)
+        self.step_button.click(self.step_one, [self.key, self.step_trains], self.message, api_name="step",
+                               concurrency_limit=None)
+        self.step_ten_button.click(self.step_ten, [self.key, self.step_trains], self.message, api_name="step_10",
+                                   concurrency_limit=None)
         self.resume_button.click(self.resume, [self.resume_steps, self.key], self.message, api_name="resume")
         self.change_button.click(self.change_settings, [*self.live_settings, self.key], self.message,
                                  api_name="change_settings", concurrency_limit=None)

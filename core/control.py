@@ -71,6 +71,10 @@ class Control:
         """How many generator updates a Step asks for (0 if none)."""
         return self.run.read_step_count()
 
+    def step_updates(self) -> str:
+        """Which nets a Step trains: "both", or "d" / "g" alone."""
+        return self.run.read_step_updates()
+
     def settings(self) -> dict:
         """The values of a settings change the host asked for since the last call; {} if none. Taken
         once: the file goes (unless a newer change replaced it meanwhile, which the next call takes)."""

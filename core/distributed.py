@@ -209,6 +209,9 @@ class SharedControl:
     def step_count(self) -> int:
         return self.ranks.share(self.control.step_count() if self.control else 0)
 
+    def step_updates(self) -> str:
+        return self.ranks.share(self.control.step_updates() if self.control else "both")
+
     def settings(self) -> dict:
         return self.ranks.share(self.control.settings() if self.control else {})
 

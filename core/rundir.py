@@ -39,6 +39,7 @@ FINAL_STATES = ("done", "stopped", "failed")
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 REQUEST_FILE, STOP_FILE = "control.json", "stop.json"   # RunDir.request
+STEP_UPDATES = ("both", "d", "g")   # what a Step may train: both nets, or D or G alone
 SETTINGS_FILE = "settings.json"   # RunDir.change_settings: what the host changed while the run trains
 
 
@@ -391,10 +392,10 @@ class RunDir:
     #
     # A Stop is a file of its own that no other request's write replaces: a Pause read-then-written
     # in the same instant (another thread, the trainer's own Pause after a Step) cannot lose it.
-    def request(self, action: str, count: int = 0) -> str:
+    def request(self, action: str, count: int = 0, updates: str = "both") -> str:
         """Ask the trainer to stop, pause or resume, or, while paused, to step `count` generator
-        updates; it reads this between steps. Returns "" when asked, else the pending request that
-        keeps its place (nothing is written)."""
+        updates (of both nets, or of D or G alone: `updates`); it reads this between steps. Returns
+        "" when asked, else the pending request that keeps its place (nothing is written)."""
         assert action in ("stop", "pause", "resume", "step"), action
         if action == "stop":
             self._write(STOP_FILE, json.dumps({"action": "stop", "time": time.time()}).encode())
@@ -402,7 +403,8 @@ class RunDir:
         pending = self.read_request()
         if pending == "stop" or (pending == "step" and action in ("resume", "step")):
             return pending
-        self._write(REQUEST_FILE, json.dumps({"action": action, "time": time.time(), "count": count}).encode())
+        self._write(REQUEST_FILE, json.dumps({"action": action, "time": time.time(), "count": count,
+                                              "updates": updates}).encode())
         return ""
 
     def change_settings(self, values: dict) -> None:
@@ -434,6 +436,11 @@ class RunDir:
         except (OSError, ValueError):
             return {}
         return request if isinstance(request, dict) else {}
+
+    def read_step_updates(self) -> str:
+        """Which nets a step request trains: "both", "d" or "g"."""
+        updates = self._read_request_file().get("updates", "both")
+        return updates if updates in STEP_UPDATES else "both"
 
     def read_step_count(self) -> int:
         """How many generator updates a step request asks for (0 if none)."""

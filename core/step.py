@@ -35,27 +35,36 @@ class GanStep:
         # Split over the devices (or the processes) like the real batch: each generates its own share.
         return self.rt.noise(count, self.z_dim, 1, 1)
 
-    def __call__(self, batches) -> dict:
+    def __call__(self, batches, updates: str = "both") -> dict:
         """n_critic discriminator updates, then one generator update. Returns tensors only.
+        updates: "both", or "d" / "g" for the host's Step of one net alone (the lesson's "let D
+        learn alone and watch its verdicts move"): the other net's loss and stats are still
+        computed, for the charts, and it is not updated.
 
         The critic schedule is a Python loop over a fixed count, not a tensor condition, so
         XLA traces the same graph every step (fixed phases).
         """
+        import torch
         rt = self.rt
-        for _ in range(self.n_critic):
+        for _ in range(self.n_critic if updates != "g" else 1):
             real, labels = self.next_batch(batches)
-            with rt.autocast(self.precision):
+            with rt.autocast(self.precision), torch.set_grad_enabled(updates != "g"):
                 fake = self.G(self.noise(real.shape[0]), labels)   # a conditional G draws the real batch's classes
                 loss_d, stats = self.loss.discriminator_loss(self.D, real, fake, labels)
-            self.opt_d.zero_grad(set_to_none=True)
-            rt.backward_and_step(loss_d, self.opt_d, self.scaler_d)
+            if updates != "g":
+                self.opt_d.zero_grad(set_to_none=True)
+                rt.backward_and_step(loss_d, self.opt_d, self.scaler_d)
+        if updates == "g":   # G's update needs the graph through G that the no-grad look above left out
+            with rt.autocast(self.precision):
+                fake = self.G(self.noise(real.shape[0]), labels)
         # The generator learns from the last critic step's fake batch, as in the seed's DCGAN.
         # D's weight gradients are not needed for G's update (D's next step starts from zero):
         # freezing D here skips computing them.
         self.D.requires_grad_(False)
-        with rt.autocast(self.precision):
+        with rt.autocast(self.precision), torch.set_grad_enabled(updates != "d"):
             loss_g, g_stats = self.loss.generator_loss(self.D, fake, labels)
-        self.opt_g.zero_grad(set_to_none=True)
-        rt.backward_and_step(loss_g, self.opt_g, self.scaler_g)
+        if updates != "d":
+            self.opt_g.zero_grad(set_to_none=True)
+            rt.backward_and_step(loss_g, self.opt_g, self.scaler_g)
         self.D.requires_grad_(True)
         return {"loss_d": loss_d.detach(), "loss_g": loss_g.detach(), **stats, **g_stats}

@@ -302,16 +302,19 @@ class Loop:
                                              "saved); the next chunk continues the run.")
         self.finish("done", f"Finished {self.step_count} steps.")
 
-    def _on_values(self, values: dict, stepped: bool = False) -> None:
+    def _on_values(self, values: dict, stepped: str = "") -> None:
         """Runs once the logged step's values exist (a step closure on XLA). stepped: an update the
-        host stepped while paused, marked so: every one is logged, where a run logs every
-        log_every, so the charts draw them apart and the phase rules leave them out."""
+        host stepped while paused ("both", or "d" / "g" for one net alone), marked so: every one is
+        logged, where a run logs every log_every, so the charts draw them apart and the phase rules
+        leave them out."""
         step = int(values.pop("step"))
         self.values_finite = all(math.isfinite(v) for v in values.values())
         self.last_values = values
         event = {"step": step, "time": round(self.report.elapsed(), 3), **_rounded(values)}
         if stepped:
             event["stepped"] = True
+            if stepped != "both":
+                event["updated"] = stepped   # which net alone
         if self.rt.is_xla:   # the graph counters, read after this step's graph ran
             event.update(xla_compiles=self.rt.compile_count(), xla_executions=self.rt.execution_count(),
                          xla_transfers=self.rt.host_transfers())
@@ -334,7 +337,7 @@ class Loop:
             decision = self.control.wait_while_paused()
             while decision == "step":
                 started = time.perf_counter()
-                self._step_while_paused(self.control.step_count())
+                self._step_while_paused(self.control.step_count(), self.control.step_updates())
                 stepping += time.perf_counter() - started
                 decision = self.control.wait_while_paused()
             self.report.paused(time.perf_counter() - paused_at - stepping)
@@ -343,9 +346,10 @@ class Loop:
         self._stop_for(decision)
         self._status("running", "Training...")
 
-    def _step_while_paused(self, count: int) -> None:
-        """A paused run's "Step": exactly `count` generator updates (each with its critic updates),
-        every one logged, with the grid and D's verdicts before and after; then paused again."""
+    def _step_while_paused(self, count: int, updates: str = "both") -> None:
+        """A paused run's "Step": exactly `count` generator updates (each with its critic updates;
+        of D or G alone: `updates`), every one logged, with the grid and D's verdicts before and
+        after; then paused again."""
         before = self.step_count
         count = min(max(count, 1), MAX_STEPS_WHILE_PAUSED, self.config.steps - before)
         if count <= 0:
@@ -356,15 +360,17 @@ class Loop:
             self.save_grid()
         self.apply_settings()   # changed while paused: the stepped updates are the first to use them
         for _ in range(count):
-            tensors = self.training.step()
-            self.rt.read_later(functools.partial(self._on_values, stepped=True),
+            tensors = self.training.step(updates=updates)
+            self.rt.read_later(functools.partial(self._on_values, stepped=updates),
                                {"step": _as_tensor(self.step_count, tensors), **tensors})
             self.rt.mark_step()
             self.report.stepped(self.step_count)
         self.save_grid()
         self.control.paused_again()   # the step request is done with: the run stays paused
-        updates = "1 generator update" if count == 1 else f"{count} generator updates"
-        self._status("paused", f"Paused at step {self.step_count}: stepped {updates} from step {before}.", before)
+        said = "1 update" if count == 1 else f"{count} updates"
+        said = {"d": f"{said} of D alone", "g": f"{said} of G alone"}.get(
+            updates, "1 generator update" if count == 1 else f"{count} generator updates")
+        self._status("paused", f"Paused at step {self.step_count}: stepped {said} from step {before}.", before)
 
     def apply_settings(self) -> None:
         """A settings change the host asked for (core/config.py LIVE_FIELDS), from the next step on:

@@ -85,14 +85,15 @@ class Training:
         average of G's weights when config.ema > 0 (core/ema.py), else G."""
         return self.ema.module if self.ema else self.G
 
-    def step(self, batches=None) -> dict:
+    def step(self, batches=None, updates: str = "both") -> dict:
         """One generator update (with its critic updates) at this step's learning rates, then the
         average of G's weights, in the same graph on XLA; tensors only. batches: the stream by
-        default (a fault script hands in poisoned ones)."""
+        default (a fault script hands in poisoned ones). updates: "d" or "g" for the host's Step of
+        one net alone (core/step.py); it counts as a step of the run all the same."""
         cfg = self.config
         self.set_learning_rates(lr_factor(self.step_count, cfg.steps, cfg.lr_decay_start))
-        tensors = self.gan_step(batches or self.stream)
-        if self.ema:
+        tensors = self.gan_step(batches or self.stream, updates)
+        if self.ema and updates != "d":
             self.ema.update()
         if self.augmented is not None:   # how often D's images are augmented now (a copy: p moves on)
             tensors["augment_p"] = self.augmented.p.detach().clone()

@@ -46,9 +46,10 @@ def test_step_and_ten_steps_while_paused_train_exactly_that_and_show_before_and_
     assert "Changing D's learning rate 0.001, D updates per G update 2" in client.predict(
         lr_d=1e-3, n_critic=2, api_name="/change_settings")
 
-    for press, count in (("/step", 1), ("/step_10", 10)):
+    # Then one update of D alone (Step trains: D alone): D learns, G stays as it was.
+    for press, count, trains in (("/step", 1, "G and D"), ("/step_10", 10, "G and D"), ("/step", 1, "D alone")):
         before = status()
-        assert "Stepping" in client.predict(api_name=press)
+        assert "Stepping" in client.predict(step_trains=trains, api_name=press)
         after = wait_for(lambda: (s := status())["message"].startswith(f"Paused at step {before['step'] + count}:")
                          and s, 60, what=f"{press}")
         assert after["state"] == "paused" and after["step"] == before["step"] + count
@@ -59,19 +60,21 @@ def test_step_and_ten_steps_while_paused_train_exactly_that_and_show_before_and_
     with open(run.file("events.jsonl")) as f:
         points = [e for e in map(json.loads, f) if "loss_d" in e]
     logged = [e["step"] for e in points]
-    stepped = range(paused["step"] + 1, paused["step"] + 12)
+    stepped = range(paused["step"] + 1, paused["step"] + 13)
     # Every stepped update is on the chart, marked as stepped (a marker off the line, left out of the
-    # phase rules); the points the run logged by itself are not.
+    # phase rules); the points the run logged by itself are not. The last was D's alone.
     assert [e["step"] for e in points if e.get("stepped")] == list(stepped)
+    assert [e.get("updated") for e in points if e.get("stepped")] == [None] * 11 + ["d"]
+    assert after["message"].endswith(f"stepped 1 update of D alone from step {paused['step'] + 11}.")
     assert logged == sorted(set(logged))
     changes = [(e["step"], e["settings"]) for e in run.read_events()[0] if "settings" in e]
     assert changes == [(paused["step"], {"lr_d": 1e-3, "n_critic": 2})]
     assert (run.read_config().lr_d, run.read_config().n_critic) == (1e-3, 2)
 
     # Still paused: nothing trains until Resume, which carries on from the stepped step.
-    assert status()["step"] == paused["step"] + 11
+    assert status()["step"] == paused["step"] + 12
     client.predict(api_name="/resume")
-    wait_for(lambda: status()["state"] == "running" and status()["step"] > paused["step"] + 11, 60,
+    wait_for(lambda: status()["state"] == "running" and status()["step"] > paused["step"] + 12, 60,
              what="the resumed run")
     client.predict(api_name="/stop")
     wait_for(lambda: status()["state"] == "stopped", 60, what="the stop")

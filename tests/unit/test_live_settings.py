@@ -102,3 +102,26 @@ def test_the_page_names_every_field_that_may_change_and_no_other():
     from app.views import LIVE_LABELS
     from core.config import LIVE_FIELDS
     assert tuple(LIVE_LABELS) == LIVE_FIELDS
+
+
+@pytest.mark.parametrize("updates, d_moves, g_moves", [("both", True, True), ("d", True, False), ("g", False, True)])
+def test_a_step_of_one_net_alone_updates_that_net_only(updates, d_moves, g_moves):
+    """The host's Step with "D alone" or "G alone": the other net (and G's average) stays as it
+    was; both nets' losses are still there for the charts."""
+    from core import devices
+    from core.training import build_training, planned
+    training = build_training(*planned(TrainConfig(steps=10, batch_size=16, preset="fast", device="cpu", ema=0.9),
+                                       devices.probe("cpu")))
+    training.step()   # the optimizers' state exists from here on, as in a paused run
+
+    def weights():
+        return [p.detach().clone() for net in (training.D, training.G, training.G_sampled) for p in net.parameters()]
+    before = weights()
+    tensors = training.step(updates=updates)
+    after = weights()
+    count = len(list(training.D.parameters()))
+    moved_d = any(not torch.equal(a, b) for a, b in zip(before[:count], after[:count]))
+    moved_g = any(not torch.equal(a, b) for a, b in zip(before[count:], after[count:]))
+    assert (moved_d, moved_g) == (d_moves, g_moves)
+    assert torch.isfinite(tensors["loss_d"]) and torch.isfinite(tensors["loss_g"])
+    assert training.step_count == 2
