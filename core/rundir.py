@@ -414,12 +414,8 @@ class RunDir:
 
     def read_settings(self) -> dict:
         """The last settings change asked for: {"values": {...}, "time": t}, or {} if none."""
-        try:
-            with open(self.file(SETTINGS_FILE)) as f:
-                asked = json.load(f)
-        except (OSError, ValueError):
-            return {}
-        return asked if isinstance(asked, dict) and isinstance(asked.get("values"), dict) else {}
+        asked = self._read_json_object(SETTINGS_FILE)
+        return asked if isinstance(asked.get("values"), dict) else {}
 
     def clear_settings(self, asked_at: float) -> None:
         """The change asked at `asked_at` is taken: its file goes, but not a newer one written since."""
@@ -430,12 +426,17 @@ class RunDir:
                 pass
 
     def _read_request_file(self) -> dict:
+        return self._read_json_object(REQUEST_FILE)
+
+    def _read_json_object(self, name: str) -> dict:
+        """A small JSON object the app writes for the trainer; {} when there is none (or a hand-made
+        file holds something else)."""
         try:
-            with open(self.file(REQUEST_FILE)) as f:
-                request = json.load(f)
+            with open(self.file(name)) as f:
+                value = json.load(f)
         except (OSError, ValueError):
             return {}
-        return request if isinstance(request, dict) else {}
+        return value if isinstance(value, dict) else {}
 
     def read_step_updates(self) -> str:
         """Which nets a step request trains: "both", "d" or "g"."""
