@@ -29,7 +29,7 @@ from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed, live_grid_url
 from core import data, devices
 from core.plan import DataFacts, Plan, make_plan
-from core.rundir import FINAL_STATES, DiskRefused
+from core.rundir import FINAL_STATES, STEP_UPDATES, DiskRefused
 from core import gans
 from core.config import (AUGMENT_BELOW, DATASETS, DEVICES, LIVE_FIELDS, PRECISIONS, PRESETS, ConfigError,
                          TrainConfig, form_number, spec, whole_number)
@@ -296,14 +296,14 @@ def whole_number_box(value, **options) -> gr.Number:
 
 
 # What the host's Step (and 10 steps) trains: both nets as the run does, or one alone (the lesson's
-# "let D learn alone and watch its verdicts move"), as core/rundir.py STEP_UPDATES names them.
-STEP_TRAINS = ("G and D", "D alone", "G alone")
+# "let D learn alone and watch its verdicts move"): the page's words for core/rundir.py STEP_UPDATES.
+STEP_TRAINS = dict(zip(("G and D", "D alone", "G alone"), STEP_UPDATES))
 
 
 def _step_updates(step_trains) -> str:
     if step_trains not in STEP_TRAINS:
         raise refused(f"Step trains: choose one of {', '.join(STEP_TRAINS)}.", title="Check the settings")
-    return ("both", "d", "g")[STEP_TRAINS.index(step_trains)]
+    return STEP_TRAINS[step_trains]
 
 
 # Wait after each wrong host key: slow enough that guessing gets nowhere, short for a typo.
@@ -411,13 +411,13 @@ class TrainTab:
         self.require_host(key)
         return self.job.request("stop")
 
-    def step_one(self, key="", step_trains=STEP_TRAINS[0]):
+    def step_one(self, key="", step_trains="G and D"):
         """While paused: exactly one generator update (with its critic updates), or one update of
         D or G alone."""
         self.require_host(key)
         return self.job.request("step", 1, _step_updates(step_trains))
 
-    def step_ten(self, key="", step_trains=STEP_TRAINS[0]):
+    def step_ten(self, key="", step_trains="G and D"):
         """While paused: exactly ten generator updates (or of D or G alone)."""
         self.require_host(key)
         return self.job.request("step", 10, _step_updates(step_trains))
@@ -548,7 +548,7 @@ class TrainTab:
                             "the first change, and any change of a beta or of D's updates, compiles the step "
                             "again (seconds to minutes); later changes of the learning rates do not.",
                             elem_id="live-settings-note")
-                self.step_trains = gr.Radio(list(STEP_TRAINS), value=STEP_TRAINS[0], label="Step trains",
+                self.step_trains = gr.Radio(list(STEP_TRAINS), value="G and D", label="Step trains",
                                             elem_id="live-step-trains")
                 with gr.Row():
                     self.live_settings = [gr.Textbox(label=label, placeholder="as it is", elem_id=f"live-{name}")

@@ -6,7 +6,7 @@ const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c"];
 const MAX_KEPT = 2000;          // points per series kept in the page; halved when exceeded
 const Y_AXES = { losses: "loss", extra: "value", quality: "distance" };
 const series = {};
-const marks = [];                // the host's settings changes: [step, "lr_d 0.001"], drawn on every chart
+const marks = [];                // the host's settings changes: [step, "D's learning rate 0.001"], drawn on every chart
 let lastRun = null, lastState = null, lastMessage = null;
 let pressedAt = null;   // the run's state and step when the host last pressed a control
 const panel = element.querySelector(".live");
