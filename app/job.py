@@ -191,7 +191,7 @@ class Job:
     def change_settings(self, values: dict) -> str:
         """Train the current run on with `values` (core/config.py LIVE_FIELDS) from its next step;
         refused (ConfigError, naming the field) by the run's own config checks before the trainer
-        is asked. A chunked run's next chunk takes a change asked between two chunks."""
+        is asked, which takes it between two steps (core/control.py Control.settings)."""
         with self._lock:
             run = self._run
             if run is None or not self.is_active() or run.read_status().state in FINAL_STATES:
