@@ -21,7 +21,7 @@ XLA_TIMEOUT = 420   # seconds for one XLA subprocess: generous for a loaded 2-co
 # XLA:CPU compiles each graph through LLVM, whose optimisation of the machine code is most of a tiny
 # run's CPU. Level 0 skips it, and the older loop emitters (not the MLIR fusion emitters) lower each
 # fusion to LLVM in less time: the same graphs, compiled as often (what the tests count), the same
-# results to float rounding, in less than half the CPU (bench/README.md, "The suite"). A TPU
+# results to float rounding, for much less CPU (the figures: bench/README.md, "The suite"). A TPU
 # compiles with its own backend either way.
 FAST_COMPILE = {"XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"}
 
