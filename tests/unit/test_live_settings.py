@@ -1,7 +1,7 @@
 """Settings the host changes while a run trains (issue 41): the learning rates, Adam's betas and
 D's updates per G update, from the next step on, written to the run's events and to its plan, and
-kept when the run is resumed. (Through the page's named API: tests/app/test_app.py, the host's
-controls.)"""
+kept when the run is resumed; and a Step of D or G alone. (Through the page's named API:
+tests/app/test_run_controls.py; on the page: tests/browser/test_browser.py.)"""
 import os
 import subprocess
 import sys
@@ -16,6 +16,10 @@ from core.rundir import FINAL_STATES, RunDir
 from tests.apphelpers import ROOT, wait_for
 
 CHANGE = {"lr_d": 1e-3, "beta1": 0.3, "n_critic": 2}
+
+
+def _changes(run: RunDir) -> list[dict]:
+    return [event for event in run.read_events()[0] if "settings" in event]
 
 
 def _optimizer_settings(run: RunDir) -> dict:
@@ -37,8 +41,7 @@ def changed_run(tmp_path_factory) -> tuple[RunDir, TrainConfig]:
         wait_for(lambda: run.read_status().step >= 5, 120, interval=0.1, what="training")
         before = run.read_config()
         run.change_settings(CHANGE)
-        wait_for(lambda: [e for e in run.read_events()[0] if "settings" in e]
-                 and run.read_status().saved_step > [e for e in run.read_events()[0] if "settings" in e][0]["step"],
+        wait_for(lambda: _changes(run) and run.read_status().saved_step > _changes(run)[0]["step"],
                  60, interval=0.1, what="the change and a checkpoint after it")
         run.request("stop")
         assert process.wait(60) == 0
@@ -50,7 +53,7 @@ def changed_run(tmp_path_factory) -> tuple[RunDir, TrainConfig]:
 
 def test_a_change_takes_effect_in_the_optimizers_the_events_and_the_plan(changed_run):
     run, before = changed_run
-    (event,) = [e for e in run.read_events()[0] if "settings" in e]
+    (event,) = _changes(run)
     assert event["settings"] == CHANGE, event
     after = run.read_config()
     assert (after.lr_d, after.beta1, after.n_critic) == (1e-3, 0.3, 2)
