@@ -38,30 +38,26 @@ class GanStep:
     def __call__(self, batches, updates: str = "both") -> dict:
         """n_critic discriminator updates, then one generator update. Returns tensors only.
         updates: "both", or "d" / "g" for the host's Step of one net alone (the lesson's "let D
-        learn alone and watch its verdicts move"): the other net's loss and stats are still
-        computed, for the charts, and it is not updated.
+        learn alone and watch its verdicts move"): the other net's loss and stats are computed as
+        always, for the charts, and the net is not updated (WGAN-GP's penalty needs its graph even then).
 
         The critic schedule is a Python loop over a fixed count, not a tensor condition, so
         XLA traces the same graph every step (fixed phases).
         """
-        import torch
         rt = self.rt
         for _ in range(self.n_critic if updates != "g" else 1):
             real, labels = self.next_batch(batches)
-            with rt.autocast(self.precision), torch.set_grad_enabled(updates != "g"):
+            with rt.autocast(self.precision):
                 fake = self.G(self.noise(real.shape[0]), labels)   # a conditional G draws the real batch's classes
                 loss_d, stats = self.loss.discriminator_loss(self.D, real, fake, labels)
             if updates != "g":
                 self.opt_d.zero_grad(set_to_none=True)
                 rt.backward_and_step(loss_d, self.opt_d, self.scaler_d)
-        if updates == "g":   # G's update needs the graph through G that the no-grad look above left out
-            with rt.autocast(self.precision):
-                fake = self.G(self.noise(real.shape[0]), labels)
         # The generator learns from the last critic step's fake batch, as in the seed's DCGAN.
         # D's weight gradients are not needed for G's update (D's next step starts from zero):
         # freezing D here skips computing them.
         self.D.requires_grad_(False)
-        with rt.autocast(self.precision), torch.set_grad_enabled(updates != "d"):
+        with rt.autocast(self.precision):
             loss_g, g_stats = self.loss.generator_loss(self.D, fake, labels)
         if updates != "d":
             self.opt_g.zero_grad(set_to_none=True)

@@ -107,14 +107,17 @@ def test_the_page_names_every_field_that_may_change_and_no_other():
     assert tuple(LIVE_LABELS) == LIVE_FIELDS
 
 
-@pytest.mark.parametrize("updates, d_moves, g_moves", [("both", True, True), ("d", True, False), ("g", False, True)])
-def test_a_step_of_one_net_alone_updates_that_net_only(updates, d_moves, g_moves):
+@pytest.mark.parametrize("gan, updates, d_moves, g_moves", [
+    ("dcgan", "both", True, True), ("dcgan", "d", True, False), ("dcgan", "g", False, True),
+    ("wgan-gp", "d", True, False), ("wgan-gp", "g", False, True),   # the penalty's double backward, in both
+])
+def test_a_step_of_one_net_alone_updates_that_net_only(gan, updates, d_moves, g_moves):
     """The host's Step with "D alone" or "G alone": the other net (and G's average) stays as it
     was; both nets' losses are still there for the charts."""
     from core import devices
     from core.training import build_training, planned
-    training = build_training(*planned(TrainConfig(steps=10, batch_size=16, preset="fast", device="cpu", ema=0.9),
-                                       devices.probe("cpu")))
+    training = build_training(*planned(TrainConfig(gan=gan, steps=10, batch_size=16, preset="fast", device="cpu",
+                                                   ema=0.9), devices.probe("cpu")))
     training.step()   # the optimizers' state exists from here on, as in a paused run
 
     def weights():
