@@ -23,6 +23,7 @@ from app.chain import ChunkChain
 from app.chunks import chunk_seconds
 from app.supervisor import STOP_ESCALATE_SECONDS, TrainerEnd, TrainerSupervisor
 from core.config import TrainConfig, live_change
+from core.control import stepped_words
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
 from core.failures import failure_message
 from core.heartbeat import silent_since
@@ -185,8 +186,7 @@ class Job:
                 self._trainer.watch_stop()   # ended by force if it never answers (a wedged device)
         return {"stop": "Stopping... the trainer saves a checkpoint and the final grid, then ends.",
                 "pause": "Pausing...", "resume": "Resuming...",
-                "step": (f"Stepping {count} generator update{'s' if count != 1 else ''}..." if updates == "both" else
-                         f"Stepping {count} update{'s' if count != 1 else ''} of {updates.upper()} alone...")}[action]
+                "step": f"Stepping {stepped_words(count, updates)}..."}[action]
 
     def change_settings(self, values: dict) -> str:
         """Train the current run on with `values` (core/config.py LIVE_FIELDS) from its next step;

@@ -119,12 +119,12 @@ def precision_notes(info: devices.DeviceInfo) -> str:
 
 
 def in_page_words(message: str) -> str:
-    """A refusal as the page says it: the config's field names (batch_size) become the form's
-    labels (Batch size), the words the person sees beside the field. Names without an underscore
-    (steps, seed) are words already."""
-    for name in FORM_FIELDS:
-        if "_" in name:
-            message = re.sub(rf"\b{name}\b", spec(name)["label"], message)
+    """A refusal as the page says it: the config's field names (batch_size, lr_d) become the labels
+    the person sees beside the field (Batch size, D's learning rate). The form's names without an
+    underscore (steps, seed) are words already."""
+    labels = {**{name: spec(name)["label"] for name in FORM_FIELDS if "_" in name}, **views.LIVE_LABELS}
+    for name, label in labels.items():
+        message = re.sub(rf"\b{name}\b", label, message)
     return message
 
 
@@ -450,7 +450,7 @@ class TrainTab:
                 return "Nothing to change: type a new value in one of the boxes."
             return self.job.change_settings(values)
         except ConfigError as exc:
-            raise refused(views.live_words(str(exc)), title="Check the settings")
+            raise refused(in_page_words(str(exc)), title="Check the settings")
 
     def resume(self, resume_steps=0, key=""):
         """Resume a paused live run, or continue a stopped/finished/failed run from its checkpoint."""

@@ -18,13 +18,6 @@ def settings_words(values: dict) -> str:
     """A settings change as the page says it: "D's learning rate 0.001, D updates per G update 2"."""
     return ", ".join(f"{LIVE_LABELS.get(name, name)} {value:g}" for name, value in values.items())
 
-
-def live_words(message: str) -> str:
-    """A refusal of a settings change with the page's names for its fields."""
-    for name, label in LIVE_LABELS.items():
-        message = re.sub(rf"\b{name}\b", label, message)
-    return message
-
 LOSS_SERIES = {"loss_d": "D loss", "loss_g": "G loss"}
 QUALITY_PREFIX = "quality_"
 # The distance each meter reports (lower is better): one curve on one scale.

@@ -185,9 +185,9 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 
 
 # What the host may change while a run trains (the page's "Change while training"): each takes effect
-# at the next step, and none changes the nets' shapes or the data. On XLA the rates and betas are
-# device data, so changing them compiles nothing; n_critic is the number of critic updates the graph
-# holds, so a new value compiles the step once.
+# at the next step, and none changes the nets' shapes or the data. On XLA the rates are values the
+# step reads, while a beta and n_critic (the critic updates the graph holds) are part of the step's
+# graph, so a new value compiles it once (tests/xla/test_xla_facts.py).
 LIVE_FIELDS = ("lr_g", "lr_d", "beta1", "beta2", "n_critic")
 
 

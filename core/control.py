@@ -40,6 +40,15 @@ def paused_message(step: int) -> str:
     return f"Paused at step {step}."
 
 
+def stepped_words(count: int, updates: str) -> str:
+    """What a Step of `count` updates ("both" nets, or "d" / "g" alone) trains, in words:
+    "10 generator updates", "1 update of D alone"."""
+    plural = "s" if count != 1 else ""
+    if updates == "both":
+        return f"{count} generator update{plural}"
+    return f"{count} update{plural} of {updates.upper()} alone"
+
+
 class Control:
     def __init__(self, run, watch_pids=(), app_closing=None):
         """run: the RunDir whose request file the UI and the CLI write; watch_pids: processes

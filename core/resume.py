@@ -32,7 +32,8 @@ def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = N
     became there. Making ready: events logged after the checkpoint go (RunDir.trim_events), and so
     does a request left from the last session."""
     try:
-        saved = run.read_config()
+        plan = run.read_plan()   # None for a run saved before plans: its config alone
+        saved = plan.config if plan is not None else run.read_config()
     except (OSError, ValueError):
         raise ResumeRefused(f"{run.name} is not a run folder (it has no config.json): name a run to resume.")
     if not run.has_checkpoint():
@@ -43,7 +44,6 @@ def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = N
     # A run saved before config.json was resolved holds 'auto' and None: resolved here as its trainer did.
     own, _ = resolved_for(saved, status.device_kind)
     wanted, _ = resolved_for(dataclasses.replace(saved, **(given or {})), status.device_kind)
-    plan = run.read_plan()
     if plan is not None:   # the batch asked for, lowered for a small set as its first session lowered it
         wanted, _ = batch_the_set_allows(wanted, plan.data.size, plan.device.shards)
     changed = wanted.differences(own)

@@ -425,9 +425,6 @@ class RunDir:
             except OSError:
                 pass
 
-    def _read_request_file(self) -> dict:
-        return self._read_json_object(REQUEST_FILE)
-
     def _read_json_object(self, name: str) -> dict:
         """A small JSON object the app writes for the trainer; {} when there is none (or a hand-made
         file holds something else)."""
@@ -440,24 +437,24 @@ class RunDir:
 
     def read_step_updates(self) -> str:
         """Which nets a step request trains: "both", "d" or "g"."""
-        updates = self._read_request_file().get("updates", "both")
+        updates = self._read_json_object(REQUEST_FILE).get("updates", "both")
         return updates if updates in STEP_UPDATES else "both"
 
     def read_step_count(self) -> int:
         """How many generator updates a step request asks for (0 if none)."""
-        request = self._read_request_file()
+        request = self._read_json_object(REQUEST_FILE)
         return int(request.get("count", 0)) if request.get("action") == "step" else 0
 
     def read_request(self) -> str:
         """The pending request: "stop" while a Stop is, whatever came after it; "" when none."""
         if os.path.exists(self.file(STOP_FILE)):
             return "stop"
-        return self._read_request_file().get("action", "")
+        return self._read_json_object(REQUEST_FILE).get("action", "")
 
     def clear_request(self, action: str = "") -> None:
         """Remove the pending requests (acted on, or the run ended). With `action` (a Resume the
         trainer heard): only a pending request of that kind, never a Stop pressed meanwhile."""
-        if action and self._read_request_file().get("action") != action:
+        if action and self._read_json_object(REQUEST_FILE).get("action") != action:
             return
         for name in (REQUEST_FILE,) if action else (REQUEST_FILE, STOP_FILE):
             try:

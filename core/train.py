@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 
 from core import gans
 from core.config import ConfigError, TrainConfig, validate
-from core.control import Control, paused_message, stopped_message
+from core.control import Control, paused_message, stepped_words, stopped_message
 from core.failures import describe, divergence_message, failure_message, log_traceback
 from core.heartbeat import Heartbeat
 from core.phase import Phase
@@ -367,10 +367,8 @@ class Loop:
             self.report.stepped(self.step_count)
         self.save_grid()
         self.control.paused_again()   # the step request is done with: the run stays paused
-        said = "1 update" if count == 1 else f"{count} updates"
-        said = {"d": f"{said} of D alone", "g": f"{said} of G alone"}.get(
-            updates, "1 generator update" if count == 1 else f"{count} generator updates")
-        self._status("paused", f"Paused at step {self.step_count}: stepped {said} from step {before}.", before)
+        self._status("paused", f"Paused at step {self.step_count}: stepped {stepped_words(count, updates)} "
+                               f"from step {before}.", before)
 
     def apply_settings(self) -> None:
         """A settings change the host asked for (core/config.py LIVE_FIELDS), from the next step on:

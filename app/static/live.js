@@ -257,7 +257,6 @@ function apply(message) {
   if (message.reset) for (const key of Object.keys(series)) delete series[key];
   if (message.reset) marks.length = 0;
   marks.push(...(message.marks || []));
-  panel.dataset.marks = marks.length;
   for (const [key, points] of Object.entries(message.points)) {
     const kept = (series[key] = (series[key] || []).concat(points));
     if (kept.length > MAX_KEPT) series[key] = kept.filter((_, i) => i % 2 === 0 || i === kept.length - 1);
