@@ -129,6 +129,7 @@ class LiveFeed:
         self._waiters = 0                # viewers plus waiting /live/status requests
         self._render_lock = threading.Lock()
         self._verdicts_read: tuple = (None, None)   # ((run path, step), that grid's verdicts)
+        self._compared_read: dict = {}               # the compared run's events, grids and config (_compared)
 
     @property
     def current(self) -> Rendered | None:
@@ -149,7 +150,8 @@ class LiveFeed:
 
     def _render_locked(self) -> bool:
         snap = self.job.snapshot()
-        key = (snap.version, snap.run_name)
+        compared = self.job.comparing
+        key = (snap.version, snap.run_name, compared.path if compared else None, self.job.compare_note)
         if key == self._seen_key and self._current is not None:
             return False
         if self._current is None or snap.run_name != self._current.run \
@@ -181,13 +183,21 @@ class LiveFeed:
             "real_grid": (f"live/real/{snap.run_name}" if grid_step is not None
                           and RunDir(snap.run_path).has_real_grid() else None),
             "diagnostics": views.diagnostics_rows(status) if status.state else [],
+            # An earlier run beside this one (Job.compare): its grid at this grid's step, its settings' differences.
+            "compare": self._compare_head(compared, snap.run_path, grid_step),
+            "compare_note": self.job.compare_note,
         }
+        compare_points = self._compared_points(compared, gan)
         full = {**head, "reset": True, "marks": settings_marks(snap.events),
-                "points": {k: downsample(v) for k, v in plot_points(snap.events, gan).items()}}
+                "points": {k: downsample(v) for k, v in plot_points(snap.events, gan).items()},
+                "compare_points": compare_points}
         delta = {**head, "reset": reset, "marks": settings_marks(new_events), "points": plot_points(new_events, gan)}
+        if reset or self._seen_key is None or key[2] != self._seen_key[2]:
+            delta["compare_points"] = compare_points   # the compared run's curves change only with it
         self._current = Rendered(version, _sse(full), _sse(delta), {
             "version": version, "run": snap.run_name, **views.json_safe(status.to_dict()),
-            "events": len(snap.events), "last_event": views.json_safe(snap.events[-1]) if snap.events else None},
+            "events": len(snap.events), "last_event": views.json_safe(snap.events[-1]) if snap.events else None,
+            "compare": compared.name if compared else None, "compare_note": self.job.compare_note},
             run=snap.run_name, final=head["final"])
         self._seen_key = key
         self.renders += 1
@@ -265,6 +275,41 @@ class LiveFeed:
         finally:
             self._leave()
 
+    def _compared(self, run: RunDir) -> dict:
+        """The compared run's events, grids and config, read once: an earlier run, which no trainer writes."""
+        if self._compared_read.get("path") != run.path:
+            try:
+                events, config = run.read_events()[0], run.read_config()
+            except (OSError, ValueError):
+                events, config = [], None
+            self._compared_read = {"path": run.path, "events": events, "grids": [s for s, _ in run.grids()],
+                                   "config": config, "gan": run.read_status().gan or "dcgan"}
+        return self._compared_read
+
+    def _compare_head(self, run: RunDir | None, live_path: str, grid_step: int | None) -> dict | None:
+        if run is None:
+            return None
+        compared = self._compared(run)
+        steps = compared["grids"]
+        # The compared run's grid at the live grid's step (the same fixed noise when the seeds
+        # match), else the nearest one before it; its first before the live run has a grid.
+        earlier = [s for s in steps if grid_step is not None and s <= grid_step]
+        step = earlier[-1] if earlier else (steps[0] if steps else None)
+        try:
+            here = RunDir(live_path).read_config()
+        except (OSError, ValueError):
+            here = None
+        differences = (views.differences_words(here, compared["config"])
+                       if here is not None and compared["config"] is not None else "")
+        return {"run": run.name, "grid_step": step, "differences": differences,
+                "grid": f"live/grid/{run.name}/{step}" if step is not None else None}
+
+    def _compared_points(self, run: RunDir | None, gan: str) -> dict:
+        """The compared run's curves, drawn dashed on the live run's charts (its series of this run's GAN type)."""
+        if run is None:
+            return {}
+        return {k: downsample(v) for k, v in plot_points(self._compared(run)["events"], gan).items()}
+
     def _verdicts(self, run_path: str, step: int | None) -> dict | None:
         """The grid's verdicts file, read once per grid (a render happens on every change)."""
         if step is None:
@@ -275,7 +320,7 @@ class LiveFeed:
         return self._verdicts_read[1]
 
     async def grid(self, request):
-        """A grid image of the current run (the only run whose grids a page shows)."""
+        """A grid image of the current run or of the run compared with it (the runs a page shows)."""
         step = whole_number(request.path_params["step"])
         return self._grid_file(request.path_params["run"], None if step is None else RunDir.grid_name(step))
 
@@ -284,12 +329,12 @@ class LiveFeed:
         return self._grid_file(request.path_params["run"], RunDir.REAL_GRID)
 
     def _grid_file(self, run: str, name: str | None):
-        """Only a regular file in the current run's own grids/ folder, never one a link there points to."""
+        """Only a regular file in a shown run's own grids/ folder, never one a link there points to."""
         from starlette.responses import FileResponse, Response
-        current = self.job.run
-        if current is None or run != current.name or name is None:
+        shown = [r for r in (self.job.run, self.job.comparing) if r is not None and r.name == run]
+        if not shown or name is None:
             return Response(status_code=404)
-        folder = current.grids_folder
+        folder = shown[0].grids_folder
         path = os.path.join(folder, name)
         try:
             regular = stat.S_ISREG(os.lstat(path).st_mode) and not os.path.islink(folder)

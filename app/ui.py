@@ -31,14 +31,18 @@ from core import data, devices
 from core.plan import DataFacts, Plan, make_plan
 from core.rundir import FINAL_STATES, STEP_UPDATES, DiskRefused
 from core import gans
-from core.config import (AUGMENT_BELOW, DATASETS, DEVICES, LIVE_FIELDS, PRECISIONS, PRESETS, ConfigError,
+from core.config import (AUGMENT_BELOW, COMPARISONS, DATASETS, DEVICES, LIVE_FIELDS, PRECISIONS, PRESETS, ConfigError,
+                         comparison,
                          TrainConfig, form_number, spec, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
 LIVE_PANEL = """
 <div class="live">
   <div class="live-grid"><div class="placeholder">Samples from fixed noise appear at the first step</div>
-    <div class="tiles"><img class="fakes" alt="Samples from fixed noise" hidden><div class="verdicts"></div></div>
+    <div class="live-pair">
+      <div class="tiles"><img class="fakes" alt="Samples from fixed noise" hidden><div class="verdicts"></div></div>
+      <div class="live-compare" hidden><div class="tiles"><img class="compared" alt="The compared run's grid"></div>
+        <p class="compare-caption"></p></div></div>
     <div class="live-before" hidden><h4>Before the last Step: step <span class="before-step"></span></h4>
       <div class="tiles"><img class="before" alt="The grid before the last Step"><div class="verdicts"></div></div></div>
     <div class="live-real" hidden><h4>Real images: what D must tell G's images from</h4>
@@ -47,6 +51,7 @@ LIVE_PANEL = """
   <div class="live-side">
     <a class="live-primer-link" href="#">What are G and D?</a>
     <div class="live-status">No run yet: it shows here as soon as <b>Start</b> is pressed.</div>
+    <p class="live-compare-note" hidden></p>
     <div class="live-controls"><label><input class="live-verdicts" type="checkbox" checked> D's verdicts</label>
       <label>Smoothing <input class="live-smoothing" type="range" min="0" max="0.99"
       step="0.01" value="0.6"></label> <label><input class="live-log" type="checkbox"> log scale</label></div>
@@ -452,6 +457,43 @@ class TrainTab:
         except ConfigError as exc:
             raise refused(in_page_words(str(exc)), title="Check the settings")
 
+    def compare_choices(self):
+        """The "Compare with" picker's entries: the live run alone, then the earlier runs of its images."""
+        choices = [("The live run alone", "")]
+        for run in self.job.runs_to_compare():
+            status = run.read_status()
+            choices.append((f"{run.name}: {status.gan or '?'}, step {status.step or 0:,}, {status.state or '?'}", run.name))
+        return gr.Dropdown(choices=choices, value=self.job.comparing.name if self.job.comparing else "")
+
+    def compare(self, run_name="", key=""):
+        """Show an earlier run of the same images beside the live run, on every page ("": none)."""
+        self.require_host(key)
+        try:
+            return self.job.compare(str(run_name or ""))
+        except ResumeRefused as exc:
+            raise refused(str(exc), title="Cannot compare")
+
+    def start_comparison(self, change="lr_d", key=""):
+        """Run the live (or last) run again with one setting changed (COMPARISONS), beside it: at
+        once if nothing trains, else when it finishes."""
+        self.require_host(key)
+        run = self.job.run
+        if run is None:
+            raise refused("Start a run first: a comparison runs it again with one setting changed.",
+                          title="Nothing to compare")
+        try:
+            if change not in COMPARISONS:
+                raise ConfigError(f"Compare: choose one of {', '.join(COMPARISONS)}.")
+            config = comparison(run.read_config(), change)
+            make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
+            return self.job.start_comparison(config, run, COMPARISONS[change])
+        except ConfigError as exc:
+            raise refused(in_page_words(str(exc)), title="Check the settings")
+        except JobBusy as exc:
+            raise refused(str(exc), title="A run is going")
+        except DiskRefused as exc:
+            raise refused(str(exc), title="Cannot start")
+
     def resume(self, resume_steps=0, key=""):
         """Resume a paused live run, or continue a stopped/finished/failed run from its checkpoint."""
         self.require_host(key)
@@ -495,7 +537,9 @@ class TrainTab:
         snap = self.job.snapshot()
         return views.json_safe({"run": snap.run_name, **snap.status.to_dict(), "events": len(snap.events),
                                 "last_event": snap.events[-1] if snap.events else None, "grid": live_grid_url(snap),
-                                "host_key_required": bool(self.host_key)})
+                                "host_key_required": bool(self.host_key),
+                                "compare": self.job.comparing.name if self.job.comparing else None,
+                                "compare_note": self.job.compare_note})
 
     def settings_on_open(self):
         """A page opened (or reloaded) during a run presents the run, not the form."""
@@ -554,6 +598,20 @@ class TrainTab:
                     self.live_settings = [gr.Textbox(label=label, placeholder="as it is", elem_id=f"live-{name}")
                                           for name, label in views.LIVE_LABELS.items()]
                 self.change_button = gr.Button("Apply from the next step", elem_id="blink-change")
+            # Runs side by side: an earlier run's grid beside the live one and its curves dashed on the
+            # same charts, for every page; or the seed's experiments, a run again with one change.
+            with gr.Accordion("Compare runs", open=False, elem_id="blink-compare",
+                              elem_classes=["blink-host-only"]) as self.compare_box:
+                with gr.Row():
+                    self.compare_with = gr.Dropdown([("The live run alone", "")], value="", label="Compare with",
+                                                    info="an earlier run of the same images, beside the live one")
+                    self.compare_button = gr.Button("Show side by side", elem_id="blink-compare-show")
+                with gr.Row():
+                    self.comparison = gr.Dropdown([(words, name) for name, words in COMPARISONS.items()],
+                                                  value="lr_d", label="Run it again with",
+                                                  info="the same seed and length; starts when the live run "
+                                                       "finishes (at once if none trains)")
+                    self.comparison_button = gr.Button("Start the comparison", elem_id="blink-compare-start")
             with gr.Column(elem_id="blink-more", elem_classes=["blink-host-only"]):
                 self.estimate_text = gr.Markdown(elem_id="estimate")
                 self._lay_out_more_choices()
@@ -649,6 +707,12 @@ class TrainTab:
         self.resume_button.click(self.resume, [self.resume_steps, self.key], self.message, api_name="resume")
         self.change_button.click(self.change_settings, [*self.live_settings, self.key], self.message,
                                  api_name="change_settings", concurrency_limit=None)
+        self.compare_box.expand(self.compare_choices, None, self.compare_with, api_visibility="private",
+                                show_progress="hidden")
+        self.compare_button.click(self.compare, [self.compare_with, self.key], self.message, api_name="compare",
+                                  concurrency_limit=None)
+        self.comparison_button.click(self.start_comparison, [self.comparison, self.key], self.message,
+                                     api_name="start_comparison")
         blocks.load(self.join_link, None, self.join, api_visibility="private")
         gr.api(self.status_api, api_name="status", concurrency_limit=None)
         self.upload.upload(self.check_upload, [self.upload, self.key], [self.dataset, self.data_path, self.dataset_note],

@@ -6,6 +6,7 @@ import re
 import time
 
 from core import gans
+from core.config import spec
 from core.status import Status
 
 # The page's names for what the host may change while a run trains (core/config.py LIVE_FIELDS),
@@ -17,6 +18,26 @@ LIVE_LABELS = {"lr_g": "G's learning rate", "lr_d": "D's learning rate", "beta1"
 def settings_words(values: dict) -> str:
     """A settings change as the page says it: "D's learning rate 0.001, D updates per G update 2"."""
     return ", ".join(f"{LIVE_LABELS.get(name, name)} {value:g}" for name, value in values.items())
+
+
+def _setting(name: str, value) -> str:
+    if name == "gan" and value in gans.BY_NAME:
+        return gans.BY_NAME[value].label
+    return f"{value:g}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def differences_words(here, there) -> str:
+    """What differs between the live run's config and a compared run's (TrainConfigs), as the page
+    says it: "D's learning rate 0.03 here, 0.003 there; Seed 1 here, 0 there"."""
+    # A value left None is the GAN type's default (a run's plan holds it resolved, for its preset).
+    here, there = (config.resolved(None if config.preset == "auto" else config.preset) for config in (here, there))
+    names = here.differences(there, ignore=())
+    if not names:
+        return "the same settings"
+    return "; ".join(f"{spec(name)['label'] or LIVE_LABELS.get(name, name.replace('_', ' '))} "
+                     f"{_setting(name, getattr(here, name))} here, {_setting(name, getattr(there, name))} there"
+                     for name in names)
+
 
 LOSS_SERIES = {"loss_d": "D loss", "loss_g": "G loss"}
 QUALITY_PREFIX = "quality_"

@@ -199,6 +199,34 @@ def live_change(cfg: TrainConfig, values: dict) -> TrainConfig:
     return validate(dataclasses.replace(cfg, **values))
 
 
+# The seed's experiments as the page's comparison starts: a run again with one setting changed, the
+# same seed (so the same fixed noise) and length, shown beside it.
+COMPARISONS = {
+    "precision": "the other precision (fp32 / bf16)",
+    "gan": "the other GAN type (DCGAN / WGAN-GP)",
+    "batch_size": "another batch size (32 / 256)",
+    "lr_d": "D's learning rate x10",
+}
+# What a GAN type sets when left None (core/gans.py): a run of another type takes that type's own.
+GAN_TYPE_DEFAULTS = ("lr_g", "lr_d", "beta1", "beta2", "n_critic", "ema", "lr_decay_start")
+
+
+def comparison(cfg: TrainConfig, change: str) -> TrainConfig:
+    """`cfg` (a run's config) with the one change of COMPARISONS[change]; checked like a Start's."""
+    resolved = validate(cfg)
+    if change == "precision":
+        values = {"precision": "bf16" if resolved.precision == "fp32" else "fp32"}
+    elif change == "gan":
+        values = {"gan": "dcgan" if cfg.gan == "wgan-gp" else "wgan-gp", **dict.fromkeys(GAN_TYPE_DEFAULTS)}
+    elif change == "batch_size":
+        values = {"batch_size": 256 if cfg.batch_size <= 64 else 32}
+    elif change == "lr_d":
+        values = {"lr_d": resolved.lr_d * 10}
+    else:
+        raise ConfigError(f"Compare: choose one of {', '.join(COMPARISONS.values())}.")
+    return dataclasses.replace(cfg, **values)
+
+
 def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dict | None = None,
              preset: str | None = None) -> TrainConfig:
     """Refuse values that cannot work; return the config with defaults resolved (for `preset`,

@@ -6,6 +6,7 @@ const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c"];
 const MAX_KEPT = 2000;          // points per series kept in the page; halved when exceeded
 const Y_AXES = { losses: "loss", extra: "value", quality: "distance" };
 const series = {};
+const compareSeries = {};       // an earlier run's points (Compare runs), drawn dashed beside the live run's
 const marks = [];                // the host's settings changes: [step, "D's learning rate 0.001"], drawn on every chart
 let lastRun = null, lastState = null, lastMessage = null;
 let pressedAt = null;   // the run's state and step when the host last pressed a control
@@ -16,6 +17,7 @@ const grid = element.querySelector(".live-grid img.fakes");
 const realGrid = element.querySelector(".live-grid img.reals");
 const showVerdicts = element.querySelector(".live-verdicts");
 const beforeGrid = element.querySelector(".live-grid img.before");
+const compared = element.querySelector(".live-grid img.compared");
 // What D's verdict on an image is, and where "real" begins (core/gans.py, a GAN type's verdict).
 const LEGENDS = {
   probability: "Frames: D's verdict on each image, the probability that it is real: green above 0.5 (D says real), red below.",
@@ -84,15 +86,16 @@ function drawChart(svg, name, keys, names) {
   const L = 70, R = 12, T = 10, B = 46;
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const present = keys.filter((k) => series[k] && series[k].length);
+  const beside = keys.filter((k) => compareSeries[k] && compareSeries[k].length);
   const legend = svg.parentElement.querySelector(".legend");
-  if (!present.length) {
+  if (!present.length && !beside.length) {
     svg.innerHTML = `<text x="${W / 2}" y="${H / 2}" text-anchor="middle" class="empty">waiting for the first points</text>`;
     legend.innerHTML = "";
     return;
   }
   const useLog = logScale.checked, weight = +smoothing.value;
   const f = useLog ? toLog : (y) => y;
-  const lists = present.map((k) => series[k]);
+  const lists = [...present.map((k) => series[k]), ...beside.map((k) => compareSeries[k])];
   const xs = lists.flatMap((p) => [p[0][0], p[p.length - 1][0]]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);   // one point: a one-step-wide axis
   const [t0, t1] = yRange(lists, f);
@@ -126,6 +129,12 @@ function drawChart(svg, name, keys, names) {
       html += `<text x="${x}" y="${T + 14}" dx="4" class="mark-label">${label.innerHTML}</text>`;
     }
   }
+  // The compared run: dashed, in its series' colours, under the live run's lines (shared axes).
+  for (const key of beside) {
+    const color = COLORS[keys.indexOf(key) % COLORS.length], points = compareSeries[key].filter((p) => !p[2]);
+    const drawn = smoothed(points, weight).map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" ");
+    html += `<polyline points="${drawn}" fill="none" stroke="${color}" stroke-width="2" opacity="0.7" class="compare-line"/>`;
+  }
   const bold = {}, line = {};   // the line drawn bold (smoothed when smoothing is on), and its raw points
   for (const key of present) {
     const color = COLORS[keys.indexOf(key) % COLORS.length], all = series[key];
@@ -151,7 +160,13 @@ function drawChart(svg, name, keys, names) {
     return `<span class="legend-item"><span style="color:${COLORS[keys.indexOf(k) % COLORS.length]}">&#9632; `
       + `${names[k]}</span> <span class="shown">${fmt(shown)}</span>`
       + (weight && line[k].length > 1 ? ` <span class="raw">(smoothed; raw ${fmt(raw)})</span>` : "") + "</span>";
-  }).join(" ");
+  }).join(" ") + (beside.length ? ` <span class="legend-item compare-legend">dashed: run ${escapeText(lastMessage.compare.run)}</span>` : "");
+}
+
+function escapeText(text) {
+  const span = document.createElement("span");
+  span.textContent = text;
+  return span.innerHTML;
 }
 
 function drawCharts() {
@@ -167,13 +182,18 @@ function drawCharts() {
 function fitGrid() {
   // As big as the panel's width and the window's height allow, in whole device pixels per image
   // pixel (crisp, even digits) unless that would waste more than 15% of the room's screen.
-  const width = grid.closest(".live-grid").clientWidth;
+  // Beside a compared run's grid, each has half the width, at one scale.
+  const pair = !element.querySelector(".live-compare").hidden && compared.naturalWidth;
+  const width = grid.closest(".live-grid").clientWidth / (pair ? 2 : 1) - (pair ? 4 : 0);
   if (!grid.naturalWidth || !width) return;   // hidden (the Sample tab is open): fit when it shows
   const dpr = window.devicePixelRatio || 1;
   const height = Math.max(window.innerHeight * (panel.classList.contains("presenting") ? 0.72 : 0.5), 160);
-  const fit = Math.min(width / grid.naturalWidth, height / grid.naturalHeight);
-  const whole = Math.floor(fit * dpr) / dpr;
-  grid.style.width = `${Math.floor(grid.naturalWidth * (whole >= 0.85 * fit ? whole : fit))}px`;
+  const naturalWidth = Math.max(grid.naturalWidth, pair ? compared.naturalWidth : 0);
+  const naturalHeight = Math.max(grid.naturalHeight, pair ? compared.naturalHeight : 0);
+  const fit = Math.min(width / naturalWidth, height / naturalHeight);
+  const whole = Math.floor(fit * dpr) / dpr, scale = whole >= 0.85 * fit ? whole : fit;
+  grid.style.width = `${Math.floor(grid.naturalWidth * scale)}px`;
+  if (pair) compared.style.width = `${Math.floor(compared.naturalWidth * scale)}px`;
   // The real images beside the fakes at the same scale: the same tiles, side by side in the mind.
   realGrid.style.width = beforeGrid.style.width = grid.style.width;
 }
@@ -253,6 +273,22 @@ function countSilence() {
   if (since && words) words.textContent = `Not answering for ${Math.max(0, Math.round(Date.now() / 1000 - since))} s`;
 }
 
+function showCompared(message) {
+  // An earlier run beside this one (the host's Compare runs): its grid at this grid's step, what
+  // differs, its curves (sent when it changes). Text only: names come from the runs folder.
+  const compare = message.compare;
+  if ("compare_points" in message || !compare) for (const key of Object.keys(compareSeries)) delete compareSeries[key];
+  if (compare && message.compare_points) Object.assign(compareSeries, message.compare_points);
+  element.querySelector(".live-compare").hidden = !(compare && compare.grid);
+  if (compare && compare.grid && compared.getAttribute("src") !== compare.grid) compared.setAttribute("src", compare.grid);
+  element.querySelector(".compare-caption").textContent = compare ? `Run ${compare.run}, step ${compare.grid_step}` : "";
+  const note = element.querySelector(".live-compare-note");
+  note.textContent = [compare ? `Beside run ${compare.run} (right grid, dashed lines): ${compare.differences}.` : "",
+                      message.compare_note || ""].filter(Boolean).join(" ");
+  note.hidden = !note.textContent;
+  panel.dataset.compare = compare ? compare.run : "";
+}
+
 function apply(message) {
   if (message.reset) for (const key of Object.keys(series)) delete series[key];
   if (message.reset) marks.length = 0;
@@ -278,6 +314,7 @@ function apply(message) {
     if (beforeGrid.getAttribute("src") !== before.grid) beforeGrid.setAttribute("src", before.grid);
   }
   element.querySelector(".live-grid .placeholder").hidden = !!message.grid;
+  showCompared(message);
   drawCharts();
   // Rows as text (textContent): a value the trainer wrote may carry a folder's or a class's name.
   element.querySelector(".live-diagnostics tbody").replaceChildren(...message.diagnostics.map((cells) => {
@@ -319,6 +356,7 @@ logScale.addEventListener("change", drawCharts);
 grid.addEventListener("load", () => { fitGrid(); drawVerdicts(); });
 realGrid.addEventListener("load", drawVerdicts);
 beforeGrid.addEventListener("load", drawVerdicts);
+compared.addEventListener("load", fitGrid);
 showVerdicts.addEventListener("change", drawVerdicts);
 element.querySelector(".live-primer-link").addEventListener("click", (event) => {
   event.preventDefault();

@@ -130,6 +130,32 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     files = client.predict(api_name="/download_generator")
     assert sorted(os.path.basename(f) for f in files) == ["generator.json", "generator.safetensors"]
 
+    # A comparison start: the finished run again with D's learning rate x10, the same seed and length,
+    # at once (nothing trains), shown beside it; a second one, pressed while that trains, waits for it
+    # to finish and is shown beside it in turn.
+    first = status["run"]
+    assert "beside run" in client.predict("lr_d", api_name="/start_comparison")
+    second = wait_for(lambda: (s := client.predict(api_name="/status"))["run"] != first and s, 30, what="the comparison")
+    assert second["compare"] == first
+
+    def config(run):
+        with open(os.path.join(app.runs_root, run, "config.json")) as f:
+            values = json.load(f)
+        return values.get("config", values)
+    assert "Queued" in client.predict("batch_size", api_name="/start_comparison")
+    assert second["run"] in client.predict(api_name="/status")["compare_note"]
+    wait_for(lambda: os.path.exists(os.path.join(app.runs_root, second["run"], "config.json"))
+             and "format" in open(os.path.join(app.runs_root, second["run"], "config.json")).read(), 60,
+             what="the comparison's plan")
+    planned = config(second["run"])
+    assert (planned["lr_d"], planned["seed"], planned["steps"]) == (pytest.approx(10 * config(first)["lr_d"]), 7, 120)
+    third = wait_for(lambda: (s := client.predict(api_name="/status"))["run"] not in (first, second["run"]) and s,
+                     400, interval=0.5, what="the queued comparison, once the first finished")
+    assert third["compare"] == second["run"] and config(second["run"])["batch_size"] == 32
+    assert config(third["run"])["batch_size"] == 256
+    client.predict(api_name="/stop")
+    wait_for(lambda: client.predict(api_name="/status")["state"] in ("stopped", "done"), 120, what="the stop")
+
 
 def test_stop_ends_the_run_and_keeps_what_was_trained(app):
     client = app.client()

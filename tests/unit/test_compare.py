@@ -1,0 +1,123 @@
+"""Runs side by side (issue 41): the comparison starts' one change, the differences said in words,
+and what the live feed sends every page about an earlier run beside the live one, on seeded runs
+(the trained road, a comparison queued behind a real run: tests/app/test_app.py's short run)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from app.job import Job, JobBusy
+from app.live import LiveFeed
+from app.views import differences_words
+from core.config import COMPARISONS, ConfigError, TrainConfig, comparison
+from core.resume import ResumeRefused
+from core.rundir import RunDir
+from tests.apphelpers import wait_for
+
+
+def test_each_comparison_changes_one_setting_and_keeps_the_seed_and_length():
+    base = TrainConfig(precision="fp32", batch_size=128, seed=5, steps=300)
+    changed = {name: comparison(base, name) for name in COMPARISONS}
+    assert changed["precision"].precision == "bf16" and comparison(changed["precision"], "precision").precision == "fp32"
+    assert changed["batch_size"].batch_size == 32 and comparison(changed["batch_size"], "batch_size").batch_size == 256
+    assert changed["lr_d"].lr_d == pytest.approx(10 * base.resolved().lr_d)
+    # Another GAN type takes its own learning rates and betas, not the first type's.
+    wgan = comparison(TrainConfig(lr_d=2e-4, lr_g=2e-4, beta1=0.5), "gan")
+    assert wgan.gan == "wgan-gp" and (wgan.lr_d, wgan.lr_g, wgan.beta1, wgan.n_critic) == (None, None, None, None)
+    assert comparison(wgan, "gan").gan == "dcgan"
+    for name, config in changed.items():
+        assert base.differences(config, ignore=()) == [name], name
+    with pytest.raises(ConfigError, match="Compare: choose one of"):
+        comparison(base, "steps")
+
+
+def test_the_differences_are_said_with_the_pages_labels():
+    here, there = TrainConfig(lr_d=2e-3, gan="wgan-gp"), TrainConfig(lr_d=2e-4)
+    words = differences_words(here, there)
+    assert "GAN type WGAN-GP here, DCGAN (non-saturating) there" in words
+    assert "D's learning rate 0.002 here, 0.0002 there" in words
+    # A value left to the GAN type is compared as the type sets it: WGAN-GP's 5 critic updates.
+    assert "D updates per G update 5 here, 1 there" in words
+    assert differences_words(TrainConfig(), TrainConfig()) == "the same settings"
+
+
+def seed_run(root: str, config: TrainConfig, grid_steps: tuple[int, ...], loss_d: float, state: str = "done") -> RunDir:
+    """A run as a trainer leaves it: config, status, loss points every 25 steps and grids."""
+    import numpy as np
+    run = RunDir.create(config, root)
+    images = np.zeros((4, 1, 28, 28), np.float32)
+    for step in grid_steps:
+        run.save_grid(images, step, columns=2)
+    for step in range(25, config.steps + 1, 25):
+        run.append_event({"step": step, "loss_d": loss_d, "loss_g": 1.0})
+    run.write_status(state, "Finished.", step=config.steps, steps=config.steps, gan=config.gan)
+    time.sleep(1.01)   # run folders are named by the second they were made in
+    return run
+
+
+def message(feed: LiveFeed, kind: str = "full") -> dict:
+    feed.refresh()
+    return json.loads(getattr(feed.current, kind)[len(b"data: "):])
+
+
+def grid_answer(feed: LiveFeed, run: str, step: int) -> int:
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+    with TestClient(Starlette(routes=feed.routes())) as http:
+        return http.get(f"/live/grid/{run}/{step}").status_code
+
+
+def test_every_page_gets_the_compared_runs_grid_at_the_live_step_its_curves_and_what_differs(tmp_path):
+    root = str(tmp_path)
+    other_images = seed_run(root, TrainConfig(dataset="fashion-mnist", steps=100), (100,), 0.9)
+    earlier = seed_run(root, TrainConfig(steps=300, seed=3), (100, 200, 300), 0.5)
+    live = seed_run(root, TrainConfig(steps=250, seed=3, lr_d=2e-3), (100, 250), 0.7, state="stopped")
+    job = Job(root)
+    feed = LiveFeed(job)
+    assert job.run.name == live.name
+    # Only earlier runs of the live run's images may stand beside it.
+    assert [run.name for run in job.runs_to_compare()] == [earlier.name]
+    with pytest.raises(ResumeRefused, match="No earlier run"):
+        job.compare(other_images.name)
+    assert grid_answer(feed, earlier.name, 200) == 404   # nobody is shown it yet
+
+    assert earlier.name in job.compare(earlier.name)
+    shown = message(feed)
+    # The live grid is at step 250: the compared run's grid at the nearest step before it.
+    assert shown["compare"]["run"] == earlier.name and shown["compare"]["grid"] == f"live/grid/{earlier.name}/200"
+    assert shown["compare"]["differences"] == ("Training length (steps) 250 here, 300 there; "
+                                               "D's learning rate 0.002 here, 0.0002 there")
+    assert shown["compare_points"]["loss_d"] == [[step, 0.5] for step in range(25, 301, 25)]
+    assert grid_answer(feed, earlier.name, 200) == 200 and grid_answer(feed, other_images.name, 100) == 404
+    # Its curves go to a page once (and again on connect): later messages carry the live run's news alone.
+    live.append_event({"step": 260, "loss_d": 0.7, "loss_g": 1.0})
+    assert "compare_points" not in message(feed, "delta") and message(feed)["compare_points"]
+    # Retention never deletes the run shown beside the live one.
+    job.keep_runs = 1
+    assert other_images.name in job.prune() and os.path.isdir(earlier.path)
+
+    job.compare("")
+    alone = message(feed, "delta")
+    assert alone["compare"] is None and alone["compare_points"] == {}
+    assert grid_answer(feed, earlier.name, 200) == 404
+
+
+def test_a_comparison_queued_behind_a_run_that_is_stopped_does_not_start(tmp_path):
+    root = str(tmp_path)
+    config = TrainConfig(steps=100)
+    run = seed_run(root, config, (100,), 0.5, state="running")
+    run.write_status("running", "Training...", step=50, steps=100, gan="dcgan", pid=os.getpid())
+    job = Job(root)
+    assert job.is_active()
+    answer = job.start_comparison(comparison(config, "lr_d"), run, COMPARISONS["lr_d"])
+    assert answer.startswith(f"Queued: run `{run.name}` again with D's learning rate x10")
+    assert job.compare_note == f"Next: run {run.name} again with D's learning rate x10, when it finishes."
+    with pytest.raises(JobBusy, match="already waiting"):
+        job.start_comparison(comparison(config, "batch_size"), run, COMPARISONS["batch_size"])
+    run.write_status("stopped", "Stopped.", step=60, steps=100, gan="dcgan")
+    wait_for(lambda: "did not start" in job.compare_note, 10, what="the queued comparison's end")
+    assert job.compare_note == f"The comparison did not start: run {run.name} ended stopped, not finished."
+    assert job.run.name == run.name and len(os.listdir(root)) == 1
