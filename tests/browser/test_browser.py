@@ -20,6 +20,9 @@ in file order, and the one run trained for real comes last.
 - reached by a network address, the host's page tops the live panel with the students' link; once a
   run is shown its QR code is folded to that line, so the whole grid fits a projector's first
   screen, and a click shows a QR code a seat can scan;
+- an earlier run of the same images, picked by the host on the page, stands beside the live run on
+  the projector, the host's screen and a phone: its grid beside the live grid at one size, both in
+  view, its loss curves dashed on the same chart, and what differs in words; then the live run alone;
 - one run, trained for real, as a teacher, the room and a phone see it: before Start an estimate,
   and a refused zip leaves the form usable; after Start the grid is the big thing on every screen,
   the phone's view has no form, and every live panel updates from the one watcher; a paused run
@@ -348,6 +351,58 @@ def test_the_students_link_and_qr_code_top_the_live_panel_on_a_network_address(a
     assert qr["width"] >= 250 and qr["y"] + qr["height"] <= live["y"], (qr, live)
     join.locator("summary").click()
     expect(join.locator("svg")).to_be_hidden()
+
+
+# ---- runs side by side (a second seeded run) ---------------------------------------------------
+
+def test_an_earlier_run_beside_the_live_one_on_every_screen(app, person):
+    """The host picks an earlier run of the same images on the page; the projector, the host's
+    screen and a phone each show its grid beside the live one, both in view without scrolling,
+    its loss curves dashed on the live run's chart, and what differs in words."""
+    from playwright.sync_api import expect
+    from core.config import TrainConfig
+    earlier = seed_finished_run(app.runs_root, NAMES, SEEDED_STEP, grid_steps=(100, SEEDED_STEP), tiles=60)
+    earlier.write_config(TrainConfig(steps=SEEDED_STEP, grid_every=100, checkpoint_every=SEEDED_STEP, lr_d=2e-3))
+    for step in range(20, SEEDED_STEP + 1, 20):
+        earlier.append_event({"step": step, "loss_d": 1.2 - step / 1000, "loss_g": 0.8 + step / 1000})
+    earlier.write_status("done", "Finished.", step=SEEDED_STEP, steps=SEEDED_STEP, gan="dcgan")
+    pages = {name: person(**SCREENS[name]) for name in SCREENS}
+    for name, page in pages.items():
+        page.goto(app.url + ("?view=watch" if name == "phone" else ""))
+    host = pages["host"]
+    type_the_host_key(host)
+    host.get_by_text("Compare runs", exact=True).click()
+    picker = host.get_by_label("Compare with", exact=True)
+    picker.click()
+    host.get_by_role("option", name=re.compile(re.escape(earlier.name))).click()
+    host.get_by_role("button", name="Show side by side", exact=True).click()
+    expect(host.locator("#blink-message")).to_contain_text("beside the live run on every page", timeout=30_000)
+    host.evaluate("window.scrollTo(0, 0)")
+    for name, page in pages.items():
+        compared = page.locator("#live .live-compare img.compared")
+        expect(compared).to_have_attribute("src", f"live/grid/{earlier.name}/{SEEDED_STEP}", timeout=30_000)
+        page.wait_for_function("document.querySelector('#live img.compared').naturalWidth > 0 && "
+                               "document.querySelector('#live img.compared').style.width > ''")
+        live, other = grid_box(page), compared.bounding_box()
+        viewport = page.viewport_size
+        assert other["x"] >= live["x"] + live["width"] - 1 and abs(other["y"] - live["y"]) < 2, (name, live, other)
+        assert abs(other["width"] - live["width"]) < 2 and other["width"] >= (140 if name == "phone" else 250), (name, other)
+        assert other["y"] + other["height"] <= viewport["height"], (name, other, viewport)
+        assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"], name
+        expect(page.locator("#live .compare-caption")).to_have_text(f"Run {earlier.name}, step {SEEDED_STEP}")
+        expect(page.locator("#live .live-compare-note")).to_contain_text(
+            f"Beside run {earlier.name} (right grid, dashed lines): D's learning rate 0.0002 here, 0.002 there.")
+        losses = page.locator("#live svg[data-chart='losses']")
+        expect(losses.locator("polyline.compare-line")).to_have_count(2)
+        expect(page.locator("#live .live-chart:has(svg[data-chart='losses']) .compare-legend")).to_have_text(
+            f"dashed: run {earlier.name}")
+    # The live run alone again, on every page.
+    picker.click()
+    host.get_by_role("option", name="The live run alone").click()
+    host.get_by_role("button", name="Show side by side", exact=True).click()
+    for page in pages.values():
+        expect(page.locator("#live .live-compare")).to_be_hidden(timeout=30_000)
+        expect(page.locator("#live svg[data-chart='losses'] polyline.compare-line")).to_have_count(0)
 
 
 # ---- one run, trained for real ------------------------------------------------------------------
