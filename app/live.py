@@ -93,8 +93,34 @@ def status_html(status: Status, run_name: str, events: list[dict]) -> str:
     return text.replace("  \n", "<br>").replace("\n\n", "<br>")
 
 
+# D's verdicts on each grid, as its frames show them (their mean over the grid's real images and over
+# its fakes), plotted beside the loss's own D statistics: those are D on the step's batch before its
+# update, the frames D after it on the grid's images, and early on (D flipping from step to step)
+# the two can disagree. Labelled by what a verdict is for the GAN type (core/gans.py).
+FRAME_SERIES = {
+    "probability": {"frames_real": "D(x) on the real grid (its frames)", "frames_fake": "D(G(z)) on the fakes' grid (their frames)"},
+    "logit": {"frames_real": "D(x) logit on the real grid (its frames)",
+              "frames_fake": "D(G(z)) logit on the fakes' grid (their frames)"},
+    "score": {"frames_real": "critic's score on the real grid (its frames)",
+              "frames_fake": "critic's score on the fakes' grid (their frames)"},
+}
+
+
+def frame_series(gan: str) -> dict[str, str]:
+    row = gans.BY_NAME.get(gan)
+    return FRAME_SERIES.get(row.verdict, {}) if row else {}
+
+
+def frame_points(step: int, verdicts: dict | None) -> dict[str, list]:
+    """One grid's verdicts as the frames' two points (their means), {} without verdicts."""
+    if not verdicts or not verdicts.get("real") or not verdicts.get("fake"):
+        return {}
+    return {f"frames_{kind}": [[step, round(sum(verdicts[kind]) / len(verdicts[kind]), 5)]] for kind in ("real", "fake")}
+
+
 def series_labels(gan: str) -> dict:
-    return {"losses": views.LOSS_SERIES, "extra": extra_series(gan), "quality": views.QUALITY_DISTANCES}
+    return {"losses": views.LOSS_SERIES, "extra": {**extra_series(gan), **frame_series(gan)},
+            "quality": views.QUALITY_DISTANCES}
 
 
 @dataclass
@@ -129,7 +155,8 @@ class LiveFeed:
         self._waiters = 0                # viewers plus waiting /live/status requests
         self._render_lock = threading.Lock()
         self._verdicts_read: tuple = (None, None)   # ((run path, step), that grid's verdicts)
-        self._compared_read: dict = {}               # the compared run's events, grids and config (_compared)
+        self._compared_read: dict = {}
+        self._frames_read: dict = {}                 # the current run's frames' points (_frames)               # the compared run's events, grids and config (_compared)
 
     @property
     def current(self) -> Rendered | None:
@@ -188,10 +215,12 @@ class LiveFeed:
             "compare_note": self.job.compare_note,
         }
         compare_points = self._compared_points(compared, gan)
+        frames, new_frames = self._frames(snap.run_path, reset)
         full = {**head, "reset": True, "marks": settings_marks(snap.events),
-                "points": {k: downsample(v) for k, v in plot_points(snap.events, gan).items()},
+                "points": {k: downsample(v) for k, v in {**plot_points(snap.events, gan), **frames}.items()},
                 "compare_points": compare_points}
-        delta = {**head, "reset": reset, "marks": settings_marks(new_events), "points": plot_points(new_events, gan)}
+        delta = {**head, "reset": reset, "marks": settings_marks(new_events),
+                 "points": {**plot_points(new_events, gan), **(frames if reset else new_frames)}}
         if reset or self._seen_key is None or key[2] != self._seen_key[2]:
             delta["compare_points"] = compare_points   # the compared run's curves change only with it
         self._current = Rendered(version, _sse(full), _sse(delta), {
@@ -311,13 +340,41 @@ class LiveFeed:
         return {k: downsample(v) for k, v in plot_points(self._compared(run)["events"], gan).items()}
 
     def _verdicts(self, run_path: str, step: int | None) -> dict | None:
-        """The grid's verdicts file, read once per grid (a render happens on every change)."""
+        """The grid's verdicts file, read once per grid (a render happens on every change); read
+        again until it exists (the trainer writes it just after the grid)."""
         if step is None:
             return None
         key = (run_path, step)
-        if self._verdicts_read[0] != key:
+        if self._verdicts_read[0] != key or self._verdicts_read[1] is None:
             self._verdicts_read = (key, RunDir(run_path).read_verdicts(step))
         return self._verdicts_read[1]
+
+    def _frames(self, run_path: str, reset: bool) -> tuple[dict, dict]:
+        """The frames' points of every grid of the run so far, and those new since the last render:
+        each grid's verdicts file read once (the folder listed again only when a grid was added)."""
+        known = self._frames_read
+        if reset or known.get("path") != run_path:
+            known = self._frames_read = {"path": run_path, "steps": set(), "points": {}, "listed": -1}
+        run = RunDir(run_path)
+        new: dict[str, list] = {}
+        try:
+            count = len(os.listdir(run.grids_folder)) if run_path else 0
+        except OSError:
+            count = 0
+        if count != known["listed"]:
+            known["listed"] = count
+            for step, _ in run.grids():
+                if step in known["steps"]:
+                    continue
+                points = frame_points(step, run.read_verdicts(step))
+                if not points:
+                    known["listed"] = -1   # its verdicts are not written yet: look again next time
+                    continue
+                known["steps"].add(step)
+                for key, values in points.items():
+                    new.setdefault(key, []).extend(values)
+                    known["points"].setdefault(key, []).extend(values)
+        return known["points"], new
 
     async def grid(self, request):
         """A grid image of the current run or of the run compared with it (the runs a page shows)."""

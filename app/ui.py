@@ -40,7 +40,8 @@ LIVE_PANEL = """
 <div class="live">
   <div class="live-grid"><div class="placeholder">Samples from fixed noise appear at the first step</div>
     <div class="live-pair">
-      <div class="tiles"><img class="fakes" alt="Samples from fixed noise" hidden><div class="verdicts"></div></div>
+      <div class="live-own"><div class="tiles"><img class="fakes" alt="Samples from fixed noise" hidden>
+        <div class="verdicts"></div></div><p class="own-caption" hidden></p></div>
       <div class="live-compare" hidden><div class="tiles"><img class="compared" alt="The compared run's grid"></div>
         <p class="compare-caption"></p></div></div>
     <div class="live-before" hidden><h4>Before the last Step: step <span class="before-step"></span></h4>
@@ -603,7 +604,9 @@ class TrainTab:
             with gr.Accordion("Compare runs", open=False, elem_id="blink-compare",
                               elem_classes=["blink-host-only"]) as self.compare_box:
                 with gr.Row():
+                    # Its choices are the runs when it was opened: a name is checked by the job, not the list.
                     self.compare_with = gr.Dropdown([("The live run alone", "")], value="", label="Compare with",
+                                                    allow_custom_value=True,
                                                     info="an earlier run of the same images, beside the live one")
                     self.compare_button = gr.Button("Show side by side", elem_id="blink-compare-show")
                 with gr.Row():

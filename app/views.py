@@ -48,10 +48,18 @@ QUALITY_DISTANCES = {"quality_fd": "Frechet distance (MNIST classifier features)
 HEALTHY_QUALITY = "Healthy: falls fast in the first few hundred steps, then slowly. A rise: the samples got worse."
 
 
+# Under the chart of D's statistics, beside what healthy curves look like (app/live.py FRAME_SERIES).
+FRAMES_NOTE = (" Dotted, a dot a grid: D on the grid's images after its update, as their frames show; the solid "
+               "lines are D on the step's training batch, before its update.")
+
+
 def healthy_lines(gan: str) -> dict[str, str]:
     """One line under each live plot: what healthy curves look like for the chosen loss."""
     row = gans.BY_NAME.get(gan)
-    return {**(row.healthy if row else {}), "quality": HEALTHY_QUALITY}
+    lines = {**(row.healthy if row else {}), "quality": HEALTHY_QUALITY}
+    if row:
+        lines["extra"] = lines.get("extra", "") + FRAMES_NOTE
+    return lines
 
 
 def quality_summary(events: list[dict]) -> str:

@@ -144,6 +144,15 @@ function drawChart(svg, name, keys, names) {
     for (const [x, y] of stepped)
       html += `<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="4" fill="none" stroke="${color}" stroke-width="2" class="stepped"/>`;
     line[key] = points;
+    // D's verdicts on the grids, as their frames show them: a dot a grid, never smoothed (the frames are not).
+    if (key.startsWith("frames_")) {
+      bold[key] = points;
+      html += `<polyline points="${points.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" ")}" `
+        + `fill="none" stroke="${color}" stroke-width="1.5" stroke-dasharray="2 4" class="frames-line"/>`;
+      for (const [x, y] of points)
+        html += `<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="3.5" fill="${color}" class="frames-dot"/>`;
+      continue;
+    }
     bold[key] = smoothed(points, weight);
     if (points.length === 1) {
       html += `<circle cx="${sx(points[0][0])}" cy="${sy(points[0][1])}" r="5" fill="${color}"/>`;
@@ -159,7 +168,7 @@ function drawChart(svg, name, keys, names) {
     const raw = line[k][line[k].length - 1][1], shown = bold[k][bold[k].length - 1][1];
     return `<span class="legend-item"><span style="color:${COLORS[keys.indexOf(k) % COLORS.length]}">&#9632; `
       + `${names[k]}</span> <span class="shown">${fmt(shown)}</span>`
-      + (weight && line[k].length > 1 ? ` <span class="raw">(smoothed; raw ${fmt(raw)})</span>` : "") + "</span>";
+      + (weight && line[k].length > 1 && !k.startsWith("frames_") ? ` <span class="raw">(smoothed; raw ${fmt(raw)})</span>` : "") + "</span>";
   }).join(" ") + (beside.length ? ` <span class="legend-item compare-legend">dashed: run ${escapeText(lastMessage.compare.run)}</span>` : "");
 }
 
@@ -282,6 +291,9 @@ function showCompared(message) {
   element.querySelector(".live-compare").hidden = !(compare && compare.grid);
   if (compare && compare.grid && compared.getAttribute("src") !== compare.grid) compared.setAttribute("src", compare.grid);
   element.querySelector(".compare-caption").textContent = compare ? `Run ${compare.run}, step ${compare.grid_step}` : "";
+  const own = element.querySelector(".own-caption");
+  own.textContent = compare ? `This run, step ${(message.grid || "").split("/").pop()}` : "";
+  own.hidden = !compare;
   const note = element.querySelector(".live-compare-note");
   note.textContent = [compare ? `Beside run ${compare.run} (right grid, dashed lines): ${compare.differences}.` : "",
                       message.compare_note || ""].filter(Boolean).join(" ");

@@ -390,6 +390,7 @@ def test_an_earlier_run_beside_the_live_one_on_every_screen(app, person):
         assert other["y"] + other["height"] <= viewport["height"], (name, other, viewport)
         assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"], name
         expect(page.locator("#live .compare-caption")).to_have_text(f"Run {earlier.name}, step {SEEDED_STEP}")
+        expect(page.locator("#live .own-caption")).to_have_text(f"This run, step {SEEDED_STEP}")
         expect(page.locator("#live .live-compare-note")).to_contain_text(
             f"Beside run {earlier.name} (right grid, dashed lines): D's learning rate 0.0002 here, 0.002 there.")
         losses = page.locator("#live svg[data-chart='losses']")
@@ -402,6 +403,7 @@ def test_an_earlier_run_beside_the_live_one_on_every_screen(app, person):
     host.get_by_role("button", name="Show side by side", exact=True).click()
     for page in pages.values():
         expect(page.locator("#live .live-compare")).to_be_hidden(timeout=30_000)
+        expect(page.locator("#live .own-caption")).to_be_hidden()
         expect(page.locator("#live svg[data-chart='losses'] polyline.compare-line")).to_have_count(0)
 
 

@@ -363,6 +363,19 @@ def test_cli_trains_then_sample_cli_writes_images(tmp_path):
     from PIL import Image
     with Image.open(run_path / "grids" / "step_000030.png") as grid:
         assert grid.size == (10 * 30 + 2, 6 * 30 + 2)
+    # The live chart's dotted lines are D's frames on those grids: at each grid's step, the mean of
+    # D's verdicts on its real images and on its fakes, named as such beside D(x) and D(G(z)).
+    from app.job import Job
+    from app.live import LiveFeed
+    feed = LiveFeed(Job(str(tmp_path)))
+    feed.refresh()
+    shown = json.loads(feed.current.full[len(b"data: "):])
+    assert list(shown["labels"]["extra"]) == ["d_real", "d_fake", "frames_real", "frames_fake"]
+    for kind in ("real", "fake"):
+        frames = [(step, np.mean(RunDir(str(run_path)).read_verdicts(step)[kind])) for step in (1, 10, 15, 20, 30)]
+        drawn = shown["points"][f"frames_{kind}"]
+        assert [step for step, _ in drawn] == [step for step, _ in frames]
+        assert all(abs(value - mean) < 1e-5 for (_, value), (_, mean) in zip(drawn, frames)), (drawn, frames)
     out = tmp_path / "samples.npy"
     subprocess.run([sys.executable, "-m", "core.sample", "--run", str(run_path), "--n", "5", "--seed", "7",
                     "--out", str(out)], cwd=ROOT, check=True, capture_output=True, timeout=120)

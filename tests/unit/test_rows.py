@@ -77,7 +77,10 @@ def test_a_gan_type_is_added_by_its_row_alone(tmp_path, cache):
     dcgan = gans.get("dcgan")
     events = [e for e in run.read_events()[0] if "loss_d" in e]
     assert [e["step"] for e in events] == [1, 2] and all(set(dcgan.series) <= set(e) for e in events)
-    assert said["extra"] == dcgan.series and said["healthy"]["losses"] == dcgan.healthy["losses"]
+    # The frames' lines (D's verdicts on the grids) follow its row's verdict kind.
+    from app.live import FRAME_SERIES
+    assert said["extra"] == {**dcgan.series, **FRAME_SERIES[dcgan.verdict]}
+    assert said["healthy"]["losses"] == dcgan.healthy["losses"]
     assert "DCGAN + spectral norm" in said["primer"]
     # D's verdicts on each grid are of its row's kind: probabilities, so the sigmoid of D's logits.
     for step, _ in run.grids():
