@@ -85,8 +85,60 @@ def _train_child(config_dict: dict, run_path: str, resume: bool, chunk, parent_p
     # The pid goes into the status at once, so a restarted UI can tell a live trainer that is
     # still loading data from one that died before it ever wrote a status.
     RunDir(run_path).write_status("starting", "Starting the trainer...", pid=os.getpid())
+    config = TrainConfig.from_dict(config_dict)
+    if config.processes > 1:
+        _train_ranks(config, run_path, resume, parent_pid)   # exits with the ranks' code
+        return
     from core.train import train
-    train(TrainConfig.from_dict(config_dict), run_path, resume=resume, watch_parent=parent_pid)
+    train(config, run_path, resume=resume, watch_parent=parent_pid)
+
+
+def _train_ranks(config: TrainConfig, run_path: str, resume: bool, parent_pid: int) -> None:
+    """A run over config.processes processes (DDP), each a rank started as torchrun starts one:
+    `python -m core.train` with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, a rendezvous
+    on this machine), so the CLI's torchrun road trains it. Here, not under torchrun itself (whose
+    ranks each get a session of their own), so that every rank is in this trainer's process group,
+    where the app's Stop escalation and its clean-up reach it. This process waits for them as
+    torchrun does: one that fails, or the app gone, and the others are asked to stop (a checkpoint
+    kept), then ended."""
+    import socket
+    import subprocess
+    import sys
+    count = config.processes
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with socket.socket() as probe:   # a free port for the ranks' rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    if resume:   # the run's own config (its plan), longer where the host asked for more steps
+        args = ["--resume", run_path, "--steps", str(config.steps)]
+    else:
+        args = [*_flags(config), "--run-dir", run_path]
+    env = {**os.environ, "PYTHONPATH": root, "WORLD_SIZE": str(count), "LOCAL_WORLD_SIZE": str(count),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    ranks = [subprocess.Popen([sys.executable, "-m", "core.train", *args], cwd=root,
+                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}) for rank in range(count)]
+    # The app's SIGTERM (its Stop escalation) reaches every rank in this group: they stop with a checkpoint.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    asked_at = None
+    while any(rank.poll() is None for rank in ranks):
+        failed = any(rank.returncode not in (None, 0) for rank in ranks)
+        if asked_at is None and (failed or not pid_alive(parent_pid)):
+            asked_at = time.monotonic()
+            for rank in ranks:
+                if rank.poll() is None:
+                    rank.send_signal(signal.SIGTERM)
+        if asked_at is not None and time.monotonic() - asked_at > STOP_ESCALATE_SECONDS:
+            for rank in ranks:
+                if rank.poll() is None:
+                    rank.kill()
+        time.sleep(0.2)
+    raise SystemExit(next((rank.returncode for rank in ranks if rank.returncode), 0))
+
+
+def _flags(config: TrainConfig) -> list[str]:
+    """core.train's flags for `config` (each TrainConfig field is one; None leaves its default)."""
+    return [item for name, value in config.to_dict().items() if value is not None
+            for item in (f"--{name.replace('_', '-')}", str(value))]
 
 
 def _prepare_child(config_dict: dict, run_path: str, device_kind: str) -> None:
@@ -197,10 +249,10 @@ class TrainerSupervisor:
         Not on a clock from the click: the trainer's heartbeat says whether it is busy (compiling,
         loading data: waited for) or stuck (silent, or its step not returning) for
         STOP_ESCALATE_SECONDS (core/heartbeat.py)."""
-        asked_at, step_at_ask = time.time(), run.read_heartbeat().get("step", 0)
+        asked_at = time.time()
         reason = ""
         while alive(process):
-            reason = unanswered(run.read_heartbeat(), time.time(), asked_at, step_at_ask, STOP_ESCALATE_SECONDS)
+            reason = unanswered(run.read_heartbeat(), time.time(), asked_at, STOP_ESCALATE_SECONDS)
             if reason:
                 break
             process.join(WATCH_SECONDS)

@@ -12,6 +12,7 @@ drive the app; /live/status serves scripts that wait for changes.
 """
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import math
 import os
@@ -149,7 +150,7 @@ def data_facts(dataset: str, data_path: str) -> DataFacts:
 # the TrainTab component of its name, in the order of the named API's /start parameters (scripts
 # pass them by position, the host key last).
 FORM_FIELDS = ("dataset", "data_path", "gan", "preset", "batch_size", "precision", "device", "steps",
-               "log_every", "grid_every", "checkpoint_every", "conditional", "augment", "seed")
+               "log_every", "grid_every", "checkpoint_every", "conditional", "augment", "seed", "processes")
 # URL query parameters that may preset the form (a teacher's "Share this setup" link).
 QUERY_FIELDS = ("dataset", "gan", "preset", "batch_size", "precision", "steps", "device")
 CHOICE_FIELDS = {name: spec(name)["choices"] for name in QUERY_FIELDS if spec(name)["choices"]}
@@ -375,12 +376,13 @@ class TrainTab:
             # any string. A probe is kept (DeviceCache), so this is the one probe of this Start.
             if config.device not in DEVICES:
                 raise ConfigError(f"Device '{config.device}' is not supported; choose one of: {', '.join(DEVICES)}.")
-            make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
+            plan = make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
         except ConfigError as exc:
             raise refused(in_page_words(str(exc)), title="Check the settings")
         except (TypeError, ValueError) as exc:
             raise refused(f"Invalid form value: {exc}", title="Check the settings")
-        return config
+        # The processes as the plan counted them (0: one per GPU): the trainer process starts that many ranks.
+        return dataclasses.replace(config, processes=plan.config.processes)
 
     def start(self, key="", **form):
         """Start a run of the form's settings, given by field name (FORM_FIELDS), for the host."""
@@ -658,7 +660,8 @@ class TrainTab:
                     self.dataset_note = gr.Markdown(elem_id="dataset-note")
                     self.dataset_preview = gr.Image(label="Real images from the dataset", format="png",
                                                     type="numpy", interactive=False, elem_id="dataset-preview")
-        with gr.Accordion("Advanced: labels; augmentation; how often to log, draw a grid and save; seed", open=False):
+        with gr.Accordion("Advanced: labels; augmentation; how often to log, draw a grid and save; seed; processes",
+                          open=False):
             self.conditional = gr.Radio(
                 [("Use the dataset's labels (class-conditional: ask for a digit)", "auto"),
                  ("Ignore labels (unconditional)", "off")], value=TrainConfig.conditional,
@@ -678,6 +681,9 @@ class TrainTab:
                                                          label=spec("checkpoint_every")["label"])
                 self.seed = whole_number_box(value=TrainConfig.seed, label=spec("seed")["label"],
                                              info="the same seed and settings start the same run; another seed, another run")
+                self.processes = whole_number_box(value=TrainConfig.processes, label=spec("processes")["label"],
+                                                  info="0: one per GPU of this machine, each with its share of the "
+                                                       "batch (DDP); on a CPU one, unless you ask for more")
         self.form = {name: getattr(self, name) for name in FORM_FIELDS}   # each field's component
         self.query_form = [self.form[name] for name in QUERY_FIELDS]
 

@@ -93,6 +93,9 @@ class TrainConfig:
     grid_every: int = option(100, "steps between fixed-noise grids", "Grid every (steps)", range=(1, 100_000))
     checkpoint_every: int = option(500, "steps between checkpoints (also at stop and end)", "Checkpoint every (steps)",
                                    range=(1, MAX_STEPS))
+    processes: int = option(0, "trainer processes, each a rank with its share of every batch (torchrun, DDP: "
+                                  "NCCL on CUDA GPUs, gloo on the CPU); 0: one per CUDA GPU of the machine, else 1",
+                             "Processes", range=(0, 256))
     quality_every: int = option(200, "steps between quality measurements (0: off; each ~0.25 s on CPU)",
                                 range=(0, MAX_STEPS))
     max_image_mb: int = option(200, "upload size limit for own images, in MB", range=(1, 2000))
@@ -132,8 +135,9 @@ class TrainConfig:
     def from_json(cls, text: str) -> "TrainConfig":
         return cls.from_dict(json.loads(text))
 
-    def differences(self, other: "TrainConfig", ignore: tuple[str, ...] = ("steps",)) -> list[str]:
-        """Names of fields that differ, e.g. to refuse resuming a run under a changed config."""
+    def differences(self, other: "TrainConfig", ignore: tuple[str, ...] = ("steps", "processes")) -> list[str]:
+        """Names of fields that differ, e.g. to refuse resuming a run under a changed config (its
+        length may change, and so may its processes: a checkpoint continues with any number)."""
         return [f.name for f in fields(self) if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)]
 
 

@@ -44,6 +44,7 @@ class DeviceInfo:
     notice: str = ""                            # e.g. why a requested device fell back
     processes: int = 1                          # trainer processes torchrun started, a device each (DDP when > 1)
     backend: str = ""                           # their collectives' backend (gloo, nccl) when processes > 1
+    available: int = 1                          # processes a run may have here (DDP): the GPUs on CUDA, the cores on a CPU
 
     @property
     def shards(self) -> int:
@@ -208,7 +209,7 @@ def _cpu_info(notice: str = "") -> DeviceInfo:
     refused = {"fp16": "CPUs have no fast fp16 path and fp16 needs loss scaling; use fp32."}
     if bf16_reason:
         refused["bf16"] = bf16_reason
-    return DeviceInfo("cpu", f"CPU ({os.cpu_count()} cores)", 1, refused, {}, notice)
+    return DeviceInfo("cpu", f"CPU ({os.cpu_count()} cores)", 1, refused, {}, notice, available=os.cpu_count() or 1)
 
 
 def xla_cpu_device_count() -> int:
@@ -248,6 +249,7 @@ def _cuda_info(notice: str = "") -> DeviceInfo:
     import torch
     info = cuda_info(torch.cuda.get_device_name(0), torch.cuda.is_bf16_supported())
     info.notice = notice
+    info.available = torch.cuda.device_count()
     return info
 
 

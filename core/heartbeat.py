@@ -8,7 +8,7 @@ process (SIGSTOP, a lost node) stops beating, and a step on a hung device never 
 
     beat = Heartbeat(run, compiling=rt.compiling).start()
     beat.doing("loading data"); ...; beat.stepped(step); ...; beat.stop()
-    unanswered(run.read_heartbeat(), now, asked_at, step_at_ask, grace)   # the app's Stop watchdog
+    unanswered(run.read_heartbeat(), now, asked_at, grace)   # the app's Stop watchdog
     silent_since(run.read_heartbeat(), now, bound, heard_at)   # what every viewer is told, Stop or not
 """
 from __future__ import annotations
@@ -107,13 +107,15 @@ class Heartbeat:
             pass
 
 
-def unanswered(beat: dict, now: float, asked_at: float, step_at_ask: int, grace: float) -> str:
+def unanswered(beat: dict, now: float, asked_at: float, grace: float) -> str:
     """Why a Stop asked at `asked_at` should now end the trainer by force, or "" to wait on.
 
     The clock is the trainer's own reports, not the click: a trainer that beats and says it is
     compiling, loading data or saving, or is in its first steps, is waited for (up to BUSY_SECONDS);
-    one that has not beaten for `grace` seconds is stuck, and so is one whose step, since the click,
-    has taken STUCK_STEP_FACTOR times its usual step (at least `grace`)."""
+    one that has not beaten for `grace` seconds is stuck, and so is one whose current step, begun
+    before or after the click, has taken STUCK_STEP_FACTOR times its usual step (at least `grace`):
+    a trainer that hears the Stop does so within a step (a rank of several, one step on from the
+    click, may then wait on a wedged one)."""
     last = max(beat.get("time", 0.0), asked_at)   # before its first beat: from the click
     if now - last > grace:
         return f"it has not answered for {now - last:.0f} s"
@@ -124,7 +126,7 @@ def unanswered(beat: dict, now: float, asked_at: float, step_at_ask: int, grace:
     # A step may compile several graphs, tracing between them: its clock starts at its last compile.
     started = max(beat.get("step_time", 0.0), beat.get("compiled_at", 0.0), asked_at)
     allowed = max(grace, STUCK_STEP_FACTOR * (beat.get("step_seconds") or 0.0))
-    if beat.get("step", 0) == step_at_ask and now - started > allowed:
+    if now - started > allowed:
         return f"its step did not return within {allowed:.0f} s (a wedged device or a hung step)"
     return ""
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from core import gans
 from core.architecture import model_resolution, resolve_preset
-from core.config import TrainConfig, augments, validate
+from core.config import ConfigError, TrainConfig, augments, validate
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,7 @@ def make_plan(config: TrainConfig, device, data: DataFacts = DataFacts()) -> Pla
     """The plan of a run of `config` on `device` (core.devices.DeviceInfo) from `data`, or a
     ConfigError naming the field when it cannot work there: every check, in one place."""
     resolved, preset_reason = resolved_for(config, device.kind)
+    resolved, device = processes_for(resolved, device)
     resolved, batch_reason = batch_the_set_allows(resolved, data.size, device.shards)
     validate(resolved, dataset_size=data.size, device_caps=device.to_dict(), preset=resolved.preset)
     resolution = model_resolution(resolved.preset, data.resolution) if data.resolution else None
@@ -139,6 +140,28 @@ def make_plan(config: TrainConfig, device, data: DataFacts = DataFacts()) -> Pla
     return Plan(config=resolved, preset_reason=preset_reason, device=device, data=data, resolution=resolution,
                 classes=classes, class_names=data.class_names if classes else (), augment=augment,
                 augment_reason=augment_reason, batch_reason=batch_reason)
+
+
+def processes_for(config: TrainConfig, device) -> tuple[TrainConfig, Any]:
+    """The run's trainer processes, and the device as they use it (DDP when more than one): under
+    torchrun the processes it started; else those asked for, 0 meaning one per CUDA GPU, else one.
+    Refused (ConfigError) where they cannot be: more than the machine has, or several on an XLA device."""
+    if device.processes > 1:   # launched: torchrun decided
+        if config.processes not in (0, device.processes):
+            raise ConfigError(f"processes {config.processes} asked for, but torchrun started {device.processes}: "
+                              "leave processes at 0 under torchrun.")
+        return dataclasses.replace(config, processes=device.processes), device
+    count = config.processes or (device.available if device.kind == "cuda" else 1)
+    if count > 1 and device.kind in ("tpu", "xla-cpu"):
+        raise ConfigError(f"processes {count}: {device.name} trains in one process, which drives every device "
+                          "(SPMD); leave processes at 0 or 1.")
+    if count > device.available:
+        what = "GPUs" if device.kind == "cuda" else "cores"
+        raise ConfigError(f"processes {count}: {device.name} has {device.available} {what}, one per process; "
+                          f"use at most {device.available}.")
+    if count > 1:
+        device = dataclasses.replace(device, processes=count, backend="nccl" if device.kind == "cuda" else "gloo")
+    return dataclasses.replace(config, processes=count), device
 
 
 def batch_the_set_allows(config: TrainConfig, size: int | None, shards: int) -> tuple[TrainConfig, str]:

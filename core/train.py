@@ -77,6 +77,8 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     devices.prepare_environment(config.device)   # before anything imports torch_xla
     run = RunDir(run_path)
     leads = ranks is None or ranks.leads
+    if ranks is None:   # this process trains alone (a run of several, resumed by one, goes on in one)
+        config = dataclasses.replace(config, processes=1)
     try:
         info = device_info or devices.probe(config.device)
         if ranks:
@@ -520,6 +522,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = vars(_parser().parse_args(argv))
     from core import distributed
+    if args["processes"] > 1 and not distributed.launched():
+        print(f"error: processes {args['processes']} are started by torchrun: torchrun --standalone "
+              f"--nproc-per-node {args['processes']} -m core.train ... (or Start on the page, which runs it)",
+              file=sys.stderr)
+        return 2
     ranks = distributed.Ranks.join() if distributed.launched() else None
     leads = ranks is None or ranks.leads
     try:

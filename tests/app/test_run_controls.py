@@ -133,6 +133,48 @@ def test_a_pause_pressed_just_after_stop_never_replaces_it(app):
     assert any(answer.startswith("Stopping already") for _, answer, *_ in outcomes), said
 
 
+def rank_pids(app) -> list[int]:
+    """The app's trainer ranks: its descendants running core.train (the trainer process starts them)."""
+    ranks = []
+    for pid in children_of(app.process.pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"\0-m\0core.train\0" in f.read():   # not the fork server, which preloads it
+                    ranks.append(pid)
+        except OSError:
+            pass
+    return ranks
+
+
+def test_a_run_over_two_processes_from_the_page_pauses_resumes_and_stop_ends_every_rank(app):
+    """Processes 2 on the CPU: the app starts two ranks (DDP over gloo) as torchrun would, in its
+    trainer's process group. The status says how each batch is split; Pause and Resume reach both;
+    with one rank wedged (SIGSTOP), Stop still ends the run, every rank with it, the checkpoint kept."""
+    client = app.client()
+    press_start(client, *FORM, log_every=2, checkpoint_every=4, processes=2)
+    running = wait_for(lambda: (s := app.status())["state"] == "running" and s["saved_step"] >= 4 and s, 180,
+                       interval=0.2, what="the two-process run's first checkpoint")
+    assert running["layout"] == "2 processes (DDP, gloo), batch 16 = 8 per process", running["layout"]
+    ranks = wait_for(lambda: len(pids := rank_pids(app)) == 2 and pids, 30, what="the two ranks")
+    assert client.predict(api_name="/pause") == "Pausing..."
+    paused = wait_for(lambda: (s := app.status())["state"] == "paused" and s, 60, what="the pause")
+    time.sleep(1)
+    assert app.status()["step"] == paused["step"]   # both ranks wait: none trains on alone
+    client.predict(0, api_name="/resume")
+    wait_for(lambda: (s := app.status())["state"] == "running" and s["step"] > paused["step"], 60, what="the resume")
+    os.kill(ranks[1], signal.SIGSTOP)   # wedged: rank 0 waits for it in the next collective
+    try:
+        client.predict(api_name="/stop")
+        ended = wait_for(lambda: (s := app.status())["state"] in FINAL_STATES and s, 120, what="the stop")
+        assert ended["state"] == "stopped" and "Stopped by force" in ended["message"], ended
+        assert f"The last checkpoint (step {ended['saved_step']}) is kept" in ended["message"]
+        assert RunDir(os.path.join(app.runs_root, ended["run"])).has_checkpoint()
+        wait_for(lambda: not any(alive(pid) for pid in ranks) and not rank_pids(app), 30, what="every rank to end")
+    finally:
+        for pid in rank_pids(app):
+            os.kill(pid, signal.SIGKILL)
+
+
 # A long CPU run that logs (and checkpoints) every other step, so a checkpoint exists before the wedge.
 WEDGE_FORM = ("bundled-mnist", "", "dcgan", "fast", 8, "fp32", "cpu", 100000)
 WEDGE_OPTIONS = {"log_every": 1, "checkpoint_every": 2}

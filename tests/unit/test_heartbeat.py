@@ -17,29 +17,31 @@ def beat(now, **values):
 
 def test_a_silent_trainer_is_stuck_a_busy_one_is_waited_for():
     now = 10_000.0
-    assert unanswered(beat(now, time=now - 25), now, now - 30, 7, GRACE) == "it has not answered for 25 s"
+    assert unanswered(beat(now, time=now - 25), now, now - 30, GRACE) == "it has not answered for 25 s"
     # Compiling for 10 minutes, beating all along: waited for, until BUSY_SECONDS.
     compiling = beat(now, doing="compiling", since=now - 600, step_time=now - 600)
-    assert unanswered(compiling, now, now - 590, 7, GRACE) == ""
-    assert unanswered(beat(now, doing="compiling", since=now - BUSY_SECONDS - 1), now, now - 60, 7, GRACE) \
+    assert unanswered(compiling, now, now - 590, GRACE) == ""
+    assert unanswered(beat(now, doing="compiling", since=now - BUSY_SECONDS - 1), now, now - 60, GRACE) \
         == f"it has been compiling for {BUSY_SECONDS + 1:.0f} s"
-    assert unanswered(beat(now, doing="loading data", since=now - 300), now, now - 300, 0, GRACE) == ""
+    assert unanswered(beat(now, doing="loading data", since=now - 300), now, now - 300, GRACE) == ""
 
 
 def test_a_step_that_does_not_return_after_the_click_is_a_wedge():
     now = 10_000.0
     # Beating (its heartbeat thread lives) but the step has not moved since the click, 21 s ago.
     hung = beat(now, step_time=now - 40)
-    assert unanswered(hung, now, now - 21, 7, GRACE).startswith("its step did not return within 20 s")
-    assert unanswered(hung, now, now - 19, 7, GRACE) == ""            # within the grace of the click
-    assert unanswered(beat(now, step=8), now, now - 21, 7, GRACE) == ""   # a step returned: Stop comes next
+    assert unanswered(hung, now, now - 21, GRACE).startswith("its step did not return within 20 s")
+    assert unanswered(hung, now, now - 19, GRACE) == ""            # within the grace of the click
+    assert unanswered(beat(now, step=8), now, now - 21, GRACE) == ""   # a step returned: Stop comes next
+    # One step on from the click (a rank that then waits on a wedged one), and that step hangs.
+    assert unanswered(beat(now, step=8, step_time=now - 21), now, now - 30, GRACE).startswith("its step did not")
     # A step that compiled 5 s ago (its graphs compile in bursts) is timed from its last compile.
-    assert unanswered(beat(now, step_time=now - 40, compiled_at=now - 5), now, now - 21, 7, GRACE) == ""
+    assert unanswered(beat(now, step_time=now - 40, compiled_at=now - 5), now, now - 21, GRACE) == ""
     # A run whose steps take 3 s each is given ten of them; its first steps, as long as a compile.
     slow = beat(now, step_time=now - 40, step_seconds=3.0)
-    assert unanswered(slow, now, now - 25, 7, GRACE) == ""
-    assert unanswered(slow, now, now - 31, 7, GRACE).startswith("its step did not return within 30 s")
-    assert unanswered(beat(now, step=1, step_time=now - 300, step_seconds=None), now, now - 200, 1, GRACE) == ""
+    assert unanswered(slow, now, now - 25, GRACE) == ""
+    assert unanswered(slow, now, now - 31, GRACE).startswith("its step did not return within 30 s")
+    assert unanswered(beat(now, step=1, step_time=now - 300, step_seconds=None), now, now - 200, GRACE) == ""
 
 
 def test_the_heartbeat_thread_beats_while_the_main_thread_is_busy(tmp_path):

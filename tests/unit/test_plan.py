@@ -41,6 +41,35 @@ def test_a_run_over_two_gpus_says_so_before_start_and_on_every_page():
     assert "NVIDIA H200, 2 GPUs (DDP, nccl), batch 128 = 64 per GPU" in line and "one process" not in line, line
 
 
+def test_the_page_plans_a_process_per_gpu_unless_told_and_refuses_what_the_machine_has_not():
+    two_gpu_machine = DeviceInfo(kind="cuda", name="NVIDIA T4", available=2)
+    plan = make_plan(TrainConfig(batch_size=128, device="cuda"), two_gpu_machine, MNIST)   # processes 0: every GPU
+    assert plan.config.processes == 2 and (plan.device.processes, plan.device.backend) == (2, "nccl")
+    assert "batch 128 = 64 per GPU on 2 (DDP)" in plan.describe()
+    assert make_plan(TrainConfig(processes=1, device="cuda"), two_gpu_machine, MNIST).device.processes == 1
+    with pytest.raises(ConfigError, match="processes 3: NVIDIA T4 has 2 GPUs, one per process; use at most 2"):
+        make_plan(TrainConfig(processes=3, device="cuda"), two_gpu_machine, MNIST)
+    # A CPU trains in one process unless asked; asked, over gloo, as CI runs it.
+    cpu = DeviceInfo("cpu", "CPU (2 cores)", available=2)
+    assert make_plan(TrainConfig(), cpu, MNIST).config.processes == 1
+    two = make_plan(TrainConfig(processes=2, batch_size=16), cpu, MNIST)
+    assert two.device.batch_layout(16) == "2 processes (DDP, gloo), batch 16 = 8 per process"
+    with pytest.raises(ConfigError, match="trains in one process, which drives every device"):
+        make_plan(TrainConfig(processes=2), FOUR_TPU_CORES, MNIST)
+    # Under torchrun the processes it started are the run's.
+    launched = DeviceInfo("cpu", "CPU (2 cores)", processes=2, backend="gloo")
+    assert make_plan(TrainConfig(batch_size=16), launched, MNIST).config.processes == 2
+    with pytest.raises(ConfigError, match="torchrun started 2"):
+        make_plan(TrainConfig(processes=3, batch_size=24), launched, MNIST)
+
+
+def test_the_cli_leaves_starting_processes_to_torchrun(tmp_path, capsys):
+    from core import train
+    assert train.main(["--processes", "2", "--steps", "1", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "torchrun --standalone --nproc-per-node 2 -m core.train" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_set_smaller_than_the_batch_trains_on_batches_of_the_whole_set_and_says_so():
     small = make_plan(TrainConfig(batch_size=128), CPU, DataFacts(size=90))
     assert small.config.batch_size == 90 and small.batch_reason == "lowered from 128: the set has 90 images"
