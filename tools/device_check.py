@@ -12,7 +12,9 @@ Three parts, each in its own process, as a user meets them:
     the same batch size.
 Then one table: images/s, in-app / bare, graph compilations, host transfers per step; on XLA, the
 compiles after warm-up over the in-app run, and a second start of the same configuration: its
-compile seconds and the persistent compilation cache's hits and misses (a TPU keeps one).
+compile seconds and the persistent compilation cache's hits and misses (a TPU keeps one). On a
+machine with several GPUs (or with --processes N), the in-app run again over N processes under
+torchrun (DDP), at the same global batch, against the one process.
 """
 from __future__ import annotations
 
@@ -38,13 +40,15 @@ def doctor(device: str) -> tuple[bool, str]:
     return proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
 
 
-def app_run(device: str, seconds: float, batch_size: int | None) -> dict:
-    """A default run of the CLI trainer, stopped (as the page's Stop does) after `seconds` of training."""
+def app_run(device: str, seconds: float, batch_size: int | None, processes: int = 1) -> dict:
+    """A default run of the CLI trainer, stopped (as the page's Stop does) after `seconds` of training;
+    over `processes` processes under torchrun (DDP) when more than one."""
     from core.rundir import RunDir
     folder = tempfile.mkdtemp(prefix="blink-device-check-")
     run_path = os.path.join(folder, "run")
     batch = ["--batch-size", str(batch_size)] if batch_size else []
-    proc = subprocess.Popen([sys.executable, "-m", "core.train", "--device", device, "--steps", "1000000", *batch,
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)] if processes > 1 else []
+    proc = subprocess.Popen([sys.executable, *launcher, "-m", "core.train", "--device", device, "--steps", "1000000", *batch,
                              "--run-dir", run_path], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     run = RunDir(run_path)
@@ -86,6 +90,11 @@ def bare(device: str, batch_size: int, steps: int) -> dict:
     raise RuntimeError("the bare loop printed no result:\n" + (proc.stdout + proc.stderr)[-3000:])
 
 
+def gpus() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def _cell(value, digits: int = 0) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}" if isinstance(value, float) else str(value)
 
@@ -107,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--seconds", type=float, default=60.0, help="training seconds of the in-app run")
     parser.add_argument("--batch-size", type=int, default=None, help="global batch (default: the app's)")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="also run over N processes (DDP) against one; default: every GPU, when there are several")
     args = parser.parse_args(argv)
     ok, text = doctor(args.device)
     print("## core.doctor\n" + text, flush=True)
@@ -132,6 +143,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Compile seconds: first start {_cell(app['compile_seconds'], 1)}, second start of the same "
               f"configuration {_cell(again['compile_seconds'], 1)}; its persistent cache: "
               f"{again['compile_cache'] or 'off (XLA:CPU cannot read it back)'}.")
+    processes = args.processes if args.processes is not None else gpus()
+    if processes > 1:
+        ddp = app_run(args.device, args.seconds, app["batch_size"], processes)
+        if ddp["state"] != "stopped" or not ddp["images_per_second"]:
+            print(f"\nThe run over {processes} processes ended {ddp['state']}: {ddp['message']}\n{ddp['output']}")
+            return 1
+        print(f"\n| processes (batch {app['batch_size']}) | images/s | against one |\n|---|---|---|\n"
+              f"| 1 | {_cell(app['images_per_second'])} | 1 |\n"
+              f"| {processes} (DDP, torchrun) | {_cell(ddp['images_per_second'])} | "
+              f"{_cell(ddp['images_per_second'] / app['images_per_second'], 2)} |")
     return 0
 
 
