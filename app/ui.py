@@ -49,7 +49,7 @@ LIVE_PANEL = """
       <div class="tiles"><img class="before" alt="The grid before the last Step"><div class="verdicts"></div></div></div>
     <div class="live-real" hidden><h4>Real images: what D must tell G's images from</h4>
       <div class="tiles"><img class="reals" alt="Real images from the dataset"><div class="verdicts"></div></div></div>
-    <p class="verdict-legend" hidden></p></div>
+    <p class="verdict-legend" hidden></p><p class="verdict-readout" hidden></p></div>
   <div class="live-side">
     <a class="live-primer-link" href="#">What are G and D?</a>
     <div class="live-status">No run yet: it shows here as soon as <b>Start</b> is pressed.</div>

@@ -217,8 +217,8 @@ function verdictLine(verdicts) {
 }
 
 function verdictText(v) {
-  // At most five characters, so a verdict fits its tile's corner for every GAN type: a probability
-  // to two decimals; WGAN-GP's scores and hinge's logits to three figures ("-11.473" overflowed).
+  // A verdict as a person reads it: a probability to two decimals; WGAN-GP's scores and hinge's
+  // logits to three figures (a critic's "-11.473" says no more than "-11.5").
   const a = Math.abs(v);
   if (a >= 1e4) return `${(v / 1000).toFixed(0)}k`;
   return v.toFixed(a >= 100 ? 0 : a >= 10 ? 1 : 2);
@@ -226,14 +226,13 @@ function verdictText(v) {
 
 function frameTiles(img, values, verdicts) {
   // A frame on every tile of a grid image (tiles with a 2-pixel gap, as core/images.py grid_image
-  // lays them out), coloured by D's verdict, its value in the corner.
+  // lays them out), coloured by D's verdict. Its number is not drawn over the image (at a size the
+  // back row or a phone can read it covered the digit): it is the frame's value, said on a tap.
   const layer = img.parentElement.querySelector(".verdicts");
   layer.innerHTML = "";
   if (!values || !img.naturalWidth || !showVerdicts.checked) return;
   const W = img.naturalWidth, H = img.naturalHeight, pad = 2, columns = verdicts.columns;
   const tile = (W - pad) / columns, line = verdictLine(verdicts);
-  const tilePixels = img.clientWidth * (tile - pad) / W;
-  layer.style.fontSize = `${Math.max(9, Math.min(16, tilePixels * 0.26))}px`;
   const pct = (v, total) => `${(100 * v / total).toFixed(3)}%`;
   values.forEach((v, i) => {
     const row = Math.floor(i / columns), column = i % columns;
@@ -241,10 +240,28 @@ function frameTiles(img, values, verdicts) {
     frame.className = `verdict ${v >= line ? "real" : "fake"}`;
     Object.assign(frame.style, { left: pct(pad + column * tile, W), top: pct(pad + row * tile, H),
                                  width: pct(tile - pad, W), height: pct(tile - pad, H) });
-    frame.textContent = verdictText(v);
+    frame.dataset.value = verdictText(v);
+    frame.dataset.place = `row ${row + 1}, column ${column + 1}`;
     layer.appendChild(frame);
   });
 }
+
+// A tap (or a click) on a framed image says D's verdict on it, at a size a phone reads.
+const GRID_NAMES = { fakes: "G's image", reals: "Real image", before: "Before the Step, G's image" };
+function readVerdict(event) {
+  const img = event.currentTarget.querySelector("img");
+  const frame = [...event.currentTarget.querySelectorAll(".verdict")].find((f) => {
+    const box = f.getBoundingClientRect();
+    return event.clientX >= box.left && event.clientX <= box.right && event.clientY >= box.top && event.clientY <= box.bottom;
+  });
+  if (!frame) return;
+  const verdicts = (lastMessage || {}).verdicts || {};
+  const says = frame.classList.contains("real") ? "real" : "fake";
+  element.querySelector(".verdict-readout").textContent =
+    `${GRID_NAMES[img.className] || "Image"}, ${frame.dataset.place}: D's verdict ${frame.dataset.value}, `
+    + `so D says ${says}${verdicts.kind === "score" ? " (beside the other images' scores)" : ""}.`;
+}
+for (const img of [grid, realGrid, beforeGrid]) img.parentElement.addEventListener("click", readVerdict);
 
 // The students' QR code is big before a run, while the room joins; once a run is shown it folds to
 // its one line (the link still readable), so the grid has the projector's first screen. Once a run:
@@ -264,7 +281,11 @@ function drawVerdicts() {
   const verdicts = (lastMessage || {}).verdicts;
   const legend = element.querySelector(".verdict-legend");
   legend.hidden = !verdicts || !showVerdicts.checked;
-  if (verdicts) legend.textContent = LEGENDS[verdicts.kind] || "";
+  element.querySelector(".verdict-readout").hidden = legend.hidden;
+  // The numbers the frames stand for, in words the back row reads: D's mean verdict on each grid.
+  if (verdicts) legend.textContent = `${LEGENDS[verdicts.kind] || ""} On average D gives these fakes `
+    + `${verdictText(mean(verdicts.fake))} and the real images ${verdictText(mean(verdicts.real))}; `
+    + "tap an image for its own.";
   frameTiles(grid, verdicts && verdicts.fake, verdicts || {});
   frameTiles(realGrid, verdicts && verdicts.real, verdicts || {});
   const before = (lastMessage || {}).before;

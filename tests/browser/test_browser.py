@@ -636,16 +636,31 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
     for page in viewers:
         expect(page.get_by_role("tab", name="Train")).to_have_attribute("aria-selected", "true")
 
-    # What D believes, on both screens: a frame and a number on each of the 60 fakes (10 digits, 6
-    # rows) and on the 60 real digits beside them, with what the numbers mean.
-    for page in (host, phone):
+    # What D believes, on both screens: a frame on each of the 60 fakes (10 digits, 6 rows) and on
+    # the 60 real digits beside them, coloured by D's verdict, with no number drawn over a digit;
+    # the legend says what the colours mean and D's mean verdict on each grid, and a tap on an
+    # image says its own verdict, at a size a phone reads (11 px or more).
+    for name, page in (("host", host), ("phone", phone)):
         fakes = page.locator("#live .live-grid .tiles:has(img.fakes) .verdict")
         reals = page.locator("#live .live-real .verdict")
         expect(fakes).to_have_count(60, timeout=30_000)
         expect(reals).to_have_count(60)
-        values = [float(v) for v in fakes.all_inner_texts() + reals.all_inner_texts()]
+        values = [float(v) for v in fakes.evaluate_all("frames => frames.map(f => f.dataset.value)")
+                  + reals.evaluate_all("frames => frames.map(f => f.dataset.value)")]
         assert all(0 <= v <= 1 for v in values), values
-        expect(page.locator("#live .verdict-legend")).to_contain_text("the probability that it is real")
+        assert not "".join(fakes.all_inner_texts() + reals.all_inner_texts()), "a number is drawn over a digit"
+        legend = page.locator("#live .verdict-legend")
+        expect(legend).to_contain_text("the probability that it is real")
+        expect(legend).to_contain_text(re.compile(r"On average D gives these fakes \d\.\d\d and the real images \d\.\d\d"))
+        seventh = reals.nth(6)
+        seventh.scroll_into_view_if_needed()
+        box = seventh.bounding_box()
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        readout = page.locator("#live .verdict-readout")
+        said = "fake" if "fake" in seventh.get_attribute("class") else "real"
+        expect(readout).to_have_text(f"Real image, row 1, column 7: D's verdict {seventh.get_attribute('data-value')}, "
+                                     f"so D says {said}.")
+        assert float(readout.evaluate("e => getComputedStyle(e).fontSize")[:-2]) >= (11 if name == "phone" else 14)
     frame, tile = host.locator("#live .live-real .verdict").first.bounding_box(), grid_box(host)
     assert frame["width"] > 0.8 * tile["width"] / 10 - 4, (frame, tile)   # a tile's frame, not a dot
     host.get_by_label("D's verdicts").uncheck()
