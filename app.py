@@ -167,7 +167,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, stop_trainer_then_exit)
     signal.signal(signal.SIGINT, stop_trainer_then_exit)
     from app.errors import refuse_malformed_calls
-    from app.serving import close_slow_requests, upload_limits, write_cached_images_whole
+    from app.serving import close_slow_requests, file_handles, upload_limits, write_cached_images_whole
     from app.ui import behind_proxy
     close_slow_requests()
     write_cached_images_whole()
@@ -180,7 +180,9 @@ def main() -> None:
                 ssr_mode=False, state_session_capacity=int(os.environ.get("BLINK_SESSIONS", SESSIONS_KEPT)),
                 max_file_size=f"{TrainConfig.max_image_mb}mb",
                 app_kwargs={"routes": demo.blink_feed.routes(),   # the live view's push routes (/live/...)
-                            "middleware": [upload_limits(TrainConfig.max_image_mb, behind_proxy())]})
+                            # Outermost first: answers name Gradio's files by a handle, not their server folder.
+                            "middleware": [file_handles(os.environ["GRADIO_TEMP_DIR"]),
+                                           upload_limits(TrainConfig.max_image_mb, behind_proxy())]})
 
 
 if __name__ == "__main__":   # required: each trainer process re-imports the main module

@@ -16,6 +16,12 @@ at once, the files one address may send in a while, and how long a copy waits to
 
     demo.launch(..., app_kwargs={"middleware": [upload_limits(max_file_mb, trust_forwarded)]})
 
+Gradio names each file it answers with by where it lies on the server (in a file's `path`, in
+its URL /gradio_api/file=PATH, in an upload's answer). FileHandles, in front of the whole app,
+turns that folder into a handle in the answers and back in the calls and file URLs.
+
+    demo.launch(..., app_kwargs={"middleware": [file_handles(gradio_temp_dir), ...]})
+
 The app's temp folders (its uploads, the Sample tab's files) name the process that made them, so
 the next app to start removes those of an app that died without cleaning up (a kill -9).
 
@@ -295,6 +301,103 @@ def _remove_empty_folder(folder: str) -> None:
         os.rmdir(folder)
     except OSError:    # not empty (the same content under another name), or gone
         pass
+
+
+# ---- answers that name no server path ----------------------------------------------------------------
+# What a client sees in place of the folder Gradio keeps its files in (GRADIO_TEMP_DIR): each file
+# Gradio answers with, and each URL it serves a file by, is `blink-files/<hash>/<name>`.
+FILE_HANDLE = "blink-files"
+
+
+def file_handles(folder: str):
+    """The middleware for FastAPI's `middleware=`: FileHandles for Gradio's file folder."""
+    from starlette.middleware import Middleware
+    return Middleware(FileHandles, folder=folder)
+
+
+class FileHandles:
+    """ASGI middleware in front of the whole app: Gradio names the files it answers with (an
+    image's `path`, its `url` /gradio_api/file=PATH, an upload's copy) by where they lie on the
+    server. Out, in the JSON and event-stream answers, that folder becomes FILE_HANDLE; in, in
+    the JSON calls (a file sent back as an input) and in a file URL, FILE_HANDLE becomes the folder
+    again. The files, and Gradio's checks of where a file may be read from, are unchanged."""
+
+    def __init__(self, app, folder: str):
+        self.app = app
+        folders = {os.path.abspath(folder), os.path.realpath(folder)}
+        self._out = [(f.encode() + b"/", FILE_HANDLE.encode() + b"/") for f in sorted(folders, key=len, reverse=True)]
+        self._in = (FILE_HANDLE.encode() + b"/", os.path.abspath(folder).encode() + b"/")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        handle, real = self._in
+        if handle in scope.get("raw_path", b"") or handle.decode() in scope["path"]:
+            scope = {**scope, "path": scope["path"].replace(handle.decode(), real.decode()),
+                     "raw_path": scope.get("raw_path", b"").replace(handle, real)}
+        if scope["method"] == "POST" and _header(scope, b"content-type").startswith(b"application/json"):
+            receive, scope = await self._named_in(scope, receive)
+        await self.app(scope, receive, self._named_out(send))
+
+    async def _named_in(self, scope, receive):
+        """The call's JSON body, read whole (a call is small), with each handle the folder again."""
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return _replay([message], receive), scope
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks).replace(*self._in)
+        headers = [(k, str(len(body)).encode() if k == b"content-length" else v) for k, v in scope["headers"]]
+        return _replay([{"type": "http.request", "body": body, "more_body": False}], receive), {**scope, "headers": headers}
+
+    def _named_out(self, send):
+        """send, with the folder named by its handle in JSON answers (read whole, its length set
+        again) and in event streams (each message as it goes)."""
+        state = {"kind": None, "start": None, "body": []}
+
+        def renamed(body: bytes) -> bytes:
+            for real, handle in self._out:
+                body = body.replace(real, handle)
+            return body
+
+        async def send_named(message):
+            if message["type"] == "http.response.start":
+                kind = dict(message.get("headers", ())).get(b"content-type", b"")
+                state["kind"] = ("json" if kind.startswith(b"application/json")
+                                 else "stream" if kind.startswith(b"text/event-stream") else None)
+                if state["kind"] == "json":
+                    state["start"] = message   # sent with the whole answer, its length known
+                    return
+                return await send(message)
+            if message["type"] != "http.response.body" or state["kind"] is None:
+                return await send(message)
+            if state["kind"] == "stream":
+                return await send({**message, "body": renamed(message.get("body", b""))})
+            state["body"].append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            body = renamed(b"".join(state["body"]))
+            start = state["start"]
+            headers = [(k, str(len(body)).encode() if k == b"content-length" else v) for k, v in start["headers"]]
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+        return send_named
+
+
+def _header(scope, name: bytes) -> bytes:
+    return next((value for key, value in scope.get("headers", ()) if key == name), b"")
+
+
+def _replay(messages: list[dict], receive):
+    """A `receive` that gives these messages first (a body read already), then the connection's own
+    (its disconnect, when it comes)."""
+    queue = list(messages)
+
+    async def replayed():
+        return queue.pop(0) if queue else await receive()
+    return replayed
 
 
 # ---- the app's temp folders -------------------------------------------------------------------------

@@ -240,8 +240,8 @@ def test_an_upload_that_does_not_fit_beside_the_copies_held_is_refused_before_a_
     uploads = app.folder / "gradio"
     status, text = _upload(app, [("held.bin", os.urandom(50_000))])
     assert status == 200, text
-    (copy,) = json.loads(text)
-    assert os.path.getsize(copy) == 50_000
+    (copy,) = json.loads(text)   # named by its handle, not where it lies (app/serving.py FileHandles)
+    assert copy.startswith("blink-files/") and os.path.getsize(uploads / copy.split("/", 1)[1]) == 50_000
     before = _held(uploads)
     for declared in (cap + 1, cap - 50_000 + 1):        # too big alone; too big beside the copy held
         status, text = _upload(app, [], declared=declared)
@@ -266,6 +266,22 @@ def test_an_address_that_sent_its_share_of_files_is_refused_and_its_files_not_ke
     assert status == 429 and "Try again later" in text, text
     assert not list(uploads.rglob("one-more.bin"))
     assert _upload(app, [("another-address.bin", b"z")])[0] == 200     # 127.0.0.1 still uploads
+
+
+def test_answers_name_each_file_by_a_handle_that_fetches_it_never_by_its_server_path(app):
+    """Gradio names the files it answers with by where they lie (its own folder, under the server's
+    temp folder); the app's answers carry a handle instead, by which the page fetches the file and
+    sends it back as an input (test_a_zip_of_too_many_entries_is_refused_at_upload's upload does)."""
+    import tempfile
+    import urllib.request
+    image, _ = app.call("sample", 3, 16, "seed")
+    generator_files = app.call("download_generator")[0]
+    for file in (image, *generator_files):
+        said = json.dumps(file)
+        assert file["path"].startswith("blink-files/") and f"/gradio_api/file={file['path']}" in file["url"], said
+        assert str(app.folder) not in said and tempfile.gettempdir() not in said, said
+        with urllib.request.urlopen(file["url"], timeout=30) as answer:
+            assert answer.status == 200 and answer.read()
 
 
 def test_calls_gradio_refuses_are_one_line_each_in_the_log_and_name_no_server_path(app):
