@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from app import views
 from app.chain import ChunkChain
 from app.chunks import chunk_seconds
+from app.compare import Comparison
 from app.supervisor import STOP_ESCALATE_SECONDS, TrainerEnd, TrainerSupervisor
 from core.config import TrainConfig, live_change
 from core.control import stepped_words
@@ -80,11 +81,8 @@ class Job:
         self._trainer = TrainerSupervisor(self._lock, on_end=self._trainer_ended)
         self._chain = ChunkChain(self._lock, self._trainer, chunk_runner, failed=self._mark_failed)
         self._run: RunDir | None = None
-        # An earlier run every page shows beside the live one (grids at the same step, curves on
-        # shared axes), and a comparison start waiting for the live run to finish.
-        self.comparing: RunDir | None = None
-        self.compare_note = ""
-        self._queued: tuple[TrainConfig, RunDir, str] | None = None
+        # An earlier run every page shows beside the live one, and a comparison start waiting.
+        self.comparison = Comparison(self)
         # A failure the disk would not let us record: (run path, status), shown and retried until it can be.
         self._unsaved_failure: tuple[str, Status] | None = None
         self._snapshot = Snapshot()
@@ -104,6 +102,11 @@ class Job:
         self._run = run
         self._snapshot = Snapshot(run_name=run.name, run_path=run.path)
         self._events_offset = 0
+
+    @property
+    def closing(self) -> bool:
+        """The app is closing: no new trainer starts."""
+        return self._trainer.closing
 
     def is_active(self) -> bool:
         """True while a trainer is alive for the current run."""
@@ -131,8 +134,7 @@ class Job:
             if problem:   # refused before any trainer is given the run
                 raise DiskRefused(problem + ".")
             if resume_run is None:
-                # A new run is shown alone (a comparison start sets what it is beside once started).
-                self.comparing, self.compare_note, self._queued = None, "", None
+                self.comparison.forget()   # a new run is shown alone (a comparison's start says what it is beside)
                 self.prune(reserve=1)   # the folder stays bounded: old runs go before a new one comes
             run = resume_run or RunDir.create(config, self.runs_root)
             if resume_run is not None:   # prepare_resume has checked it and made it ready
@@ -209,78 +211,6 @@ class Job:
             except DiskRefused as exc:
                 return f"Could not ask the trainer to change its settings: {exc}."
         return f"Changing {views.settings_words(values)} from the next step (marked on the charts)."
-
-    # ---- runs side by side ----------------------------------------------------------------
-    def runs_to_compare(self) -> list[RunDir]:
-        """Earlier runs of the live run's images (its dataset and folder), newest first."""
-        current = self._run
-        if current is None:
-            return []
-        try:
-            mine = current.read_config()
-        except (OSError, ValueError):
-            return []
-        same = []
-        for run in list_runs(self.runs_root):
-            try:
-                config = run.read_config()
-            except (OSError, ValueError):
-                continue
-            if run.path != current.path and (config.dataset, config.data_path) == (mine.dataset, mine.data_path):
-                same.append(run)
-        return same
-
-    def compare(self, name: str) -> str:
-        """Show run `name` beside the live run on every page ("" shows the live run alone)."""
-        with self._lock:
-            if not name:
-                self.comparing = None
-                return "The live run alone again."
-            run = next((run for run in self.runs_to_compare() if run.name == name), None)
-            if run is None:
-                raise ResumeRefused(f"No earlier run '{name}' of this run's images to compare with; pick one of the list.")
-            self.comparing, self.compare_note = run, ""
-            return f"Run `{run.name}` is beside the live run on every page."
-
-    def start_comparison(self, config: TrainConfig, beside: RunDir, change: str) -> str:
-        """Start `config` (run `beside` with one setting changed, checked by the caller) shown beside
-        `beside`: at once if nothing trains, else when the live run finishes."""
-        with self._lock:
-            if self._queued is not None:
-                raise JobBusy(f"A comparison is already waiting for run {self._queued[1].name} to finish.")
-            if not self.is_active():
-                run = self.start(config)
-                self.comparing, self.compare_note = beside, ""
-                return f"Started run `{run.name}`: {change}, beside run `{beside.name}`."
-            self._queued = (config, beside, change)
-            self.compare_note = f"Next: run {beside.name} again with {change}, when it finishes."
-            threading.Thread(target=self._start_queued_when_done, name="blink-comparison", daemon=True).start()
-            return f"Queued: run `{beside.name}` again with {change} starts when it finishes."
-
-    def _start_queued_when_done(self) -> None:
-        """The queued comparison's start, once the run it follows ends: only if that run finished
-        (a Stop means the lesson went another way)."""
-        while True:
-            time.sleep(0.5)
-            with self._lock:
-                if self._queued is None or self._trainer.closing:
-                    self._queued = None
-                    return
-                config, beside, change = self._queued
-                if self.is_active() and beside.read_status().state not in FINAL_STATES:
-                    continue
-                self._queued = None
-                state = beside.read_status().state
-                if state != "done":
-                    self.compare_note = f"The comparison did not start: run {beside.name} ended {state}, not finished."
-                    return
-                try:
-                    self.start(config)
-                except (JobBusy, DiskRefused) as exc:
-                    self.compare_note = f"The comparison did not start: {exc}"
-                    return
-                self.comparing, self.compare_note = beside, ""
-                return
 
     def shutdown(self, grace: float | None = None) -> None:
         """Stop the trainer cleanly (checkpoint kept), escalating only if it does not answer."""
@@ -359,7 +289,7 @@ class Job:
         Returns the names deleted.
         """
         runs = list_runs(self.runs_root)       # newest first
-        protected = {run.path for run in (self._run, self.comparing) if run is not None}
+        protected = {run.path for run in (self._run, self.comparison.run) if run is not None}
         for run in runs:
             status = run.read_status()
             if status.state not in FINAL_STATES and pid_alive(status.pid):

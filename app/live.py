@@ -177,8 +177,8 @@ class LiveFeed:
 
     def _render_locked(self) -> bool:
         snap = self.job.snapshot()
-        compared = self.job.comparing
-        key = (snap.version, snap.run_name, compared.path if compared else None, self.job.compare_note)
+        compared = self.job.comparison.run
+        key = (snap.version, snap.run_name, compared.path if compared else None, self.job.comparison.note)
         if key == self._seen_key and self._current is not None:
             return False
         if self._current is None or snap.run_name != self._current.run \
@@ -212,7 +212,7 @@ class LiveFeed:
             "diagnostics": views.diagnostics_rows(status) if status.state else [],
             # An earlier run beside this one (Job.compare): its grid at this grid's step, its settings' differences.
             "compare": self._compare_head(compared, snap.run_path, grid_step),
-            "compare_note": self.job.compare_note,
+            "compare_note": self.job.comparison.note,
         }
         compare_points = self._compared_points(compared, gan)
         frames, new_frames = self._frames(snap.run_path, reset)
@@ -226,7 +226,7 @@ class LiveFeed:
         self._current = Rendered(version, _sse(full), _sse(delta), {
             "version": version, "run": snap.run_name, **views.json_safe(status.to_dict()),
             "events": len(snap.events), "last_event": views.json_safe(snap.events[-1]) if snap.events else None,
-            "compare": compared.name if compared else None, "compare_note": self.job.compare_note},
+            "compare": compared.name if compared else None, "compare_note": self.job.comparison.note},
             run=snap.run_name, final=head["final"])
         self._seen_key = key
         self.renders += 1
@@ -388,7 +388,7 @@ class LiveFeed:
     def _grid_file(self, run: str, name: str | None):
         """Only a regular file in a shown run's own grids/ folder, never one a link there points to."""
         from starlette.responses import FileResponse, Response
-        shown = [r for r in (self.job.run, self.job.comparing) if r is not None and r.name == run]
+        shown = [r for r in (self.job.run, self.job.comparison.run) if r is not None and r.name == run]
         if not shown or name is None:
             return Response(status_code=404)
         folder = shown[0].grids_folder

@@ -26,6 +26,7 @@ import gradio as gr
 from app import chunks, dataset_work, forkserver, sample_tab, viewer_work, views
 from app.dataset_work import check_data_path
 from app.errors import log_refusal, name_bad_values, refused
+from app.compare import ComparisonRefused
 from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed, live_grid_url
 from core import data, devices
@@ -463,17 +464,18 @@ class TrainTab:
     def compare_choices(self):
         """The "Compare with" picker's entries: the live run alone, then the earlier runs of its images."""
         choices = [("The live run alone", "")]
-        for run in self.job.runs_to_compare():
+        for run in self.job.comparison.runs():
             status = run.read_status()
             choices.append((f"{run.name}: {status.gan or '?'}, step {status.step or 0:,}, {status.state or '?'}", run.name))
-        return gr.Dropdown(choices=choices, value=self.job.comparing.name if self.job.comparing else "")
+        shown = self.job.comparison.run
+        return gr.Dropdown(choices=choices, value=shown.name if shown else "")
 
     def compare(self, run_name="", key=""):
         """Show an earlier run of the same images beside the live run, on every page ("": none)."""
         self.require_host(key)
         try:
-            return self.job.compare(str(run_name or ""))
-        except ResumeRefused as exc:
+            return self.job.comparison.show(str(run_name or ""))
+        except ComparisonRefused as exc:
             raise refused(str(exc), title="Cannot compare")
 
     def start_comparison(self, change="lr_d", key=""):
@@ -489,9 +491,11 @@ class TrainTab:
                 raise ConfigError(f"Compare: choose one of {', '.join(COMPARISONS)}.")
             config = comparison(run.read_config(), change)
             make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
-            return self.job.start_comparison(config, run, COMPARISONS[change])
+            return self.job.comparison.start(config, run, COMPARISONS[change])
         except ConfigError as exc:
             raise refused(in_page_words(str(exc)), title="Check the settings")
+        except ComparisonRefused as exc:
+            raise refused(str(exc), title="A comparison is waiting")
         except JobBusy as exc:
             raise refused(str(exc), title="A run is going")
         except DiskRefused as exc:
@@ -541,8 +545,8 @@ class TrainTab:
         return views.json_safe({"run": snap.run_name, **snap.status.to_dict(), "events": len(snap.events),
                                 "last_event": snap.events[-1] if snap.events else None, "grid": live_grid_url(snap),
                                 "host_key_required": bool(self.host_key),
-                                "compare": self.job.comparing.name if self.job.comparing else None,
-                                "compare_note": self.job.compare_note})
+                                "compare": self.job.comparison.run.name if self.job.comparison.run else None,
+                                "compare_note": self.job.comparison.note})
 
     def settings_on_open(self):
         """A page opened (or reloaded) during a run presents the run, not the form."""

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from app.job import Job, JobBusy
+from app.compare import ComparisonRefused
+from app.job import Job
 from app.live import LiveFeed
 from app.views import differences_words
 from core.config import COMPARISONS, ConfigError, TrainConfig, comparison
-from core.resume import ResumeRefused
 from core.rundir import RunDir
 from tests.apphelpers import wait_for
 
@@ -79,12 +79,12 @@ def test_every_page_gets_the_compared_runs_grid_at_the_live_step_its_curves_and_
     feed = LiveFeed(job)
     assert job.run.name == live.name
     # Only earlier runs of the live run's images may stand beside it.
-    assert [run.name for run in job.runs_to_compare()] == [earlier.name]
-    with pytest.raises(ResumeRefused, match="No earlier run"):
-        job.compare(other_images.name)
+    assert [run.name for run in job.comparison.runs()] == [earlier.name]
+    with pytest.raises(ComparisonRefused, match="No earlier run"):
+        job.comparison.show(other_images.name)
     assert grid_answer(feed, earlier.name, 200) == 404   # nobody is shown it yet
 
-    assert earlier.name in job.compare(earlier.name)
+    assert earlier.name in job.comparison.show(earlier.name)
     shown = message(feed)
     # The live grid is at step 250: the compared run's grid at the nearest step before it.
     assert shown["compare"]["run"] == earlier.name and shown["compare"]["grid"] == f"live/grid/{earlier.name}/200"
@@ -99,7 +99,7 @@ def test_every_page_gets_the_compared_runs_grid_at_the_live_step_its_curves_and_
     job.keep_runs = 1
     assert other_images.name in job.prune() and os.path.isdir(earlier.path)
 
-    job.compare("")
+    job.comparison.show("")
     alone = message(feed, "delta")
     assert alone["compare"] is None and alone["compare_points"] == {}
     assert grid_answer(feed, earlier.name, 200) == 404
@@ -112,12 +112,12 @@ def test_a_comparison_queued_behind_a_run_that_is_stopped_does_not_start(tmp_pat
     run.write_status("running", "Training...", step=50, steps=100, gan="dcgan", pid=os.getpid())
     job = Job(root)
     assert job.is_active()
-    answer = job.start_comparison(comparison(config, "lr_d"), run, COMPARISONS["lr_d"])
+    answer = job.comparison.start(comparison(config, "lr_d"), run, COMPARISONS["lr_d"])
     assert answer.startswith(f"Queued: run `{run.name}` again with D's learning rate x10")
-    assert job.compare_note == f"Next: run {run.name} again with D's learning rate x10, when it finishes."
-    with pytest.raises(JobBusy, match="already waiting"):
-        job.start_comparison(comparison(config, "batch_size"), run, COMPARISONS["batch_size"])
+    assert job.comparison.note == f"Next: run {run.name} again with D's learning rate x10, when it finishes."
+    with pytest.raises(ComparisonRefused, match="already waiting"):
+        job.comparison.start(comparison(config, "batch_size"), run, COMPARISONS["batch_size"])
     run.write_status("stopped", "Stopped.", step=60, steps=100, gan="dcgan")
-    wait_for(lambda: "did not start" in job.compare_note, 10, what="the queued comparison's end")
-    assert job.compare_note == f"The comparison did not start: run {run.name} ended stopped, not finished."
+    wait_for(lambda: "did not start" in job.comparison.note, 10, what="the queued comparison's end")
+    assert job.comparison.note == f"The comparison did not start: run {run.name} ended stopped, not finished."
     assert job.run.name == run.name and len(os.listdir(root)) == 1

@@ -1,0 +1,110 @@
+"""Runs side by side: an earlier run every page shows beside the live one, and the comparison starts
+(the live run again with one setting changed) that wait for it to finish.
+
+The job (app/job.py) trains one run at a time; this is what it shows beside that run. The live feed
+(app/live.py) sends the compared run's grid at the live grid's step, its curves and what differs;
+the page's Compare runs (app/ui.py) picks it or starts a comparison.
+
+    comparison = Comparison(job)
+    comparison.show(name)                      # "" for the live run alone
+    comparison.start(config, beside, change)   # now, or once the live run finishes
+    comparison.run, comparison.note            # what every page shows
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from core.config import TrainConfig
+from core.rundir import FINAL_STATES, RunDir, list_runs
+
+WAIT_SECONDS = 0.5   # how often a queued comparison looks whether the live run has ended
+
+
+class ComparisonRefused(ValueError):
+    """A pick or a start the comparison cannot take; the message says why."""
+
+
+class Comparison:
+    def __init__(self, job):
+        self.job = job
+        self.run: RunDir | None = None   # the run beside the live one
+        self.note = ""                   # a comparison waiting, or why one did not start
+        self._queued: tuple[TrainConfig, RunDir, str] | None = None
+        self._lock = threading.Lock()
+
+    def forget(self) -> None:
+        """A new run that is no comparison: shown alone, and nothing waits to start after it."""
+        with self._lock:
+            self.run, self.note, self._queued = None, "", None
+
+    def runs(self) -> list[RunDir]:
+        """The earlier runs of the live run's images (its dataset and folder), newest first."""
+        current = self.job.run
+        if current is None:
+            return []
+        try:
+            mine = current.read_config()
+        except (OSError, ValueError):
+            return []
+        same = []
+        for run in list_runs(self.job.runs_root):
+            try:
+                config = run.read_config()
+            except (OSError, ValueError):
+                continue
+            if run.path != current.path and (config.dataset, config.data_path) == (mine.dataset, mine.data_path):
+                same.append(run)
+        return same
+
+    def show(self, name: str) -> str:
+        """Show run `name` beside the live run on every page ("" shows the live run alone)."""
+        run = next((run for run in self.runs() if run.name == name), None) if name else None
+        if name and run is None:
+            raise ComparisonRefused(f"No earlier run '{name}' of this run's images to compare with; pick one of the list.")
+        with self._lock:
+            self.run, self.note = run, ""
+        return f"Run `{run.name}` is beside the live run on every page." if run else "The live run alone again."
+
+    def start(self, config: TrainConfig, beside: RunDir, change: str) -> str:
+        """Start `config` (run `beside` with one setting changed, checked by the caller) shown beside
+        `beside`: at once if nothing trains, else when the live run finishes. The job's refusals
+        (JobBusy, DiskRefused) come through."""
+        with self._lock:
+            if self._queued is not None:
+                raise ComparisonRefused(f"A comparison is already waiting for run {self._queued[1].name} to finish.")
+            if self.job.is_active():
+                self._queued = (config, beside, change)
+                self.note = f"Next: run {beside.name} again with {change}, when it finishes."
+                threading.Thread(target=self._start_when_done, name="blink-comparison", daemon=True).start()
+                return f"Queued: run `{beside.name}` again with {change} starts when it finishes."
+        run = self.job.start(config)
+        with self._lock:
+            self.run, self.note = beside, ""
+        return f"Started run `{run.name}`: {change}, beside run `{beside.name}`."
+
+    def _start_when_done(self) -> None:
+        """The queued comparison's start, once the run it follows ends: only if that run finished
+        (a Stop means the lesson went another way), and said on every page if it does not start."""
+        while True:
+            time.sleep(WAIT_SECONDS)
+            with self._lock:
+                if self._queued is None or self.job.closing:
+                    self._queued = None
+                    return
+                config, beside, change = self._queued
+                if self.job.is_active() and beside.read_status().state not in FINAL_STATES:
+                    continue
+                self._queued = None
+            state = beside.read_status().state
+            if state != "done":
+                self.note = f"The comparison did not start: run {beside.name} ended {state}, not finished."
+                return
+            try:
+                self.job.start(config)
+            except Exception as exc:   # busy, a full disk: whatever it is, every page is told
+                self.note = f"The comparison did not start: {exc}"
+                return
+            with self._lock:
+                self.run, self.note = beside, ""
+            return
