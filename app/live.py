@@ -155,8 +155,8 @@ class LiveFeed:
         self._waiters = 0                # viewers plus waiting /live/status requests
         self._render_lock = threading.Lock()
         self._verdicts_read: tuple = (None, None)   # ((run path, step), that grid's verdicts)
-        self._compared_read: dict = {}
-        self._frames_read: dict = {}                 # the current run's frames' points (_frames)               # the compared run's events, grids and config (_compared)
+        self._compared_read: dict = {}               # the compared run's events, grids and config (_compared)
+        self._frames_read: dict = {}                 # the current run's frames' points (_frames)
 
     @property
     def current(self) -> Rendered | None:
@@ -210,7 +210,7 @@ class LiveFeed:
             "real_grid": (f"live/real/{snap.run_name}" if grid_step is not None
                           and RunDir(snap.run_path).has_real_grid() else None),
             "diagnostics": views.diagnostics_rows(status) if status.state else [],
-            # An earlier run beside this one (Job.compare): its grid at this grid's step, its settings' differences.
+            # An earlier run beside this one (app/compare.py): its grid at this grid's step, what differs.
             "compare": self._compare_head(compared, snap.run_path, grid_step),
             "compare_note": self.job.comparison.note,
         }
@@ -312,7 +312,7 @@ class LiveFeed:
             except (OSError, ValueError):
                 events, config = [], None
             self._compared_read = {"path": run.path, "events": events, "grids": [s for s, _ in run.grids()],
-                                   "config": config, "gan": run.read_status().gan or "dcgan"}
+                                   "config": config}
         return self._compared_read
 
     def _compare_head(self, run: RunDir | None, live_path: str, grid_step: int | None) -> dict | None:

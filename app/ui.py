@@ -487,10 +487,9 @@ class TrainTab:
             raise refused("Start a run first: a comparison runs it again with one setting changed.",
                           title="Nothing to compare")
         try:
-            if change not in COMPARISONS:
-                raise ConfigError(f"Compare: choose one of {', '.join(COMPARISONS)}.")
             config = comparison(run.read_config(), change)
-            make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
+            plan = make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
+            config = dataclasses.replace(config, processes=plan.config.processes)
             return self.job.comparison.start(config, run, COMPARISONS[change])
         except ConfigError as exc:
             raise refused(in_page_words(str(exc)), title="Check the settings")
