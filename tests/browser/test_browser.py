@@ -636,11 +636,11 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
     for page in viewers:
         expect(page.get_by_role("tab", name="Train")).to_have_attribute("aria-selected", "true")
 
-    # What D believes, on both screens: a frame on each of the 60 fakes (10 digits, 6 rows) and on
+    # What D believes, on every screen: a frame on each of the 60 fakes (10 digits, 6 rows) and on
     # the 60 real digits beside them, coloured by D's verdict, with no number drawn over a digit;
     # the legend says what the colours mean and D's mean verdict on each grid, and a tap on an
     # image says its own verdict, at a size a phone reads (11 px or more).
-    for name, page in (("host", host), ("phone", phone)):
+    for name, page in screens.items():
         fakes = page.locator("#live .live-grid .tiles:has(img.fakes) .verdict")
         reals = page.locator("#live .live-real .verdict")
         expect(fakes).to_have_count(60, timeout=30_000)
