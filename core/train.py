@@ -77,8 +77,6 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     devices.prepare_environment(config.device)   # before anything imports torch_xla
     run = RunDir(run_path)
     leads = ranks is None or ranks.leads
-    if ranks is None:   # this process trains alone (a run of several, resumed by one, goes on in one)
-        config = dataclasses.replace(config, processes=1)
     try:
         info = device_info or devices.probe(config.device)
         if ranks:

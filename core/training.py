@@ -189,10 +189,14 @@ class Training:
 
 
 def planned(config: TrainConfig, info, progress=None) -> tuple[Plan, Any]:
-    """The run's data, decoded, resized and cached once (core.data.load), and the run's plan of
-    `config` on info's device (core.devices.DeviceInfo) made from it: ConfigError when it cannot work."""
+    """The run's data, decoded, resized and cached once (core.data.load), and the plan of `config`
+    as this process trains it on info's device (core.devices.DeviceInfo), made from the data:
+    ConfigError when it cannot work. One process, unless torchrun started several (info says how
+    many): a run of several resumed by one goes on in one."""
     from core import data
     dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb, progress=progress)
+    if info.processes == 1:
+        config = dataclasses.replace(config, processes=1)
     return make_plan(config, info, DataFacts.of(dataset)), dataset
 
 
