@@ -60,6 +60,10 @@ def describe(requested: str = "auto", ranks=None) -> tuple[devices.DeviceInfo, l
         import torch
         total = torch.cuda.get_device_properties(0).total_memory
         lines.append(f"GPU memory: {total / 2**30:.1f} GiB")
+        if info.available > 1 and info.processes == 1:
+            lines.append(f"GPUs: {info.available}: Start on the page trains on all of them, a process each (DDP; "
+                         "Advanced: Processes lowers it), as `torchrun --nproc-per-node "
+                         f"{info.available} -m core.train ...` does")
     try:
         pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
         lines.append(f"Host memory: {pages * page_size / 2**30:.1f} GiB, {os.cpu_count()} CPU cores")
