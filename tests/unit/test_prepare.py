@@ -134,19 +134,20 @@ def test_prepare_data_refuses_a_folder_without_images_in_the_datasets_words(cach
 
 
 def test_a_chunks_seconds_are_counted_from_its_first_step(cache, tmp_path, monkeypatch):
-    """Setup slower than the whole chunk (a dataset that takes two seconds to load) takes none of
-    the chunk's second of training: it still trains steps, then ends as a chunk does (counted from
-    the trainer's start, the chunk would end after its first step)."""
+    """Setup slower than the whole chunk (a dataset that takes three seconds to load) takes none of
+    the chunk's two seconds of training: it still trains steps, then ends as a chunk does (counted
+    from the trainer's start, the chunk would end after its first step). Two seconds, not one: under a
+    loaded run (three test workers and two trainer ranks) one second held fewer than three steps."""
     load = data.load
 
     def slow_load(*args, **kwargs):
-        time.sleep(2.0)
+        time.sleep(3.0)
         return load(*args, **kwargs)
     monkeypatch.setattr(data, "load", slow_load)
     config = TrainConfig(preset="fast", batch_size=16, steps=10000, log_every=5, grid_every=1000,
                          quality_every=0, device="cpu")
     run = RunDir.create(config, str(tmp_path))
-    assert train(config, run.path, chunk=Chunk(1, 1.0)) == "running"
+    assert train(config, run.path, chunk=Chunk(1, 2.0)) == "running"
     status = run.read_status()
     assert status.message.startswith("Chunk 1 ended at step"), status.message
     assert 3 <= status.step < config.steps and status.saved_step == status.step   # ended by the clock, saved
