@@ -324,7 +324,7 @@ class FileHandles:
 
     def __init__(self, app, folder: str):
         self.app = app
-        folders = {os.path.abspath(folder), os.path.realpath(folder)}
+        folders = {folder.rstrip("/"), os.path.abspath(folder), os.path.realpath(folder)}   # as set, and resolved
         self._out = [(f.encode() + b"/", FILE_HANDLE.encode() + b"/") for f in sorted(folders, key=len, reverse=True)]
         self._in = (FILE_HANDLE.encode() + b"/", os.path.abspath(folder).encode() + b"/")
 
