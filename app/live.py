@@ -275,6 +275,10 @@ class LiveFeed:
                         yield b": keep-alive\n\n"
                         continue
                     current = self._current
+                    if current.version <= sent.version:
+                        # Woken by the render this page was sent on joining (the watcher's wake-up
+                        # can come after a joining page has already read its result): nothing new.
+                        continue
                     # One version behind: the small delta; further (a slow reader): the whole picture.
                     yield current.delta if current.version == sent.version + 1 else current.full
                     self.messages_sent += 1
