@@ -229,15 +229,16 @@ CRAWL_SECONDS_PER_STEP = 1.0
 
 
 def measured_images_per_second(runs_root: str, plan: Plan) -> float | None:
-    """The newest speed measured on this server by a run of the same settings: device kind, model,
-    loss, resolution and batch (a batch-1 run's images a second say nothing of batch 128's, and
-    made its estimate hours too long)."""
+    """The newest speed measured on this server by a run of the same settings: device kind and
+    processes, model, loss, resolution and batch (a batch-1 run's images a second say nothing of
+    batch 128's, and made its estimate hours too long)."""
     from core.rundir import list_runs
     config = plan.config
-    wanted = (plan.device.kind, config.preset, config.gan, config.batch_size)
+    wanted = (plan.device.kind, plan.device.processes, config.preset, config.gan, config.batch_size)
     for run in list_runs(runs_root)[:20]:
         status = run.read_status()
-        if ((status.device_kind, status.preset, status.gan, status.batch_size) == wanted and status.images_per_second
+        if ((status.device_kind, status.processes, status.preset, status.gan, status.batch_size) == wanted
+                and status.images_per_second
                 and plan.resolution in (None, status.resolution)):
             return status.images_per_second
     return None

@@ -160,10 +160,14 @@ def test_the_estimate_takes_the_speed_of_a_run_of_the_same_settings_and_says_wha
     older = RunDir.create(plan.config, str(tmp_path))
     older.write_status("done", "", device_kind="cpu", preset="fast", gan="dcgan", batch_size=128, resolution=28,
                        images_per_second=1280.0)
-    # The newest run trained at batch 1: its images a second say nothing of batch 128's.
+    # The newest run trained at batch 1: its images a second say nothing of batch 128's; nor do those
+    # of a run over two processes of one process's.
     newest = RunDir.create(plan.config, str(tmp_path))
     newest.write_status("done", "", device_kind="cpu", preset="fast", gan="dcgan", batch_size=1, resolution=28,
                         images_per_second=30.0)
+    two = RunDir.create(plan.config, str(tmp_path))
+    two.write_status("done", "", device_kind="cpu", processes=2, preset="fast", gan="dcgan", batch_size=128,
+                     resolution=28, images_per_second=640.0)
     assert time_note(plan, str(tmp_path)).startswith(   # 1,000 steps x 128 images at 1,280 a second
         "About **1 min 40 s** for 1,000 steps on this CPU if nothing else keeps it busy (as a run of these settings "
         "measured on this server)."), time_note(plan, str(tmp_path))
