@@ -157,6 +157,7 @@ class LiveFeed:
         self._verdicts_read: tuple = (None, None)   # ((run path, step), that grid's verdicts)
         self._compared_read: dict = {}               # the compared run's events, grids and config (_compared)
         self._frames_read: dict = {}                 # the current run's frames' points (_frames)
+        self._differences_said: tuple = (None, "")   # ((live config, its time, compared run), the words)
 
     @property
     def current(self) -> Rendered | None:
@@ -328,14 +329,21 @@ class LiveFeed:
         # match), else the nearest one before it; its first before the live run has a grid.
         earlier = [s for s in steps if grid_step is not None and s <= grid_step]
         step = earlier[-1] if earlier else (steps[0] if steps else None)
-        try:
-            here = RunDir(live_path).read_config()
-        except (OSError, ValueError):
-            here = None
-        differences = (views.differences_words(here, compared["config"])
-                       if here is not None and compared["config"] is not None else "")
-        return {"run": run.name, "grid_step": step, "differences": differences,
+        return {"run": run.name, "grid_step": step, "differences": self._differences(live_path, compared),
                 "grid": f"live/grid/{run.name}/{step}" if step is not None else None}
+
+    def _differences(self, live_path: str, compared: dict) -> str:
+        """What differs between the live run's config and the compared run's, in words: worked out
+        again only when the live run's config.json changed (its plan written, a settings change)."""
+        live = RunDir(live_path)
+        try:
+            key = (live.path, os.stat(live.file(RunDir.CONFIG)).st_mtime_ns, compared["path"])
+            if self._differences_said[0] != key:
+                there = compared["config"]
+                self._differences_said = (key, views.differences_words(live.read_config(), there) if there else "")
+        except (OSError, ValueError):
+            return ""
+        return self._differences_said[1]
 
     def _compared_points(self, run: RunDir | None, gan: str) -> dict:
         """The compared run's curves, drawn dashed on the live run's charts (its series of this run's GAN type)."""

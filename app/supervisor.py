@@ -14,6 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -101,9 +104,7 @@ def _train_ranks(config: TrainConfig, run_path: str, resume: bool, parent_pid: i
     where the app's Stop escalation and its clean-up reach it. This process waits for them as
     torchrun does: one that fails, or the app gone, and the others are asked to stop (a checkpoint
     kept), then ended."""
-    import socket
-    import subprocess
-    import sys
+    from core.train import cli_flags
     count = config.processes
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with socket.socket() as probe:   # a free port for the ranks' rendezvous
@@ -112,7 +113,7 @@ def _train_ranks(config: TrainConfig, run_path: str, resume: bool, parent_pid: i
     if resume:   # the run's own config (its plan), longer where the host asked for more steps
         args = ["--resume", run_path, "--steps", str(config.steps)]
     else:
-        args = [*_flags(config), "--run-dir", run_path]
+        args = [*cli_flags(config), "--run-dir", run_path]
     env = {**os.environ, "PYTHONPATH": root, "WORLD_SIZE": str(count), "LOCAL_WORLD_SIZE": str(count),
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     ranks = [subprocess.Popen([sys.executable, "-m", "core.train", *args], cwd=root,
@@ -133,12 +134,6 @@ def _train_ranks(config: TrainConfig, run_path: str, resume: bool, parent_pid: i
                     rank.kill()
         time.sleep(0.2)
     raise SystemExit(next((rank.returncode for rank in ranks if rank.returncode), 0))
-
-
-def _flags(config: TrainConfig) -> list[str]:
-    """core.train's flags for `config` (each TrainConfig field is one; None leaves its default)."""
-    return [item for name, value in config.to_dict().items() if value is not None
-            for item in (f"--{name.replace('_', '-')}", str(value))]
 
 
 def _prepare_child(config_dict: dict, run_path: str, device_kind: str) -> None:

@@ -34,8 +34,7 @@ from core.plan import DataFacts, Plan, make_plan
 from core.rundir import FINAL_STATES, STEP_UPDATES, DiskRefused
 from core import gans
 from core.config import (AUGMENT_BELOW, COMPARISONS, DATASETS, DEVICES, LIVE_FIELDS, PRECISIONS, PRESETS, ConfigError,
-                         comparison,
-                         TrainConfig, form_number, spec, whole_number)
+                         TrainConfig, comparison, form_number, spec, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
 LIVE_PANEL = """

@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass, fields
 
 from core import gans
-from core.config import ConfigError, TrainConfig, validate
+from core.config import ConfigError, TrainConfig, live_change, validate
 from core.control import Control, paused_message, stepped_words, stopped_message
 from core.failures import describe, divergence_message, failure_message, log_traceback
 from core.heartbeat import Heartbeat
@@ -375,7 +375,6 @@ class Loop:
         written to the run's events (a mark on the charts) and to its plan, so a resumed run, the
         checkpoints and the generator's description train on and say the changed values. A change
         that no longer passes the config's checks (asked of another Blink) is refused in the status."""
-        from core.config import live_change
         asked = self.control.settings()
         if not asked:
             return
@@ -496,6 +495,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", help="run directory to create (default: runs/<time>-<gan>-<dataset>)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped or finished run")
     return parser
+
+
+def cli_flags(config: TrainConfig) -> list[str]:
+    """The flags that make this CLI train `config` (a field left None keeps its default)."""
+    return [item for name, value in config.to_dict().items() if value is not None
+            for item in (f"--{name.replace('_', '-')}", str(value))]
 
 
 def _flag_help(spec: dict, default) -> str:

@@ -124,9 +124,7 @@ function drawChart(svg, name, keys, names) {
     const x = sx(step).toFixed(1);
     html += `<line x1="${x}" y1="${T}" x2="${x}" y2="${H - B}" class="settings-mark"/>`;
     if (name === "losses") {
-      const label = document.createElementNS("http://www.w3.org/2000/svg", "text");
-      label.textContent = words;   // text, never markup
-      html += `<text x="${x}" y="${T + 14}" dx="4" class="mark-label">${label.innerHTML}</text>`;
+      html += `<text x="${x}" y="${T + 14}" dx="4" class="mark-label">${escapeText(words)}</text>`;   // text, never markup
     }
   }
   // The compared run: dashed, in its series' colours, under the live run's lines (shared axes).
