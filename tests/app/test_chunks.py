@@ -5,14 +5,13 @@ is tested through the real `spaces` package in tests/zerogpu/."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 import torch
 
 from tests.apphelpers import RunningApp, alive, press_start, wait_for
+from tests.clihelpers import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -35,8 +34,8 @@ def _unbroken_run(config_path: str, run_dir: str) -> dict:
     with open(config_path) as f:
         config = json.load(f)["config"]   # the run's plan: the config it trained with
     flags = [f"--{name.replace('_', '-')}={value}" for name, value in config.items() if value is not None]
-    subprocess.run([sys.executable, "-m", "core.train", *flags, "--run-dir", run_dir], check=True,
-                   capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    run_cli(["-m", "core.train", *flags, "--run-dir", run_dir], check=True, timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1"})
     return _weights(run_dir)
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -20,6 +18,7 @@ import pytest
 from gradio_client.exceptions import AppError
 
 from tests.apphelpers import ROOT, RunningApp, alive, children_of, wait_for
+from tests.clihelpers import run_cli
 
 # Long enough never to finish during a test: every run here ends by Stop, a kill or a NaN.
 FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
@@ -248,12 +247,11 @@ def test_classroom_one_run_many_viewers_stop_resume_crashes_and_a_restarted_ui(r
 def test_forced_nan_fails_with_explanation_and_cli_resumes(runs_root):
     run_path = os.path.join(runs_root, "nan-run")
     # The CLI trainer with step 13's batch poisoned (tests/fault_scripts/nan_train.py).
-    cli = [sys.executable, os.path.join("tests", "fault_scripts", "nan_train.py"), "--dataset", "bundled-mnist",
+    cli = [os.path.join("tests", "fault_scripts", "nan_train.py"), "--dataset", "bundled-mnist",
            "--device", "cpu", "--preset", "fast", "--batch-size", "16", "--log-every", "5", "--grid-every", "10",
            "--checkpoint-every", "10", "--steps", "40"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "BLINK_FAULT_NAN_AT_STEP": "13"}
-    done = subprocess.run(cli + ["--run-dir", run_path], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = run_cli(cli + ["--run-dir", run_path], env=env, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
     s = json.load(open(os.path.join(run_path, "status.json")))
     assert s["state"] == "failed" and s["step"] == 15, s            # caught at the first log step after 13
@@ -265,13 +263,11 @@ def test_forced_nan_fails_with_explanation_and_cli_resumes(runs_root):
     assert all(torch.isfinite(t).all() for t in checkpoint["G"].values() if t.is_floating_point())
 
     # A changed config is refused with the reason; nothing is trained.
-    refused = subprocess.run([sys.executable, "-m", "core.train", "--resume", run_path, "--lr-g", "0.0005"],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    refused = run_cli(["-m", "core.train", "--resume", run_path, "--lr-g", "0.0005"], env=env, timeout=120)
     assert refused.returncode == 2 and "config changed in lr_g" in refused.stderr
 
     # The real CLI resumes the last good checkpoint and continues its step count.
-    resumed = subprocess.run([sys.executable, "-m", "core.train", "--resume", run_path, "--steps", "20"],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    resumed = run_cli(["-m", "core.train", "--resume", run_path, "--steps", "20"], env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     s = json.load(open(os.path.join(run_path, "status.json")))
     assert s["state"] == "done" and s["step"] == 20 and s["saved_step"] == 20

@@ -5,12 +5,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 from gradio_client.exceptions import AppError
 
-from tests.apphelpers import ROOT, RunningApp, wait_for
+from tests.apphelpers import RunningApp, wait_for
+from tests.clihelpers import run_cli
 from tests.filehelpers import leftovers
 
 pytestmark = pytest.mark.slow
@@ -33,8 +33,7 @@ def read_only_folder(tmp_path, mount):
 
 
 def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "core.train", *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    return run_cli(["-m", "core.train", *args], env={**os.environ, **(env or {})}, timeout=300)
 
 
 def test_cli_run_on_a_full_disk_fails_saying_how_much_to_free_and_that_is_enough(mount):

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from core.data.own import MIN_CLASS_IMAGES
+from tests.clihelpers import run_cli
 from tools import build_benchmark_set
 from tools.build_benchmark_set import GROUP_FOLDERS, INSTALL_COMMAND, missing_sources
 
@@ -52,10 +53,9 @@ def test_the_emoji_set_builds_as_64px_colour_class_folders_and_trains_with_its_c
             low, high = zip(*image.getextrema())
             assert image.getpixel((0, 0)) == (255, 255, 255) and min(low) < 200, png.name
 
-    trained = subprocess.run([sys.executable, "-m", "core.train", "--dataset", "folder", "--data-path", str(folder),
-                              "--steps", str(STEPS), "--batch-size", "16", "--quality-every", str(QUALITY_EVERY),
-                              "--device", "cpu", "--run-dir", str(run)],
-                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    trained = run_cli(["-m", "core.train", "--dataset", "folder", "--data-path", str(folder),
+                       "--steps", str(STEPS), "--batch-size", "16", "--quality-every", str(QUALITY_EVERY),
+                       "--device", "cpu", "--run-dir", str(run)], env=env, timeout=300)
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "done", (status["message"], trained.stderr[-2000:])
     assert status["classes"] == len(classes) and status["class_names"] == classes

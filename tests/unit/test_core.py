@@ -12,6 +12,7 @@ import torch
 from core.config import ConfigError, TrainConfig, validate
 from core.models import build
 from core.rundir import RunDir
+from tests.clihelpers import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -218,8 +219,7 @@ def test_cli_and_page_refuse_a_changed_config_with_the_same_message(tmp_path):
     from core import train
     from core.resume import ResumeRefused
     run = _two_step_run(tmp_path / "runs" / "run")
-    cli = subprocess.run([sys.executable, "-m", "core.train", "--resume", run.path, "--lr-g", "0.0005"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    cli = run_cli(["-m", "core.train", "--resume", run.path, "--lr-g", "0.0005"], timeout=120)
     with pytest.raises(ResumeRefused) as page:
         Job(runs_root=str(tmp_path / "runs")).resume(config=TrainConfig(device="cpu", batch_size=16, steps=2,
                                                                         quality_every=0, lr_g=0.0005))
@@ -404,10 +404,9 @@ def test_a_failure_says_its_first_line_and_blames_memory_only_for_memory():
 
 def test_a_final_checkpoint_that_fails_is_reported_and_the_last_good_one_kept(tmp_path):
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "fault_scripts", "final_checkpoint_failure.py"),
-                           "--device", "cpu", "--preset", "fast", "--batch-size", "16", "--steps", "6",
-                           "--checkpoint-every", "3", "--quality-every", "0", "--run-dir", str(run)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = run_cli([os.path.join(ROOT, "tests", "fault_scripts", "final_checkpoint_failure.py"),
+                    "--device", "cpu", "--preset", "fast", "--batch-size", "16", "--steps", "6",
+                    "--checkpoint-every", "3", "--quality-every", "0", "--run-dir", str(run)], timeout=120)
     status = RunDir(str(run)).read_status()
     assert done.returncode == 1 and status.state == "failed", (done.stdout, done.stderr)
     assert "while saving the checkpoint at step 6" in status.message and "No space left" in status.message

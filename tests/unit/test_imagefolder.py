@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import zipfile
 
 import numpy as np
@@ -20,6 +18,7 @@ from PIL import Image
 from core import data
 from core.data.own import MIN_CLASS_IMAGES
 from tests.filehelpers import png_bytes
+from tests.clihelpers import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Sorted names, so label i is CLASSES[i]; each class's images are mostly its channel.
@@ -138,10 +137,10 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     from core.rundir import RunDir
     folder = write_folder(tmp_path / "colours", class_files())
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "core.train", "--dataset", "folder", "--data-path", folder,
-                           "--preset", "fast", "--steps", "4", "--log-every", "2",
-                           "--grid-every", "4", "--checkpoint-every", "4", "--quality-every", "0", "--device", "cpu",
-                           "--run-dir", str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = run_cli(["-m", "core.train", "--dataset", "folder", "--data-path", folder,
+                    "--preset", "fast", "--steps", "4", "--log-every", "2",
+                    "--grid-every", "4", "--checkpoint-every", "4", "--quality-every", "0", "--device", "cpu",
+                    "--run-dir", str(run)], timeout=300)
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "done", (status["message"], done.stderr[-2000:])
     assert status["classes"] == 3 and status["class_names"] == list(CLASSES)
@@ -205,8 +204,7 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     state.pop("plan")   # its checkpoints held the config alone
     torch.save(state, run / "checkpoint.pt")
     kept = (run / "checkpoint.pt").read_bytes(), (run / "generator.safetensors").read_bytes()
-    resumed = subprocess.run([sys.executable, "-m", "core.train", "--resume", str(run), "--steps", "8"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    resumed = run_cli(["-m", "core.train", "--resume", str(run), "--steps", "8"], timeout=300)
     status = json.loads((run / "status.json").read_text())
     assert resumed.returncode != 0 and status["state"] == "failed", (status, resumed.stderr[-2000:])
     assert "saved at another size than this Blink builds for its config (32x32)" in status["message"]

@@ -3,8 +3,6 @@ D's updates per G update, from the next step on, written to the run's events and
 kept when the run is resumed; and a Step of D or G alone. (Through the page's named API:
 tests/app/test_run_controls.py; on the page: tests/browser/test_browser.py.)"""
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -13,7 +11,8 @@ import torch
 from core import train
 from core.config import ConfigError, TrainConfig, live_change, validate
 from core.rundir import FINAL_STATES, RunDir
-from tests.apphelpers import ROOT, wait_for
+from tests.apphelpers import wait_for
+from tests.clihelpers import start_cli
 
 CHANGE = {"lr_d": 1e-3, "beta1": 0.3, "n_critic": 2}
 
@@ -32,11 +31,10 @@ def _optimizer_settings(run: RunDir) -> dict:
 def changed_run(tmp_path_factory) -> tuple[RunDir, TrainConfig]:
     """A CLI run changed mid-run through its run directory (as the app asks), then stopped."""
     run = RunDir(str(tmp_path_factory.mktemp("live") / "run"))
-    process = subprocess.Popen([sys.executable, "-m", "core.train", "--device", "cpu", "--preset", "fast",
-                                "--batch-size", "16", "--steps", "100000", "--log-every", "5",
-                                "--checkpoint-every", "10", "--quality-every", "0", "--run-dir", run.path],
-                               cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = start_cli(["-m", "core.train", "--device", "cpu", "--preset", "fast",
+                         "--batch-size", "16", "--steps", "100000", "--log-every", "5",
+                         "--checkpoint-every", "10", "--quality-every", "0", "--run-dir", run.path],
+                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         wait_for(lambda: run.read_status().step >= 5, 120, interval=0.1, what="training")
         before = run.read_config()

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -22,6 +20,7 @@ from core.config import TrainConfig
 from core.data import own, stream
 from core.rundir import RunDir
 from core.train import Chunk, prepare_data, train
+from tests.clihelpers import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGES = 40
@@ -113,8 +112,8 @@ def test_prepare_data_resolves_the_config_for_the_device_and_touches_none(cache,
               "print(json.dumps([ok, 'torch_xla' in sys.modules, torch.cuda.is_initialized()]))\n")
     for kind, resized in (("cuda", []), ("cpu", ["-32px.pt"])):
         run = RunDir.create(config, str(tmp_path / "runs"))
-        out = subprocess.run([sys.executable, "-c", script, config.to_json(), run.path, kind], cwd=ROOT,
-                             capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+        out = run_cli(["-c", script, config.to_json(), run.path, kind], timeout=300,
+                      env={**os.environ, "PYTHONPATH": ROOT})
         assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False, False], out.stderr
         files = os.listdir(os.path.join(cache, "own"))
         assert [name[-8:] for name in files if name.endswith("px.pt")] == resized, files

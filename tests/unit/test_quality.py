@@ -15,6 +15,7 @@ from torch import nn
 
 from core import quality
 from core.data import load_bundled_mnist
+from tests.clihelpers import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T10K = os.path.join(os.path.dirname(ROOT), "shared", "data", "mnist")
@@ -251,8 +252,6 @@ def test_a_conditional_gs_spread_is_within_each_class_so_one_image_per_class_is_
 
 def test_a_folder_of_one_image_trains_through_its_quality_steps(tmp_path):
     """The SWD meter generates 256 images; a smaller real set must not break its comparison."""
-    import subprocess
-    import sys
     from PIL import Image
     folder = tmp_path / "one"
     folder.mkdir()
@@ -260,10 +259,10 @@ def test_a_folder_of_one_image_trains_through_its_quality_steps(tmp_path):
     Image.fromarray(pixels).save(folder / "only.png")
     run_dir = tmp_path / "run"
     env = {**os.environ, "BLINK_DATA_DIR": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-m", "core.train", "--dataset", "folder", "--data-path", str(folder),
-                           "--preset", "fast", "--batch-size", "1", "--steps", "4", "--log-every", "2", "--grid-every", "2",
-                           "--quality-every", "2", "--checkpoint-every", "4", "--device", "cpu",
-                           "--run-dir", str(run_dir)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = run_cli(["-m", "core.train", "--dataset", "folder", "--data-path", str(folder),
+                    "--preset", "fast", "--batch-size", "1", "--steps", "4", "--log-every", "2", "--grid-every", "2",
+                    "--quality-every", "2", "--checkpoint-every", "4", "--device", "cpu",
+                    "--run-dir", str(run_dir)], env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     with open(run_dir / "events.jsonl") as f:
         measured = [e for e in map(json.loads, f) if "quality_swd" in e]

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests.apphelpers import alive
+from tests.clihelpers import run_cli, start_cli
 from tests.xla.xlahelpers import ROOT, SCRIPTS, XLA_TIMEOUT, check, probe, run_python, status_of, xla_env
 
 # ------------------------------------------------------------------------------------------
@@ -28,8 +29,8 @@ def test_broken_torch_xla_falls_back_with_notice(broken_xla):
 
 def test_disabled_xla_trains_on_cpu_and_says_so(tmp_path):
     run = str(tmp_path / "run")
-    check(run_python(["-m", "core.train", "--device", "xla-cpu", "--preset", "fast", "--batch-size", "8",
-                 "--steps", "2", "--log-every", "1", "--run-dir", run], timeout=180, BLINK_DISABLE_XLA="1"))
+    check(run_cli(["-m", "core.train", "--device", "xla-cpu", "--preset", "fast", "--batch-size", "8",
+                   "--steps", "2", "--log-every", "1", "--run-dir", run], xla_env(BLINK_DISABLE_XLA="1"), timeout=180))
     status = status_of(run)
     assert status["state"] == "done"
     assert status["device_kind"] == "cpu"
@@ -53,8 +54,8 @@ def test_bf16_refused_on_a_cpu_without_native_bf16(tmp_path):
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     native = "avx512_bf16" in flags or "amx_bf16" in flags
     run = str(tmp_path / "run")
-    proc = run_python(["-m", "core.train", "--device", "cpu", "--precision", "bf16", "--preset", "fast",
-                 "--batch-size", "8", "--steps", "1", "--run-dir", run], timeout=180)
+    proc = run_cli(["-m", "core.train", "--device", "cpu", "--precision", "bf16", "--preset", "fast",
+                    "--batch-size", "8", "--steps", "1", "--run-dir", run], xla_env(), timeout=180)
     status = status_of(run)
     if native:
         assert proc.returncode == 0 and status["state"] == "done"
@@ -66,8 +67,8 @@ def test_bf16_refused_on_a_cpu_without_native_bf16(tmp_path):
 def test_a_precision_the_device_refuses_fails_the_cli_run_with_the_reason(tmp_path):
     """fp16 is refused on every CPU: the run fails at once, saying why (XLA's own reason: the doctor's test)."""
     run = str(tmp_path / "run")
-    proc = run_python(["-m", "core.train", "--device", "cpu", "--precision", "fp16", "--steps", "1",
-                       "--run-dir", run], timeout=180)
+    proc = run_cli(["-m", "core.train", "--device", "cpu", "--precision", "fp16", "--steps", "1",
+                    "--run-dir", run], xla_env(), timeout=180)
     status = status_of(run)
     assert proc.returncode != 0 and status["state"] == "failed"
     assert status["message"].startswith("Precision fp16 is not offered on CPU"), status["message"]
@@ -115,7 +116,7 @@ def test_doctor_reports_four_devices_in_one_process_and_a_real_run():
 
 
 def test_doctor_on_the_cpu():
-    proc = check(run_python(["-m", "core.doctor", "--device", "cpu", "--steps", "10"], timeout=180))
+    proc = check(run_cli(["-m", "core.doctor", "--device", "cpu", "--steps", "10"], xla_env(), timeout=180))
     assert "Device: CPU" in proc.stdout and "in the trainer process" in proc.stdout
     assert "Short run: done after 10 of 10 steps" in proc.stdout and "OK:" in proc.stdout, proc.stdout
 
@@ -126,10 +127,14 @@ def test_doctor_on_the_cpu():
 def _interrupt_cli(tmp_path, device: str, sig: int, **env: str) -> tuple[int, dict, str]:
     import signal
     run = str(tmp_path / "run")
-    proc = subprocess.Popen([sys.executable, "-m", "core.train", "--device", device, "--preset", "fast",
-                             "--batch-size", "16", "--steps", "100000", "--log-every", "5", "--run-dir", run],
-                            cwd=ROOT, env=xla_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    args = ["-m", "core.train", "--device", device, "--preset", "fast", "--batch-size", "16", "--steps", "100000",
+            "--log-every", "5", "--run-dir", run]
+    if device == "cpu":
+        proc = start_cli(args, xla_env(**env), new_session=True)
+    else:   # torch_xla reads its environment when imported: a fresh interpreter
+        with open(tmp_path / "output", "w") as log:
+            proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=xla_env(**env), stdout=log,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.time() + XLA_TIMEOUT
         while time.time() < deadline and proc.poll() is None:
@@ -143,11 +148,12 @@ def _interrupt_cli(tmp_path, device: str, sig: int, **env: str) -> tuple[int, di
             os.killpg(proc.pid, sig)     # as a terminal's Ctrl-C does: the whole foreground group
         else:
             proc.send_signal(sig)        # as `kill` or a supervisor does: the process alone
-        output = proc.communicate(timeout=180)[0]
+        proc.wait(timeout=180)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    output = "".join(proc.output()) if device == "cpu" else (tmp_path / "output").read_text()
     return proc.returncode, status_of(run), output
 
 

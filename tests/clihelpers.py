@@ -1,0 +1,126 @@
+"""The CLI as its own process, without paying Python's and torch's start each time.
+
+`python -m core.train ARGS` spends about four CPU-seconds importing torch (and torch._dynamo, which
+torch.optim's first optimizer imports) before its first step; the suite runs dozens of CLI runs.
+Here each is a fork of one interpreter that imported them once: the app's fork server
+(app/forkserver.py), started once per test process. The child then does what `python` does with
+its arguments (runpy, the module run as `__main__`, `sys.argv` as Python sets it) in a process of
+its own: its own pid, environment, working folder, session, signals and exit code, its output in
+files. What differs from a fresh interpreter is only that the modules are already imported, so a
+test of what a fresh process imports (test_xla_cli's probe, test_chunk_rules' spawned child) starts
+`python` itself, and so do tests/unit/test_core.py's CLI run and every launch with torch_xla (whose
+import reads its environment).
+
+    run_cli(["-m", "core.train", ...], env={...}) -> subprocess.CompletedProcess
+    start_cli([...], new_session=True) -> CliProcess (pid, poll, wait, send_signal, output)
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _as_python_would(args: list[str], env: dict, cwd: str, out: str, err: str, new_session: bool) -> None:
+    """In the forked child: `python ARGS` with `env` as its whole environment."""
+    if new_session:
+        os.setsid()
+    for fd, path in ((1, out), (2, err)):
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(handle, fd)
+        os.close(handle)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    if env.get("OMP_NUM_THREADS", "").isdigit():
+        # torch took its thread count from the fork server's environment; a fresh one takes this one's.
+        import torch
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    if args[0] == "-m":
+        # The module is imported already (the fork server's preload): runpy's warning that it then
+        # runs a second copy as __main__ says what `python -m` does anyway.
+        warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)
+        sys.argv = [args[1], *args[2:]]     # runpy replaces argv[0] with the module's file, as -m does
+        sys.path.insert(0, cwd)
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    elif args[0] == "-c":
+        sys.argv = ["-c", *args[2:]]
+        sys.path.insert(0, "")
+        exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        sys.argv = list(args)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
+        runpy.run_path(args[0], run_name="__main__")
+
+
+class CliProcess:
+    """A started CLI process, read as a subprocess.Popen is."""
+
+    def __init__(self, args: list[str], env: dict | None = None, cwd: str = ROOT, new_session: bool = False):
+        from app import forkserver
+        self.args = list(args)
+        folder = tempfile.mkdtemp(prefix="cli-")
+        self._out, self._err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+        self._process = forkserver.context().Process(
+            target=_as_python_would, args=(self.args, dict(os.environ if env is None else env), cwd,
+                                           self._out, self._err, new_session), daemon=False)
+        self._process.start()
+        self.pid = self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self._process.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._process.exitcode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def output(self) -> tuple[str, str]:
+        """(stdout, stderr) as written so far."""
+        def read(path: str) -> str:
+            try:
+                with open(path, errors="replace") as f:
+                    return f.read()
+            except OSError:
+                return ""
+        return read(self._out), read(self._err)
+
+
+def start_cli(args: list[str], env: dict | None = None, cwd: str = ROOT, new_session: bool = False) -> CliProcess:
+    return CliProcess(args, env, cwd, new_session)
+
+
+def run_cli(args: list[str], env: dict | None = None, cwd: str = ROOT, timeout: float = 300.0,
+            check: bool = False) -> subprocess.CompletedProcess:
+    """`python ARGS` to its end, as subprocess.run(capture_output=True, text=True) answers it."""
+    process = start_cli(args, env, cwd)
+    try:
+        process.wait(timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    stdout, stderr = process.output()
+    done = subprocess.CompletedProcess([sys.executable, *args], process.returncode, stdout, stderr)
+    if check:
+        done.check_returncode()
+    return done
+
