@@ -1,9 +1,10 @@
-"""The app as a user meets it: seconds from pressing Start to the first loss point, and memory.
+"""The app as a user meets it: its start, seconds from pressing Start to the first loss point, and memory.
 
     python bench/bench_ui.py            # 3 runs, medians
     python bench/bench_ui.py --runs 1
 
-Starts the real app (`python app.py`) as its own process, presses Start through the named API
+Starts the real app (`python app.py`) as its own process (the seconds until its page answers, and the
+CPU-seconds its UI process and its fork server spent by then), presses Start through the named API
 (default settings, bundled MNIST, a short run), and polls /status every 50 ms until the first
 event exists. Then reports the peak resident memory (VmHWM) of the UI process and of the
 trainer process, and whether the UI process ever imported torch_xla.
@@ -30,6 +31,12 @@ def vm_hwm_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_run(client, steps: int) -> tuple[float, float | None]:
@@ -65,8 +72,13 @@ def main() -> None:
                         help="seconds between a run's end and the next Start (the app readies its next "
                              "trainer meanwhile; 0 measures an immediate restart)")
     args = parser.parse_args()
-    from tests.apphelpers import RunningApp
+    from tests.apphelpers import RunningApp, children_of
+    started = time.perf_counter()
     app = RunningApp(tempfile.mkdtemp(prefix="blink-bench-ui-")).wait_ready()
+    ready = time.perf_counter() - started
+    fork_server = max(children_of(app.process.pid), key=cpu_seconds)   # the one that imported torch
+    print(f"app start: page answers {ready:.1f} s after `python app.py`; CPU by then: UI process "
+          f"{cpu_seconds(app.process.pid):.2f} s, fork server {cpu_seconds(fork_server):.2f} s")
     try:
         client = app.client()
         firsts, trainer_peaks = [], []
