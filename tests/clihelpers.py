@@ -7,15 +7,29 @@ Here each is a fork of one interpreter that imported them once: the app's fork s
 its arguments (runpy, the module run as `__main__`, `sys.argv` as Python sets it) in a process of
 its own: its own pid, environment, working folder, session, signals and exit code, its output in
 files. What differs from a fresh interpreter is only that the modules are already imported, so a
-test of what a fresh process imports (test_xla_cli's probe, test_chunk_rules' spawned child) starts
-`python` itself, and so do tests/unit/test_core.py's CLI run and every launch with torch_xla (whose
-import reads its environment).
+test of what a fresh process imports (test_xla_cli's probe, test_rows' GAN row added before anything
+imports it, test_chunk_rules' spawned child) starts `python` itself, and so do
+tests/unit/test_core.py's CLI run and test_xla_cli's Ctrl-C on four XLA devices: one fresh launch
+of each road.
+
+Runs on XLA:CPU (xla=True) fork another interpreter, which imported torch_xla too (about six more
+CPU-seconds a launch): torch_xla reads its environment when imported, so that interpreter starts
+with the XLA tests' own (tests/xla/xlahelpers.py xla_env: PJRT_DEVICE=CPU, the fast-compile
+XLA_FLAGS), the same for every run; what differs between runs (CPU_NUM_DEVICES) is read when a run
+opens its devices, after the fork.
 
     run_cli(["-m", "core.train", ...], env={...}) -> subprocess.CompletedProcess
     start_cli([...], new_session=True) -> CliProcess (pid, poll, wait, send_signal, output)
 """
 from __future__ import annotations
 
+import functools
+import io
+import multiprocessing.context
+import multiprocessing.forkserver
+import multiprocessing.reduction
+import multiprocessing.spawn
+import multiprocessing.util
 import os
 import runpy
 import signal
@@ -23,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 import warnings
+
+from app import forkserver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,15 +75,64 @@ def _as_python_would(args: list[str], env: dict, cwd: str, out: str, err: str, n
         runpy.run_path(args[0], run_name="__main__")
 
 
+# What the XLA interpreter imports once: torch_xla's modules that the device layer uses, and Blink's.
+XLA_PRELOAD = ("torch_xla", "torch_xla.core.xla_model", "torch_xla.runtime", "torch_xla.distributed.spmd",
+               "torch_xla.debug.metrics", "core.train", "core.doctor", "core.devices", "core.training")
+
+
+@functools.lru_cache(maxsize=None)
+def _xla_server() -> multiprocessing.forkserver.ForkServer:
+    """A fork server of its own (not multiprocessing's one, the app's and the CPU runs'), started in
+    the XLA tests' environment."""
+    from tests.xla.xlahelpers import xla_env
+    server = multiprocessing.forkserver.ForkServer()
+    server.set_forkserver_preload(list(XLA_PRELOAD))
+    own = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(xla_env())     # what the server's Python, and its torch_xla import, read
+    try:
+        server.ensure_running()
+    finally:
+        os.environ.clear()
+        os.environ.update(own)
+    return server
+
+
+class _XlaPopen(forkserver._Popen):
+    def _launch(self, process_obj):
+        # multiprocessing.popen_forkserver.Popen._launch, asking the XLA server, not the global one.
+        prep_data = multiprocessing.spawn.get_preparation_data(process_obj._name)
+        buf = io.BytesIO()
+        multiprocessing.context.set_spawning_popen(self)
+        try:
+            multiprocessing.reduction.dump(prep_data, buf)
+            multiprocessing.reduction.dump(process_obj, buf)
+        finally:
+            multiprocessing.context.set_spawning_popen(None)
+        self.sentinel, w = _xla_server().connect_to_new_process(self._fds)
+        parent_w = os.dup(w)
+        self.finalizer = multiprocessing.util.Finalize(self, multiprocessing.util.close_fds, (parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = multiprocessing.forkserver.read_signed(self.sentinel)
+
+
+class _XlaProcess(multiprocessing.context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj):
+        return _XlaPopen(process_obj)
+
+
 class CliProcess:
     """A started CLI process, read as a subprocess.Popen is."""
 
-    def __init__(self, args: list[str], env: dict | None = None, cwd: str = ROOT, new_session: bool = False):
-        from app import forkserver
+    def __init__(self, args: list[str], env: dict | None = None, cwd: str = ROOT, new_session: bool = False,
+                 xla: bool = False):
         self.args = list(args)
         folder = tempfile.mkdtemp(prefix="cli-")
         self._out, self._err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-        self._process = forkserver.context().Process(
+        process_class = _XlaProcess if xla else forkserver.context().Process
+        self._process = process_class(
             target=_as_python_would, args=(self.args, dict(os.environ if env is None else env), cwd,
                                            self._out, self._err, new_session), daemon=False)
         self._process.start()
@@ -104,14 +169,15 @@ class CliProcess:
         return read(self._out), read(self._err)
 
 
-def start_cli(args: list[str], env: dict | None = None, cwd: str = ROOT, new_session: bool = False) -> CliProcess:
-    return CliProcess(args, env, cwd, new_session)
+def start_cli(args: list[str], env: dict | None = None, cwd: str = ROOT, new_session: bool = False,
+              xla: bool = False) -> CliProcess:
+    return CliProcess(args, env, cwd, new_session, xla)
 
 
 def run_cli(args: list[str], env: dict | None = None, cwd: str = ROOT, timeout: float = 300.0,
-            check: bool = False) -> subprocess.CompletedProcess:
+            check: bool = False, xla: bool = False) -> subprocess.CompletedProcess:
     """`python ARGS` to its end, as subprocess.run(capture_output=True, text=True) answers it."""
-    process = start_cli(args, env, cwd)
+    process = start_cli(args, env, cwd, xla=xla)
     try:
         process.wait(timeout)
     finally:

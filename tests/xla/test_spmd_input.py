@@ -19,8 +19,8 @@ BATCH, IMAGES = 8, 40   # 5 batches an epoch, 2 images per device
 
 
 def test_prefetching_stream_draws_the_plain_streams_batches_sharded_over_four_devices():
-    from tests.xla.xlahelpers import check, run_python
-    proc = check(run_python([os.path.abspath(__file__)], timeout=300, CPU_NUM_DEVICES="4"))
+    from tests.xla.xlahelpers import check, run_xla
+    proc = check(run_xla([os.path.abspath(__file__)], timeout=300, CPU_NUM_DEVICES="4"))
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["prefetch_by_default"] is True
     assert result["shards"] == [[[BATCH // 4, 1, 4, 4]] * 4, [[BATCH // 4]] * 4]

@@ -15,7 +15,7 @@ import pytest
 
 from tests.apphelpers import alive
 from tests.clihelpers import run_cli, start_cli
-from tests.xla.xlahelpers import ROOT, SCRIPTS, XLA_TIMEOUT, check, probe, run_python, status_of, xla_env
+from tests.xla.xlahelpers import ROOT, SCRIPTS, XLA_TIMEOUT, check, probe, run_python, run_xla, status_of, xla_env
 
 # ------------------------------------------------------------------------------------------
 # Fallback when torch_xla is missing or broken (no torch_xla needed)
@@ -84,7 +84,7 @@ def test_a_failure_in_the_trainers_bookkeeping_ends_the_run_with_its_checkpoint(
     `failed` there, saying what it was doing, with the checkpoint of step 2 kept. One XLA device:
     the Loop's bookkeeping is the same over four, whose runs the tests above read."""
     run = str(tmp_path / "run")
-    proc = run_python([os.path.join(SCRIPTS, "grid_failure.py"), "--device", "xla-cpu", "--preset", "fast",
+    proc = run_xla([os.path.join(SCRIPTS, "grid_failure.py"), "--device", "xla-cpu", "--preset", "fast",
                  "--batch-size", "16", "--steps", "300", "--log-every", "3", "--grid-every", "2",
                  "--checkpoint-every", "2", "--quality-every", "0", "--run-dir", run], CPU_NUM_DEVICES="1")
     status = status_of(run)
@@ -103,8 +103,8 @@ def test_a_failure_in_the_trainers_bookkeeping_ends_the_run_with_its_checkpoint(
 # ------------------------------------------------------------------------------------------
 @pytest.mark.xla
 def test_doctor_reports_four_devices_in_one_process_and_a_real_run():
-    proc = check(run_python(["-m", "core.doctor", "--device", "xla-cpu", "--steps", "15", "--batch-size", "16"],
-                       CPU_NUM_DEVICES="4"))
+    proc = check(run_xla(["-m", "core.doctor", "--device", "xla-cpu", "--steps", "15", "--batch-size", "16"],
+                         CPU_NUM_DEVICES="4"))
     out = proc.stdout
     assert "Device: XLA:CPU (4 devices)" in out and "4 devices in one process" in out, out
     assert "4 per device on 4 devices" in out and "4x1x28x28" in out, out

@@ -35,9 +35,17 @@ def xla_env(**extra: str) -> dict:
 
 
 def run_python(args: list[str], timeout: float = XLA_TIMEOUT, **env: str) -> subprocess.CompletedProcess:
+    """`python ARGS` in a fresh interpreter: for what a fresh process imports or reads at import."""
     proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=xla_env(**env), capture_output=True,
                           text=True, timeout=timeout)
     return proc
+
+
+def run_xla(args: list[str], timeout: float = XLA_TIMEOUT, **env: str) -> subprocess.CompletedProcess:
+    """`python ARGS` on XLA:CPU as a fork of an interpreter that imported torch_xla once
+    (tests/clihelpers.py): what every run of the XLA tests but the fresh ones starts as."""
+    from tests.clihelpers import run_cli
+    return run_cli(args, xla_env(**env), timeout=timeout, xla=True)
 
 
 def check(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -46,7 +54,7 @@ def check(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 
 def run_script(name: str, *args: str, **env: str) -> None:
-    check(run_python([os.path.join(SCRIPTS, name), *map(str, args)], **env))
+    check(run_xla([os.path.join(SCRIPTS, name), *map(str, args)], **env))
 
 
 def xla_import_error() -> str:
@@ -102,8 +110,8 @@ CROSSING_ROUNDING = {gan: ("--beta1", "0.3", "--beta2", "0.3") for gan in ("hing
 
 def train_watching_states(run: str, flags: list[str], **env: str) -> list[str]:
     """The real CLI trainer into `run`; the states its status went through, as a viewer saw them."""
-    proc = subprocess.Popen([sys.executable, "-m", "core.train", *flags, "--run-dir", run], cwd=ROOT, env=xla_env(**env),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    from tests.clihelpers import start_cli
+    proc = start_cli(["-m", "core.train", *flags, "--run-dir", run], xla_env(**env), xla=True)
     states: list[str] = []
     deadline = time.time() + XLA_TIMEOUT
     try:
@@ -118,8 +126,8 @@ def train_watching_states(run: str, flags: list[str], **env: str) -> list[str]:
     finally:
         if proc.poll() is None:
             proc.kill()
-        output = proc.communicate()[0]
-    assert proc.returncode == 0, output[-3000:]
+        proc.wait(60)
+    assert proc.returncode == 0, "".join(proc.output())[-3000:]
     final = status_of(run)["state"]
     return states if states and states[-1] == final else [*states, final]
 
