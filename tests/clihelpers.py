@@ -1,25 +1,25 @@
 """The CLI as its own process, without paying Python's and torch's start each time.
 
-`python -m core.train ARGS` spends about four CPU-seconds importing torch (and torch._dynamo, which
-torch.optim's first optimizer imports) before its first step; the suite runs dozens of CLI runs.
-Here each is a fork of one interpreter that imported them once: the app's fork server
-(app/forkserver.py), started once per test process. The child then does what `python` does with
-its arguments (runpy, the module run as `__main__`, `sys.argv` as Python sets it) in a process of
-its own: its own pid, environment, working folder, session, signals and exit code, its output in
-files. What differs from a fresh interpreter is only that the modules are already imported, so a
-test of what a fresh process imports (test_xla_cli's probe, test_rows' GAN row added before anything
-imports it, test_chunk_rules' spawned child) starts `python` itself, and so do
-tests/unit/test_core.py's CLI run and test_xla_cli's Ctrl-C on four XLA devices: one fresh launch
-of each road.
+`python -m core.train ARGS` imports torch (and torch._dynamo, which torch.optim's first optimizer
+imports) before its first step, most of a short run's CPU, and the suite runs dozens of CLI runs
+(bench/README.md, "The suite"). Here each is a fork of one interpreter that imported them once: the
+app's fork server (app/forkserver.py), started once per test process. The child then does what
+`python` does with its arguments (runpy, the module run as `__main__`, `sys.argv` as Python sets
+it) in a process of its own: its own pid, environment, working folder, session, signals and exit
+code, its output in files. What differs from a fresh interpreter is only that the modules are
+already imported, so a test of what a fresh process imports (test_xla_cli's probe, test_rows' GAN
+row added before anything imports it, test_chunk_rules' spawned child) starts `python` itself, and
+so does one CLI run of each entry point (tests/unit/test_core.py). A cold torch_xla import in a
+trainer process, after the device layer set its environment, is the app's road
+(tests/xla/test_xla_app.py's trainers).
 
-Runs on XLA:CPU (xla=True) fork another interpreter, which imported torch_xla too (about six more
-CPU-seconds a launch): torch_xla reads its environment when imported, so that interpreter starts
-with the XLA tests' own (tests/xla/xlahelpers.py xla_env: PJRT_DEVICE=CPU, the fast-compile
-XLA_FLAGS), the same for every run; what differs between runs (CPU_NUM_DEVICES) is read when a run
-opens its devices, after the fork.
+Runs on XLA:CPU (xla=True) fork another interpreter, which imported torch_xla too: torch_xla reads
+its environment when imported, so that interpreter starts with the XLA tests' own
+(tests/xla/xlahelpers.py xla_env: PJRT_DEVICE=CPU, the fast-compile XLA_FLAGS), the same for every
+run; what differs between runs (CPU_NUM_DEVICES) is read when a run opens its devices, after the fork.
 
     run_cli(["-m", "core.train", ...], env={...}) -> subprocess.CompletedProcess
-    start_cli([...], new_session=True) -> CliProcess (pid, poll, wait, send_signal, output)
+    start_cli([...], new_session=True, xla=False) -> CliProcess (pid, poll, wait, send_signal, output)
 """
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -15,7 +14,7 @@ import pytest
 
 from tests.apphelpers import alive
 from tests.clihelpers import run_cli, start_cli
-from tests.xla.xlahelpers import ROOT, SCRIPTS, XLA_TIMEOUT, check, probe, run_python, run_xla, status_of, xla_env
+from tests.xla.xlahelpers import SCRIPTS, XLA_TIMEOUT, check, probe, run_python, run_xla, status_of, xla_env
 
 # ------------------------------------------------------------------------------------------
 # Fallback when torch_xla is missing or broken (no torch_xla needed)
@@ -129,12 +128,7 @@ def _interrupt_cli(tmp_path, device: str, sig: int, **env: str) -> tuple[int, di
     run = str(tmp_path / "run")
     args = ["-m", "core.train", "--device", device, "--preset", "fast", "--batch-size", "16", "--steps", "100000",
             "--log-every", "5", "--run-dir", run]
-    if device == "cpu":
-        proc = start_cli(args, xla_env(**env), new_session=True)
-    else:   # torch_xla reads its environment when imported: a fresh interpreter
-        with open(tmp_path / "output", "w") as log:
-            proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=xla_env(**env), stdout=log,
-                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = start_cli(args, xla_env(**env), new_session=True, xla=device != "cpu")
     try:
         deadline = time.time() + XLA_TIMEOUT
         while time.time() < deadline and proc.poll() is None:
@@ -153,8 +147,7 @@ def _interrupt_cli(tmp_path, device: str, sig: int, **env: str) -> tuple[int, di
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    output = "".join(proc.output()) if device == "cpu" else (tmp_path / "output").read_text()
-    return proc.returncode, status_of(run), output
+    return proc.returncode, status_of(run), "".join(proc.output())
 
 
 @pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
