@@ -34,6 +34,14 @@ def _end_with_this_process() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+class Refused(RuntimeError):
+    """A call of the named API that the app answered with an error: `message` is what the page shows."""
+
+    def __init__(self, api_name: str, data):
+        self.message = data.get("error", "") if isinstance(data, dict) else str(data)
+        super().__init__(f"{api_name} refused: {data}")
+
+
 class RunningApp:
     def __init__(self, runs_root: str, extra_args: tuple[str, ...] = (), env: dict | None = None,
                  script: str = "app.py"):
@@ -88,7 +96,7 @@ class RunningApp:
                 elif line.startswith("data: ") and event in ("complete", "error"):
                     data = json.loads(line[len("data: "):])
                     if event == "error":
-                        raise RuntimeError(f"{api_name} refused: {data}")
+                        raise Refused(api_name, data)
                     return data
         raise RuntimeError(f"{api_name}: the event stream ended without an answer")
 

@@ -47,3 +47,21 @@ def app(request, tmp_path_factory):
     running.folder = folder
     yield running
     assert running.stop() is not None
+
+
+# The unit files that take longest, in that order (measured: bench/README.md, "The suite"), collected
+# before the other unit files (pytest.ini's testpaths orders the folders).
+LONG_UNIT_FILES = ("test_core.py", "test_ddp.py", "test_sample_handlers.py", "test_sample.py", "test_quality.py",
+                   "test_losses.py", "test_rows.py", "test_heartbeat.py")
+
+
+def pytest_collection_modifyitems(items):
+    folder_first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        folder_first.setdefault(item.nodeid.split("::")[0].rpartition("/")[0], i)
+
+    def order(item) -> tuple[int, int]:   # each folder where it was; in tests/unit, the long files first
+        folder, _, name = item.nodeid.split("::")[0].rpartition("/")
+        long = LONG_UNIT_FILES.index(name) if folder == "tests/unit" and name in LONG_UNIT_FILES else len(LONG_UNIT_FILES)
+        return folder_first[folder], long
+    items.sort(key=order)

@@ -299,10 +299,12 @@ def test_a_page_load_and_the_sample_tab_leave_the_ui_process_without_torch(app, 
 
     # The form on each screen (a phone too: a host may start a run from one); the refusals start no run.
     check_the_form(page, "projector")
+    page.context.close()   # a page left open redraws at Gradio's frame rate: each screen is closed once seen
     for name in ("host", "phone"):
         form = person(**SCREENS[name])
         form.goto(app.url)
         check_the_form(form, name)
+        form.context.close()
     # The named API refuses the same fractions, naming the field: nothing rounds them on the way.
     from gradio_client.exceptions import AppError
     client = app.client()
