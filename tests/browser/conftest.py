@@ -14,6 +14,15 @@ def browser():
         launched.close()
 
 
+# A Gradio page asks for an animation frame 60 times a second even at rest (a status tracker's timer
+# that is never cleared: lab/README.md, "A page at rest still draws 60 frames a second"), and each
+# open page then costs chromium a steady share of a core, most of the browser tests' CPU. The tests'
+# pages get their frames 10 times a second instead: what they check (text, layout, images, what a
+# click does) does not depend on the frame rate, and their waits poll.
+FEWER_FRAMES = ("window.requestAnimationFrame = callback => setTimeout(() => callback(performance.now()), 100);"
+                "window.cancelAnimationFrame = id => clearTimeout(id);")
+
+
 @pytest.fixture
 def person(browser):
     """person(**context options) -> a new page in a context of its own, closed after the test."""
@@ -21,6 +30,7 @@ def person(browser):
 
     def new_page(**options):
         contexts.append(browser.new_context(**options))
+        contexts[-1].add_init_script(FEWER_FRAMES)
         return contexts[-1].new_page()
     yield new_page
     for context in contexts:
