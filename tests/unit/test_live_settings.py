@@ -1,7 +1,7 @@
 """Settings the host changes while a run trains (issue 41): the learning rates, Adam's betas and
 D's updates per G update, from the next step on, written to the run's events and to its plan, and
 kept when the run is resumed; and a Step of D or G alone. (Through the page's named API:
-tests/app/test_run_controls.py; on the page: tests/browser/test_browser.py.)"""
+tests/app/test_app.py; on the page: tests/browser/test_browser.py.)"""
 import os
 import time
 

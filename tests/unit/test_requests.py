@@ -1,6 +1,6 @@
 """The order of requests to a trainer (issue 45): a Stop is never replaced by what is pressed after
 it, a Step under way finishes first, and otherwise the later press wins (core/rundir.py RunDir.request).
-Through the real app: tests/app/test_run_controls.py."""
+Through the real app: tests/app/test_app.py."""
 import os
 import threading
 
