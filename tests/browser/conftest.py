@@ -15,22 +15,27 @@ def browser():
 
 
 # A Gradio page asks for an animation frame 60 times a second even at rest (a status tracker's timer
-# that is never cleared: lab/README.md, "A page at rest still draws 60 frames a second"), and each
-# open page then costs chromium a steady share of a core, most of the browser tests' CPU. The tests'
-# pages get their frames 10 times a second instead: what they check (text, layout, images, what a
-# click does) does not depend on the frame rate, and their waits poll.
+# that is never cleared: lab/README.md, "A page at rest still draws 60 frames a second"), so each
+# page a test holds open costs chromium a steady share of a core. A page that only watches (a
+# projector's, a phone's, while the host's page acts) gets its frames 10 times a second instead:
+# what the tests read on it does not depend on the frame rate. Never a page that is clicked through
+# menus: Playwright waits for an element to stop moving over two of its own frames, which a page
+# whose animations step every 100 ms can fool (seen: a dropdown's option clicked mid-animation,
+# then outside the viewport).
 FEWER_FRAMES = ("window.requestAnimationFrame = callback => setTimeout(() => callback(performance.now()), 100);"
                 "window.cancelAnimationFrame = id => clearTimeout(id);")
 
 
 @pytest.fixture
 def person(browser):
-    """person(**context options) -> a new page in a context of its own, closed after the test."""
+    """person(watching=False, **context options) -> a new page in a context of its own, closed after
+    the test; watching=True for a page that only watches (FEWER_FRAMES)."""
     contexts = []
 
-    def new_page(**options):
+    def new_page(watching: bool = False, **options):
         contexts.append(browser.new_context(**options))
-        contexts[-1].add_init_script(FEWER_FRAMES)
+        if watching:
+            contexts[-1].add_init_script(FEWER_FRAMES)
         return contexts[-1].new_page()
     yield new_page
     for context in contexts:
