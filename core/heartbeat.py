@@ -39,6 +39,9 @@ class Heartbeat:
         self.run = run
         self.compiling = compiling or (lambda: False)
         self.on_compiling = lambda: None   # called once when a compile is first seen
+        # Held by the trainer's status writes and by on_compiling's: a compile notice that read
+        # "running" is written before the trainer's next status, never over it (a final "done").
+        self.status_lock = threading.Lock()
         self.what, self.since = "starting", time.time()
         self.step, self.step_time = 0, time.time()
         self.step_seconds: float | None = None   # the run's usual step, once past the first ones

@@ -159,8 +159,9 @@ def say_compiles(beat: Heartbeat, run: RunDir, rt) -> None:
     trainer's next status puts its state back. The heartbeat's thread sees the compile begin (`rt`
     says so) and writes it, while the trainer's own thread waits for the compile."""
     def say() -> None:
-        if run.read_status().state == "running":   # the first steps' compiles say so already
-            run.write_status("compiling", f"XLA is compiling a new graph after step {beat.step} (later steps reuse it)...")
+        with beat.status_lock:
+            if run.read_status().state == "running":   # the first steps' compiles say so already
+                run.write_status("compiling", f"XLA is compiling a new graph after step {beat.step} (later steps reuse it)...")
     beat.compiling, beat.on_compiling = rt.compiling, say
 
 
@@ -412,9 +413,10 @@ class Loop:
             self.beat.doing(doing)
 
     def _status(self, state: str, message: str, stepped_from: int = 0) -> None:
-        self._work("writing the status", lambda: self.report.write(
-            state, message, self.step_count, self.saved_step, self.warning, self.training.gan_step.data_seconds,
-            stepped_from, phase=self.phase.line(), augment_p=self.last_values.get("augment_p")))
+        with self.beat.status_lock:   # the heartbeat's compile notice never lands after this write
+            self._work("writing the status", lambda: self.report.write(
+                state, message, self.step_count, self.saved_step, self.warning, self.training.gan_step.data_seconds,
+                stepped_from, phase=self.phase.line(), augment_p=self.last_values.get("augment_p")))
 
     def save_grid(self) -> None:
         """The fixed-noise grid, and what D believes about each of its images and of the real grid's

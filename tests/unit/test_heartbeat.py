@@ -101,3 +101,37 @@ def test_a_stopped_heartbeat_reads_silent_once_the_bound_has_passed(tmp_path):
     assert last["pid"] == os.getpid() and last["doing"] == "training"   # whose beat it is: the job checks
     assert silent_since(last, time.time(), GRACE) is None
     assert silent_since(last, last["time"] + GRACE + 1, GRACE) == last["time"]
+
+
+def test_a_compile_notice_read_as_the_run_ends_never_lands_over_its_final_status(tmp_path, monkeypatch):
+    """The heartbeat's thread says "compiling" when it sees a compile begin, if the run still reads
+    "running" (core/train.py say_compiles); the trainer's thread may write the run's final status in
+    between that read and that write. Held apart by the heartbeat's status lock, which the trainer's
+    status writes take (Loop._status): the final "done" stays, not "compiling" for good."""
+    import threading
+    from types import SimpleNamespace
+    from core.train import say_compiles
+    run = RunDir.create(TrainConfig(), str(tmp_path))
+    run.write_status("running", "Training.")
+    compiling, read = threading.Event(), threading.Event()
+    pulse = Heartbeat(run, compiling=compiling.is_set)
+    say_compiles(pulse, run, SimpleNamespace(compiling=compiling.is_set))
+    real_read = RunDir.read_status
+
+    def read_slowly(self):   # the heartbeat's read, then time for the trainer's write to come between
+        status = real_read(self)
+        if threading.current_thread().name == "blink-heartbeat":
+            read.set()
+            time.sleep(0.5)
+        return status
+    monkeypatch.setattr(RunDir, "read_status", read_slowly)
+    pulse.start()
+    try:
+        compiling.set()                         # the final grid's graph begins to compile
+        assert read.wait(5)
+        with pulse.status_lock:                 # the trainer's final status, as Loop._status writes it
+            run.write_status("done", "Finished.")
+        time.sleep(1.0)
+    finally:
+        pulse.stop()
+    assert real_read(run).state == "done"
