@@ -30,6 +30,18 @@ pytestmark = pytest.mark.slow
 APP_ENV = {"OMP_NUM_THREADS": "1", "BLINK_STOP_ESCALATE": "3"}
 
 
+@pytest.fixture(autouse=True)
+def _no_run_left_training(request):
+    """Each test on the module's app begins with no run training or paused: a test that fails with
+    its run still going (or paused) leaves it to that test's report, not to every test after it."""
+    if "app" in request.fixturenames:
+        app = request.getfixturevalue("app")
+        if app.process.poll() is None and app.status().get("state") not in ("", None, *FINAL_STATES):
+            app.call("stop", "")
+            wait_for(lambda: app.status().get("state") in FINAL_STATES, 60, what="the last test's run to stop")
+    yield
+
+
 def test_bad_settings_are_refused_before_any_process_starts(app):
     client = app.client()
     # The project's own checks answer, naming the field (the number boxes have no limits of their own;

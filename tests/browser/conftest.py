@@ -16,26 +16,32 @@ def browser():
 
 # A Gradio page asks for an animation frame 60 times a second even at rest (a status tracker's timer
 # that is never cleared: lab/README.md, "A page at rest still draws 60 frames a second"), so each
-# page a test holds open costs chromium a steady share of a core. A page that only watches (a
-# projector's, a phone's, while the host's page acts) gets its frames 10 times a second instead:
-# what the tests read on it does not depend on the frame rate. Never a page that is clicked through
-# menus: Playwright waits for an element to stop moving over two of its own frames, which a page
-# whose animations step every 100 ms can fool (seen: a dropdown's option clicked mid-animation,
-# then outside the viewport).
-FEWER_FRAMES = ("window.requestAnimationFrame = callback => setTimeout(() => callback(performance.now()), 100);"
-                "window.cancelAnimationFrame = id => clearTimeout(id);")
+# page a test holds open costs chromium a steady share of a core, most of the browser tests' CPU.
+# The tests' pages get frames 10 times a second while nobody touches them, and at the full rate for
+# two seconds after each click, key or input: Playwright waits for an element to keep its place over
+# two of its own frames before it clicks, which an accordion or a menu opening in 100 ms steps can
+# fool (seen: a dropdown's option positioned while the accordion above it opened, then outside the
+# viewport for good). What the tests read at rest does not depend on the frame rate.
+FEWER_FRAMES_AT_REST = """(() => {
+  const frame = window.requestAnimationFrame.bind(window), cancelFrame = window.cancelAnimationFrame.bind(window);
+  let touched = -Infinity;
+  for (const kind of ["pointerdown", "keydown", "input", "wheel"]) {
+    window.addEventListener(kind, () => { touched = performance.now(); }, true);
+  }
+  window.requestAnimationFrame = callback => performance.now() - touched < 2000
+    ? frame(callback) : -setTimeout(() => callback(performance.now()), 100);
+  window.cancelAnimationFrame = id => id < 0 ? clearTimeout(-id) : cancelFrame(id);
+})();"""
 
 
 @pytest.fixture
 def person(browser):
-    """person(watching=False, **context options) -> a new page in a context of its own, closed after
-    the test; watching=True for a page that only watches (FEWER_FRAMES)."""
+    """person(**context options) -> a new page in a context of its own, closed after the test."""
     contexts = []
 
-    def new_page(watching: bool = False, **options):
+    def new_page(**options):
         contexts.append(browser.new_context(**options))
-        if watching:
-            contexts[-1].add_init_script(FEWER_FRAMES)
+        contexts[-1].add_init_script(FEWER_FRAMES_AT_REST)
         return contexts[-1].new_page()
     yield new_page
     for context in contexts:

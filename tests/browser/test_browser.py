@@ -368,8 +368,7 @@ def test_an_earlier_run_beside_the_live_one_on_every_screen(app, person):
     for step in range(20, SEEDED_STEP + 1, 20):
         earlier.append_event({"step": step, "loss_d": 1.2 - step / 1000, "loss_g": 0.8 + step / 1000})
     earlier.write_status("done", "Finished.", step=SEEDED_STEP, steps=SEEDED_STEP, gan="dcgan")
-    # The host's page acts; the projector's and the phone's only watch.
-    pages = {name: person(watching=name != "host", **SCREENS[name]) for name in SCREENS}
+    pages = {name: person(**SCREENS[name]) for name in SCREENS}
     for name, page in pages.items():
         page.goto(app.url + ("?view=watch" if name == "phone" else ""))
     host = pages["host"]
@@ -527,8 +526,8 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
     bad_zip = tmp_path / "photos.zip"
     bad_zip.write_bytes(b"this is not a zip file")
     host = person(**HOST_SCREEN)
-    projector = person(watching=True, **PROJECTOR)   # a page on the room's projector, without the host key
-    phone = person(watching=True, **PHONE)           # a student's phone, on the students' view
+    projector = person(**PROJECTOR)   # a page on the room's projector, without the host key
+    phone = person(**PHONE)           # a student's phone, on the students' view
     for page in (host, projector):
         page.goto(app.url)
     phone.goto(app.url + "?view=watch")
