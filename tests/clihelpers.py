@@ -32,6 +32,7 @@ import multiprocessing.spawn
 import multiprocessing.util
 import os
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -129,8 +130,8 @@ class CliProcess:
     def __init__(self, args: list[str], env: dict | None = None, cwd: str = ROOT, new_session: bool = False,
                  xla: bool = False):
         self.args = list(args)
-        folder = tempfile.mkdtemp(prefix="cli-")
-        self._out, self._err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+        self.folder = tempfile.mkdtemp(prefix="cli-")   # its output files
+        self._out, self._err = os.path.join(self.folder, "stdout"), os.path.join(self.folder, "stderr")
         process_class = _XlaProcess if xla else forkserver.context().Process
         self._process = process_class(
             target=_as_python_would, args=(self.args, dict(os.environ if env is None else env), cwd,
@@ -185,6 +186,7 @@ def run_cli(args: list[str], env: dict | None = None, cwd: str = ROOT, timeout: 
             process.kill()
             process.wait(30)
     stdout, stderr = process.output()
+    shutil.rmtree(process.folder, ignore_errors=True)
     done = subprocess.CompletedProcess([sys.executable, *args], process.returncode, stdout, stderr)
     if check:
         done.check_returncode()
