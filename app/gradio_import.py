@@ -4,7 +4,7 @@ At every `import gradio`, each of its components' classes, as it is made, has th
 defines it parsed again and a type stub (`.pyi`) rendered from a template and compared with, or
 written beside, the installed file (gradio/component_meta.py, `create_or_modify_pyi`): stubs for the
 editors of people developing Gradio itself. The app reads none of them, and the work is a large
-share of the app's start (bench/README.md, "The app's start"). So the app's process, before it
+share of the app's start (bench/README.md, "The page"). So the app's process, before it
 imports Gradio, has that one function made to do nothing; everything else of Gradio is untouched.
 A Gradio without that function, or already imported, is left as it is.
 
