@@ -76,9 +76,10 @@ def _as_python_would(args: list[str], env: dict, cwd: str, out: str, err: str, n
         runpy.run_path(args[0], run_name="__main__")
 
 
-# What the XLA interpreter imports once: torch_xla's modules that the device layer uses, and Blink's.
+# What the XLA interpreter imports once: torch_xla's modules that the device layer uses, then what the
+# app's fork server imports, and the doctor.
 XLA_PRELOAD = ("torch_xla", "torch_xla.core.xla_model", "torch_xla.runtime", "torch_xla.distributed.spmd",
-               "torch_xla.debug.metrics", "core.train", "core.doctor", "core.devices", "core.training")
+               "torch_xla.debug.metrics", *forkserver.PRELOAD, "core.doctor")
 
 
 @functools.lru_cache(maxsize=None)
@@ -144,7 +145,7 @@ class CliProcess:
         return self._process.exitcode
 
     def poll(self) -> int | None:
-        return self._process.exitcode
+        return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)

@@ -29,13 +29,12 @@ def _weights(path: str) -> dict:
                                       for name, value in state[net].items()}}
 
 
-def _unbroken_run(config_path: str, run_dir: str) -> dict:
-    """The same config trained in one piece by the CLI."""
-    with open(config_path) as f:
-        config = json.load(f)["config"]   # the run's plan: the config it trained with
-    flags = [f"--{name.replace('_', '-')}={value}" for name, value in config.items() if value is not None]
-    run_cli(["-m", "core.train", *flags, "--run-dir", run_dir], check=True, timeout=300,
-            env={**os.environ, "OMP_NUM_THREADS": "1"})
+def _unbroken_run(chunked_run: str, run_dir: str) -> dict:
+    """The same config (the chunked run's plan: the config it trained with) trained in one piece by the CLI."""
+    from core.rundir import RunDir
+    from core.train import cli_flags
+    run_cli(["-m", "core.train", *cli_flags(RunDir(chunked_run).read_config()), "--run-dir", run_dir], check=True,
+            timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return _weights(run_dir)
 
 
@@ -101,7 +100,7 @@ def test_a_run_in_chunks_from_the_page_pauses_survives_a_kill_and_equals_an_unbr
 
     # Each chunk continued the random state too, so the weights are an unbroken run's, exactly.
     chunked = _weights(run_dir)
-    unbroken = _unbroken_run(os.path.join(run_dir, "config.json"), str(tmp_path / "unbroken"))
+    unbroken = _unbroken_run(run_dir, str(tmp_path / "unbroken"))
     assert chunked.keys() == unbroken.keys()
     assert chunked["step"] == unbroken["step"] == STEPS
     different = [name for name in chunked if name != "step" and not torch.equal(chunked[name], unbroken[name])]
