@@ -12,11 +12,10 @@ trainer ended through one callback, and the job decides what the run says of it.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -97,16 +96,17 @@ def _train_child(config_dict: dict, run_path: str, resume: bool, chunk, parent_p
 
 
 def _train_ranks(config: TrainConfig, run_path: str, resume: bool, parent_pid: int) -> None:
-    """A run over config.processes processes (DDP), each a rank started as torchrun starts one:
-    `python -m core.train` with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, a rendezvous
-    on this machine), so the CLI's torchrun road trains it. Here, not under torchrun itself (whose
+    """A run over config.processes processes (DDP), each a rank as torchrun starts one: the CLI
+    (`core.train`'s main) with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, a rendezvous on
+    this machine), so the CLI's torchrun road trains it. Forked from this process, whose imports are
+    paid and which has touched no device (CUDA does not survive a fork), rather than a fresh
+    `python -m core.train` each; and here, not under torchrun itself (whose
     ranks each get a session of their own), so that every rank is in this trainer's process group,
     where the app's Stop escalation and its clean-up reach it. This process waits for them as
     torchrun does: one that fails, or the app gone, and the others are asked to stop (a checkpoint
     kept), then ended."""
     from core.train import cli_flags
     count = config.processes
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with socket.socket() as probe:   # a free port for the ranks' rendezvous
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -114,26 +114,36 @@ def _train_ranks(config: TrainConfig, run_path: str, resume: bool, parent_pid: i
         args = ["--resume", run_path, "--steps", str(config.steps)]
     else:
         args = [*cli_flags(config), "--run-dir", run_path]
-    env = {**os.environ, "PYTHONPATH": root, "WORLD_SIZE": str(count), "LOCAL_WORLD_SIZE": str(count),
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    ranks = [subprocess.Popen([sys.executable, "-m", "core.train", *args], cwd=root,
-                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}) for rank in range(count)]
+    env = {"WORLD_SIZE": str(count), "LOCAL_WORLD_SIZE": str(count), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port)}
+    fork = multiprocessing.get_context("fork")
+    ranks = [fork.Process(target=_rank_child, args=(args, {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}),
+                          name=f"blink-rank-{rank}") for rank in range(count)]
+    for rank in ranks:
+        rank.start()
     # The app's SIGTERM (its Stop escalation) reaches every rank in this group: they stop with a checkpoint.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     asked_at = None
-    while any(rank.poll() is None for rank in ranks):
-        failed = any(rank.returncode not in (None, 0) for rank in ranks)
+    while any(rank.exitcode is None for rank in ranks):
+        failed = any(rank.exitcode not in (None, 0) for rank in ranks)
         if asked_at is None and (failed or not pid_alive(parent_pid)):
             asked_at = time.monotonic()
             for rank in ranks:
-                if rank.poll() is None:
-                    rank.send_signal(signal.SIGTERM)
+                if rank.exitcode is None:
+                    rank.terminate()
         if asked_at is not None and time.monotonic() - asked_at > STOP_ESCALATE_SECONDS:
             for rank in ranks:
-                if rank.poll() is None:
+                if rank.exitcode is None:
                     rank.kill()
         time.sleep(0.2)
-    raise SystemExit(next((rank.returncode for rank in ranks if rank.returncode), 0))
+    raise SystemExit(next((rank.exitcode for rank in ranks if rank.exitcode), 0))
+
+
+def _rank_child(args: list[str], rank_env: dict) -> None:
+    """Entry point of one rank: the CLI, as `python -m core.train ARGS` runs it under torchrun."""
+    os.environ.update(rank_env)
+    from core.train import main
+    raise SystemExit(main(args))
 
 
 def _prepare_child(config_dict: dict, run_path: str, device_kind: str) -> None:

@@ -462,15 +462,17 @@ def test_a_pause_pressed_just_after_stop_never_replaces_it(app):
 
 
 def rank_pids(app) -> list[int]:
-    """The app's trainer ranks: its descendants running core.train (the trainer process starts them)."""
+    """The app's trainer ranks: the processes the trainer forked into its own process group (the
+    trainer leads the group it runs in, so a rank's parent is its group's leader; the app leads its own)."""
     ranks = []
     for pid in children_of(app.process.pid):
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"\0-m\0core.train\0" in f.read():   # not the fork server, which preloads it
-                    ranks.append(pid)
+            with open(f"/proc/{pid}/stat") as f:
+                ppid, pgrp = f.read().rpartition(")")[2].split()[1:3]
         except OSError:
-            pass
+            continue
+        if ppid == pgrp != str(app.process.pid):
+            ranks.append(pid)
     return ranks
 
 
