@@ -92,8 +92,8 @@ def use_own_upload_folder() -> None:
 
 
 def main() -> None:
-    from app.gradio_import import skip_type_stubs
-    skip_type_stubs()    # before anything imports Gradio (spaces, app.ui)
+    from app.gradio_import import trim_gradio_import
+    trim_gradio_import()    # before anything imports Gradio (spaces, app.ui)
     parser = argparse.ArgumentParser(description="Blink: watch a GAN learn.")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                         help="0.0.0.0 to let a classroom on the same network open the page")

@@ -11,9 +11,9 @@ from tests.filehelpers import mount  # noqa: E402,F401  (a fixture: a real small
 # No telemetry or version checks: the suite runs offline.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# The test modules import Gradio as the app does, without its type-stub writer (app/gradio_import.py).
-from app.gradio_import import skip_type_stubs  # noqa: E402
-skip_type_stubs()
+# The test modules import Gradio as the app does (app/gradio_import.py).
+from app.gradio_import import trim_gradio_import  # noqa: E402
+trim_gradio_import()
 # XLA:CPU compiling fast (tests/xla/xlahelpers.py FAST_COMPILE) in every process the tests start.
 from tests.xla.xlahelpers import FAST_COMPILE  # noqa: E402
 os.environ.setdefault("XLA_FLAGS", FAST_COMPILE["XLA_FLAGS"])
