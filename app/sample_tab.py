@@ -25,6 +25,7 @@ trains.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import shutil
@@ -84,6 +85,20 @@ if (!window.blinkEnterSetsSlider) {
   });
 }
 """
+
+
+@contextlib.contextmanager
+def tab_blocks():
+    """The Blocks a tab is laid out in: the page's, when the tab is made inside the page's open Tab
+    (its components go there, its load events are the page's); else one of its own, as a test makes
+    a tab alone. Never a Blocks inside the page: Gradio builds a whole server app for each Blocks
+    made (at its start and at its end), which a nested one only wastes at every start of the app."""
+    from gradio.context import Context
+    if Context.root_block is not None:
+        yield Context.root_block
+    else:
+        with gr.Blocks() as blocks:
+            yield blocks
 
 
 def _work(fn, *args, title: str | None = None, host: bool = False):
@@ -268,7 +283,7 @@ class SampleTab:
         self.upload_base: str | None = None
         self.upload_lock = threading.Lock()
         self.timelapse_written: dict = {}    # the newest timelapse GIF: its key (run, steps) and path
-        self.blocks = self._lay_out()
+        self._lay_out()
 
     # ---- whose generator ------------------------------------------------------------------
     def followed_dir(self) -> str:
@@ -570,13 +585,9 @@ class SampleTab:
         return f"Using the run's generator ({os.path.basename(self.generator_dir().rstrip(os.sep))})."
 
     # ---- layout and events ---------------------------------------------------------------------
-    def render(self) -> None:
-        """Put the tab's components and events into the caller's `with gr.Tab(...)`."""
-        self.blocks.render()
-
-    def _lay_out(self) -> gr.Blocks:
-        """The tab in a Blocks of its own, made outside any page (as the Train tab is, app/ui.py)."""
-        with gr.Blocks() as blocks:
+    def _lay_out(self) -> None:
+        """The tab, where it is made: in the page's open Tab, or in a Blocks of its own (tab_blocks)."""
+        with tab_blocks():
             self.view = gr.State(FOLLOW)    # this viewer's generator: FOLLOW, SHIPPED or a run's name
             self._render_seeds()
             self._render_interpolation()
@@ -591,7 +602,6 @@ class SampleTab:
             self.follow.input(self.follow_live_run, [self.follow, self.pick, self.seed, self.count, self.digit],
                               [self.view, *self.shown_outputs], api_name="follow_live_run")
             gr.HTML("", js_on_load=ENTER_SETS_SLIDER_JS, apply_default_css=False, container=False, padding=False)
-        return blocks
 
     @staticmethod
     def _name_generator(event, made_by: gr.State, *outputs) -> None:

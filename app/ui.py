@@ -323,19 +323,14 @@ class TrainTab:
 
     The state every viewer shares (the job, the live feed, the device probes, the host key) is in
     attributes and the handlers are methods, so a server-side check can be called directly. The
-    tab is laid out in a Blocks of its own when it is made, outside any page (a Blocks made inside
-    another is laid out twice), and render() puts it into the page, as gradio's
-    demo/native_plots does: its load events become the page's."""
+    tab is laid out where it is made: in the page's open Tab, its load events the page's, or, made
+    alone (a test's), in a Blocks of its own (sample_tab.tab_blocks)."""
 
     def __init__(self, job: Job, feed: LiveFeed, devices: DeviceCache, host_key: str = ""):
         self.job, self.feed, self.devices, self.host_key = job, feed, devices, host_key
         self.info = devices.get("auto")
         self.wrong_keys = threading.Lock()
-        self.blocks = self._lay_out()
-
-    def render(self) -> None:
-        """Put the tab's components and events into the caller's `with gr.Tab(...)`."""
-        self.blocks.render()
+        self._lay_out()
 
     # ---- handlers --------------------------------------------------------------------------
     def require_host(self, key) -> None:
@@ -571,8 +566,8 @@ class TrainTab:
         return views.join_html(page_url(request.headers if request is not None else None))
 
     # ---- layout and events -------------------------------------------------------------------
-    def _lay_out(self) -> gr.Blocks:
-        with gr.Blocks() as blocks:
+    def _lay_out(self) -> None:
+        with sample_tab.tab_blocks() as blocks:
             with gr.Column(elem_classes=["blink-host-only"]):   # hidden in the student view
                 self._lay_out_main_choices()
             # The host's controls right under the main choices, so that before the first run the
@@ -630,7 +625,6 @@ class TrainTab:
             self.live = gr.HTML(LIVE_PANEL, js_on_load=_static("live.js"), css_template=_static("live.css"),
                                 elem_id="live", apply_default_css=False)
             self._wire_events(blocks)
-        return blocks
 
     def _lay_out_main_choices(self) -> None:
         """The main choices, folded once a run starts: the run, not the form, is what the room watches."""
@@ -743,12 +737,8 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
     job = job or Job()
     feed = LiveFeed(job)      # one watcher of the run for every viewer (app/live.py)
     host_key = host_key if host_key is not None else os.environ.get("BLINK_HOST_KEY", "")
-    # Each tab is laid out in its own Blocks before the page, then rendered into it.
-    train = TrainTab(job, feed, device_cache or DeviceCache(), host_key)
-    sampler = sample_tab.SampleTab(job.generator_dir, run_dir=lambda: job.run.path if job.run else None,
-                                   runs=job.runs_with_generators, require_host=train.require_host,
-                                   host_key_set=bool(host_key))
-    info = train.info
+    device_cache = device_cache or DeviceCache()
+    info = device_cache.get("auto")
 
     with gr.Blocks(title="Blink: watch a GAN learn", delete_cache=(3600, 3600)) as demo:
         gr.Markdown(elem_classes=["blink-host-only", "blink-intro"], value="# Blink\nPick a dataset, press **Start**, and watch a GAN learn. "
@@ -757,9 +747,11 @@ def build_app(job: Job | None = None, device_cache: DeviceCache | None = None,
                      + (" Only the host (with the host key) can start or stop it." if host_key else "")))
         with gr.Tabs(selected="train") as tabs:
             with gr.Tab("Train", id="train"):
-                train.render()
+                train = TrainTab(job, feed, device_cache, host_key)
             with gr.Tab("Sample", id="sample") as sample_page:
-                sampler.render()
+                sampler = sample_tab.SampleTab(job.generator_dir, run_dir=lambda: job.run.path if job.run else None,
+                                               runs=job.runs_with_generators, require_host=train.require_host,
+                                               host_key_set=bool(host_key))
 
         live = train.live
         # The live panel saw the run it watched finish (not stopped): to the Sample tab (refreshed by show_on).
