@@ -30,11 +30,26 @@ def device_cache():
     return DeviceCache()     # one device probe for the whole file
 
 
+def _tab_and_job(runs_root: str, device_cache) -> tuple[SampleTab, Job]:
+    job = Job(runs_root=runs_root)
+    host = TrainTab(job, LiveFeed(job), device_cache, HOST_KEY)   # the page's own host check, as build_app wires it
+    return SampleTab(job.generator_dir, runs=job.runs_with_generators, require_host=host.require_host,
+                     host_key_set=True), job
+
+
 @pytest.fixture
 def tab(tmp_path, device_cache):
-    job = Job(runs_root=str(tmp_path))
-    host = TrainTab(job, LiveFeed(job), device_cache, HOST_KEY)   # the page's own host check, as build_app wires it
-    yield SampleTab(job.generator_dir, runs=job.runs_with_generators, require_host=host.require_host, host_key_set=True)
+    tab, job = _tab_and_job(str(tmp_path), device_cache)
+    yield tab
+    job.shutdown()
+
+
+@pytest.fixture(scope="module")
+def untouched_tab(tmp_path_factory, device_cache):
+    """One tab for the tests that only read from it (refusals, samples of the shipped generator): a
+    tab is laid out anew for each `tab`, the most of such a test's time."""
+    tab, job = _tab_and_job(str(tmp_path_factory.mktemp("runs")), device_cache)
+    yield tab
     job.shutdown()
 
 
@@ -80,38 +95,38 @@ OUT_OF_RANGE = {
 
 
 @pytest.mark.parametrize("handler, inputs, message", OUT_OF_RANGE.values(), ids=OUT_OF_RANGE.keys())
-def test_numbers_out_of_range_are_refused_with_the_projects_message(tab, handler, inputs, message):
+def test_numbers_out_of_range_are_refused_with_the_projects_message(untouched_tab, handler, inputs, message):
     with pytest.raises(gr.Error, match=message) as refused:
-        getattr(tab, handler)(*inputs)
+        getattr(untouched_tab, handler)(*inputs)
     assert refused.value.title == "Check the value"   # the toast's heading, not Gradio's "Error"
 
 
-def test_a_class_the_generator_lacks_is_refused(tab):
+def test_a_class_the_generator_lacks_is_refused(untouched_tab):
     missing = str(SHIPPED_CLASSES)
     wrong = f"{missing} is not one of this generator's classes \\(0 to {SHIPPED_CLASSES - 1}\\)"
     with pytest.raises(gr.Error, match=f"Class: {wrong}") as refused:
-        tab.sample(FOLLOW, 0, 10, missing)
+        untouched_tab.sample(FOLLOW, 0, 10, missing)
     assert refused.value.title == "Check the class"
     with pytest.raises(gr.Error, match=f"Class B: {wrong}"):
-        tab.interpolate(SHIPPED, 1, 2, 5, "linear", "0", missing)
+        untouched_tab.interpolate(SHIPPED, 1, 2, 5, "linear", "0", missing)
     # A class it has is drawn, and the caption says so and names the generator.
-    _, caption = tab.sample(FOLLOW, 0, 10, str(SHIPPED_CLASSES - 1))
+    _, caption = untouched_tab.sample(FOLLOW, 0, 10, str(SHIPPED_CLASSES - 1))
     assert f"Every sample is class {SHIPPED_CLASSES - 1}" in caption and "the shipped generator" in caption
 
 
-def test_a_run_that_is_not_on_the_server_is_refused(tab):
+def test_a_run_that_is_not_on_the_server_is_refused(untouched_tab):
     gone = "There is no run no-such-run with a generator on this server"
     with pytest.raises(gr.Error, match=gone):
-        tab.pick_generator("no-such-run")
+        untouched_tab.pick_generator("no-such-run")
     with pytest.raises(gr.Error, match=gone):
-        tab.sample("no-such-run", 0, 4)
+        untouched_tab.sample("no-such-run", 0, 4)
     with pytest.raises(gr.Error, match=gone):
-        tab.download_generator("no-such-run")
+        untouched_tab.download_generator("no-such-run")
 
 
-def test_the_shipped_generator_has_no_timelapse(tab):
+def test_the_shipped_generator_has_no_timelapse(untouched_tab):
     with pytest.raises(gr.Error, match="No training grids yet"):
-        tab.timelapse(SHIPPED)
+        untouched_tab.timelapse(SHIPPED)
 
 
 def test_the_generator_everyone_sees_changes_only_with_the_host_key(tab):
