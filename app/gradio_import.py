@@ -9,9 +9,10 @@
   is missing. A process that has not imported IPython itself is no notebook: it gets that module
   as if IPython were missing. In a notebook (IPython already imported) the module is left as it is.
 
-Both are a large share of the app's start (bench/README.md, "The page"). So the app's process,
-before it imports Gradio, has those two modules loaded that way; everything else of Gradio is
-untouched. A Gradio without them, or already imported, is left as it is.
+The stub writer is a large share of the app's start, IPython a smaller one (bench/README.md, "The
+page" and "The suite"). So the app's process, before it imports Gradio, has those two modules loaded
+that way; everything else of Gradio is untouched. A Gradio without them, or already imported, is
+left as it is.
 
     trim_gradio_import()      # before anything imports gradio
 """
