@@ -25,6 +25,7 @@ apart, uniformly: figures from then are not comparable for --cond). Options:
   --ema-rampup     decay_t = min(d, (1+t)/(10+t)) at step t, so an early EMA is not stuck near init
   --warmup n       lr rises linearly from lr/n to lr over the first n steps
   --cosine f       cosine lr decay from lr to f*lr over --horizon steps (default --steps)
+  --joint-d        D's update on the real and the fake batch as one batch of twice the size
   --production     G and D from core.models.build (the trainer's fast preset, NHWC, fused Adam) and
                    the trainer's batches (core.data.BatchStream with labels); needs --cond, no
                    structure flags: checks that this bench's base is the product's model
@@ -140,13 +141,19 @@ def init(m):
 class ProtoLoss:
     """The candidates' losses in core.losses' contract, so GanStep can train with them."""
 
-    def __init__(self, kind: str, aug, r1_gamma: float = 0.0, r1_every: int = 1):
+    def __init__(self, kind: str, aug, r1_gamma: float = 0.0, r1_every: int = 1, joint: bool = False):
         self.kind, self.aug, self.r1_gamma, self.r1_every = kind, aug, r1_gamma, r1_every
+        self.joint = joint   # D on the real and the fake batch as one batch (one pass; BatchNorm over both)
         self.steps = 0   # discriminator updates so far: the lazy R1 runs every r1_every of them
 
     def discriminator_loss(self, D, real, fake, labels=None):
         self.steps += 1
-        rl, fl = D(self.aug(real), labels).float(), D(self.aug(fake.detach()), labels).float()
+        if self.joint:
+            both = D(self.aug(torch.cat([real, fake.detach()])),
+                     None if labels is None else torch.cat([labels, labels])).float()
+            rl, fl = both[:len(real)], both[len(real):]
+        else:
+            rl, fl = D(self.aug(real), labels).float(), D(self.aug(fake.detach()), labels).float()
         if self.kind == "hinge":
             loss = (1 - rl).clamp_min(0).mean() + (1 + fl).clamp_min(0).mean()
         else:
@@ -230,6 +237,7 @@ def main() -> None:
     p.add_argument("--cosine", type=float, default=None)
     p.add_argument("--horizon", type=int, default=None)
     p.add_argument("--production", action="store_true")
+    p.add_argument("--joint-d", action="store_true")
     p.add_argument("--until", type=float, default=None)
     p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--at", default="400,800,1200")
@@ -270,7 +278,7 @@ def main() -> None:
         scheds = [torch.optim.lr_scheduler.LambdaLR(o, f) for o in (opt_g, opt_d)]
     r1_gamma, r1_every = (float(a.r1.split(",")[0]), int((a.r1.split(",") + ["1"])[1])) if a.r1 else (0.0, 1)
     aug = translate if a.aug == "translate" else (lambda x: x)
-    gan_step = GanStep(g, d, opt_g, opt_d, ProtoLoss(a.loss, aug, r1_gamma, r1_every),
+    gan_step = GanStep(g, d, opt_g, opt_d, ProtoLoss(a.loss, aug, r1_gamma, r1_every, a.joint_d),
                        devices.Runtime(devices.probe("cpu")), z_dim=a.zdim)
     emas = {("ema" if len(decays) == 1 else f"ema{decay:g}"): (copy.deepcopy(g), decay) for decay in decays}
     if a.wide:
