@@ -16,7 +16,7 @@ apart, uniformly: figures from then are not comparable for --cond). Options:
   --sn             spectral norm on every D layer
   --dropout p      dropout after each D activation
   --r1 g[,k]       R1 penalty gamma g on real images every k steps (lazy, scaled by k)
-  --loss           ns | hinge
+  --loss           ns | hinge | rp (relativistic pairing, R3GAN's; pair it with --r1)
   --decay f        linear lr decay from lr to f*lr over --steps
   --decay-from s   ... starting at step s (constant before: CycleGAN's schedule with s = steps/2)
   --aug translate  DiffAugment-style random 1/8 translation of real and fake before D
@@ -154,8 +154,11 @@ class ProtoLoss:
             rl, fl = both[:len(real)], both[len(real):]
         else:
             rl, fl = D(self.aug(real), labels).float(), D(self.aug(fake.detach()), labels).float()
+        self.real = real   # the relativistic G loss compares its fakes with this batch
         if self.kind == "hinge":
             loss = (1 - rl).clamp_min(0).mean() + (1 + fl).clamp_min(0).mean()
+        elif self.kind == "rp":   # relativistic pairing (R3GAN's RpGAN): each real against a fake
+            loss = F.softplus(-(rl - fl)).mean()
         else:
             loss = F.softplus(-rl).mean() + F.softplus(fl).mean()
         if self.r1_gamma and self.steps % self.r1_every == 0:
@@ -166,6 +169,8 @@ class ProtoLoss:
 
     def generator_loss(self, D, fake, labels=None):
         logits = D(self.aug(fake), labels).float()
+        if self.kind == "rp":   # a fourth pass of D, on the real batch again
+            return F.softplus(-(logits - D(self.aug(self.real), labels).float())).mean(), {}
         return (-logits.mean() if self.kind == "hinge" else F.softplus(-logits).mean()), {}
 
 
