@@ -21,6 +21,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench.bench_viewers import cpu_seconds  # noqa: E402
+
 
 def vm_hwm_mb(pid: int) -> float | None:
     try:
@@ -31,12 +33,6 @@ def vm_hwm_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_run(client, steps: int) -> tuple[float, float | None]:

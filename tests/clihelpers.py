@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+import weakref
 
 from app import forkserver
 
@@ -131,7 +132,8 @@ class CliProcess:
     def __init__(self, args: list[str], env: dict | None = None, cwd: str = ROOT, new_session: bool = False,
                  xla: bool = False):
         self.args = list(args)
-        self.folder = tempfile.mkdtemp(prefix="cli-")   # its output files
+        self.folder = tempfile.mkdtemp(prefix="cli-")   # its output files, removed with this object
+        self.remove_output = weakref.finalize(self, shutil.rmtree, self.folder, True)
         self._out, self._err = os.path.join(self.folder, "stdout"), os.path.join(self.folder, "stderr")
         process_class = _XlaProcess if xla else forkserver.context().Process
         self._process = process_class(
@@ -187,7 +189,7 @@ def run_cli(args: list[str], env: dict | None = None, cwd: str = ROOT, timeout: 
             process.kill()
             process.wait(30)
     stdout, stderr = process.output()
-    shutil.rmtree(process.folder, ignore_errors=True)
+    process.remove_output()
     done = subprocess.CompletedProcess([sys.executable, *args], process.returncode, stdout, stderr)
     if check:
         done.check_returncode()

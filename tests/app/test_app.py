@@ -229,8 +229,7 @@ def _wait(app, states, what: str) -> dict:
 
 
 def test_the_class_picker_draws_the_chosen_digit_and_interpolation_morphs_classes(app, classifier):
-    running = app
-    client = running.client()
+    client = app.client()
     # Picking the shipped generator needs no training; the caption says which generator it is.
     follow, _, picker, *_, caption = client.predict("shipped", api_name="/choose_generator")
     assert follow is False and f"the shipped generator (pre-trained, step {SHIPPED_STEP})" in caption
@@ -254,8 +253,8 @@ def test_the_class_picker_draws_the_chosen_digit_and_interpolation_morphs_classe
 
 
 def test_the_caption_names_the_generator_and_follows_the_live_run(app):
-    running, root = app, app.runs_root
-    client = running.client()
+    root = app.runs_root
+    client = app.client()
     # Paused at its first log step, the run has no generator yet: the shipped one is shown, and said so.
     name = _start(client, steps=400, checkpoint_every=20)
     client.predict(api_name="/pause")
@@ -305,9 +304,8 @@ def _seed_runs(runs_root: str) -> tuple[RunDir, RunDir]:
 def test_an_earlier_run_can_be_picked_by_one_viewer_only(app):
     """Seeded runs: what this shows is the picker's, not training's (a run saving its generator as
     it trains: test_the_caption_names_the_generator_and_follows_the_live_run)."""
-    running = app
     older, newer = _seed_runs(app.runs_root)
-    viewer, other = running.client(), running.client()
+    viewer, other = app.client(), app.client()
     _, before = other.predict(0, 10, api_name="/sample")
     follow, picker, digit, *_, caption = viewer.predict(older.name, api_name="/choose_generator")
     assert follow is False and f"run {older.name} at step 40 (your pick" in caption
@@ -518,7 +516,6 @@ def _running(app, min_step: int = 0):
 
 def live_message(app) -> dict:
     """What the live panel of a page opened now gets first (/live/events): its words included."""
-    import urllib.request
     with urllib.request.urlopen(app.url + "live/events", timeout=30) as stream:
         for line in stream:
             if line.startswith(b"data: "):
