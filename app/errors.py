@@ -20,10 +20,21 @@ def one_line(text: str) -> str:
 
 def refused(message: str, title: str) -> gr.Error:
     """The error to raise for input the app refuses (Gradio would print a full traceback). title:
-    what kind of refusal, in the words of the toast's heading (Gradio's own is "Error", which tells
-    a student nothing)."""
+    what kind of refusal, for the server's log and an API caller. Gradio heads every error toast
+    with its type whatever the title says, so the page heads them "Not done" (REFUSAL_TOAST_CSS)."""
     log_refusal(title, message)
     return gr.Error(message, title=title, print_exception=False)
+
+
+# Gradio's toast heads an error with its capitalised type ("Error") and never shows the title the
+# server sends; the app raises errors only to refuse, so the page says what a student needs to know:
+# what they asked for was not done, and the toast's text says why. (Equal-specificity selectors
+# with Gradio's scoped ones, hence the body class in front.)
+REFUSAL_TOAST_CSS = """
+.toast-body .toast-title.error { font-size: 0; }
+.toast-body .toast-title.error::before { content: "Not done"; font-size: var(--text-lg); }
+.toast-body .toast-title.error .toast-count { font-size: var(--text-lg); }
+"""
 
 
 # ---- a bad value in a named API's field: the project's message, naming the field --------------

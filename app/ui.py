@@ -25,7 +25,7 @@ import gradio as gr
 
 from app import chunks, dataset_work, forkserver, sample_tab, viewer_work, views
 from app.dataset_work import check_data_path
-from app.errors import log_refusal, name_bad_values, refused
+from app.errors import REFUSAL_TOAST_CSS, log_refusal, name_bad_values, refused
 from app.compare import ComparisonRefused
 from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed, live_grid_url
@@ -77,6 +77,7 @@ body.blink-presenting .blink-intro { display: none !important; }
 #blink-message.blink-stale { display: none; }
 """
 PAGE_CSS += sample_tab.SAMPLE_CSS   # the Sample tab's outputs, sized for a projector
+PAGE_CSS += REFUSAL_TOAST_CSS        # a refusal's toast is headed "Not done", not Gradio's "Error"
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 

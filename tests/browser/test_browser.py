@@ -13,7 +13,7 @@ in file order, and the one run trained for real comes last.
   height limits (a square GIF), its height); on the projector each output says which generator
   made it, a named class is called by its name, a number typed into a slider's box and Enter sets
   it and the output follows, Escape in the generator picker changes nothing, and a timelapse that
-  cannot be made says why;
+  cannot be made says why, in a toast headed "Not done" (not Gradio's "Error");
 - a page load and the Sample tab leave the UI process without torch; on each screen (projector,
   host, phone) the crawl warning offers a batch that does not crawl, and "steps 2.5" and "seed 1.5"
   are refused naming the field (from the page and the named API), not rounded into a run;
@@ -230,6 +230,10 @@ def test_sample_outputs_are_as_large_as_the_live_grid_and_name_their_generator(a
     expect(page.locator("[data-testid=toast-body]")).to_contain_text(
         "No training grids yet: the timelapse plays a run's fixed-noise grids, and the shipped generator has none",
         timeout=30_000)
+    # Headed "Not done" (what happened), not Gradio's "Error" (app/errors.py REFUSAL_TOAST_CSS).
+    title = page.locator("[data-testid=toast-body] .toast-title").first
+    assert title.evaluate("t => getComputedStyle(t, '::before').content") == '"Not done"'
+    assert title.evaluate("t => getComputedStyle(t).fontSize") == "0px"
     page.context.close()
 
 

@@ -98,7 +98,7 @@ OUT_OF_RANGE = {
 def test_numbers_out_of_range_are_refused_with_the_projects_message(untouched_tab, handler, inputs, message):
     with pytest.raises(gr.Error, match=message) as refused:
         getattr(untouched_tab, handler)(*inputs)
-    assert refused.value.title == "Check the value"   # the toast's heading, not Gradio's "Error"
+    assert refused.value.title == "Check the value"   # its kind, for the log and an API caller (the page heads the toast "Not done")
 
 
 def test_a_class_the_generator_lacks_is_refused(untouched_tab):
