@@ -1,28 +1,45 @@
 """Runs side by side: an earlier run every page shows beside the live one, and the comparison starts
-(the live run again with one setting changed) that wait for it to finish.
+(the live run again with one setting changed), at once beside it where the device takes two runs,
+else once it finishes.
 
-The job (app/job.py) trains one run at a time; this is what it shows beside that run. The live feed
-(app/live.py) sends the compared run's grid at the live grid's step, its curves and what differs;
-the page's Compare runs (app/ui.py) picks it or starts a comparison.
+The live feed (app/live.py) sends the compared run's grid at the live grid's step, its curves and
+what differs; the page's Compare runs (app/ui.py) picks it or starts a comparison. Started at once,
+the comparison is the live run and the run it repeats trains on beside it (app/job.py start_beside).
 
     comparison = Comparison(job)
-    comparison.show(name)                      # "" for the live run alone
-    comparison.start(config, beside, change)   # now, or once the live run finishes
-    comparison.run, comparison.note            # what every page shows
+    comparison.show(name)                               # "" for the live run alone
+    comparison.start(config, beside, change, at_once)   # now, beside it, or once the live run finishes
+    comparison.run, comparison.note                     # what every page shows
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 from core.config import TrainConfig
 from core.rundir import FINAL_STATES, RunDir, list_runs
+from core.status import Status
 
 WAIT_SECONDS = 0.5   # how often a queued comparison looks whether the live run has ended
 
 
 class ComparisonRefused(ValueError):
     """A pick or a start the comparison cannot take; the message says why."""
+
+
+def at_once_problem(live: Status, cores: int) -> str:
+    """Why a comparison cannot train at once beside the live run (its status) here; "" where it can:
+    a CUDA GPU (two processes share it), or a CPU of at least two cores (each run takes half)."""
+    if live.chunk:
+        return "on ZeroGPU each run trains in GPU calls of its own"
+    if live.device_kind in ("tpu", "xla-cpu"):
+        return "one process holds the XLA devices (a TPU's chips)"
+    if live.processes > 1:
+        return "the live run trains in several processes"
+    if live.device_kind == "cpu" and cores < 2:
+        return "the CPU has one core"
+    return ""
 
 
 class Comparison:
@@ -66,18 +83,31 @@ class Comparison:
             self.run, self.note = run, ""
         return f"Run `{run.name}` is beside the live run on every page." if run else "The live run alone again."
 
-    def start(self, config: TrainConfig, beside: RunDir, change: str) -> str:
+    def start(self, config: TrainConfig, beside: RunDir, change: str, at_once: bool = True) -> str:
         """Start `config` (run `beside` with one setting changed, checked by the caller) shown beside
-        `beside`: at once if nothing trains, else when the live run finishes. The job's refusals
+        `beside`: now if nothing trains; while the live run trains, beside it at once where the
+        device takes two runs (at_once_problem), else when it finishes. The job's refusals
         (JobBusy, DiskRefused) come through."""
         with self._lock:
             if self._queued is not None:
                 raise ComparisonRefused(f"A comparison is already waiting for run {self._queued[1].name} to finish.")
-            if self.job.is_active():
+            training = self.job.is_active()
+            problem = ""
+            if training and at_once:
+                problem = at_once_problem(beside.read_status(), len(os.sched_getaffinity(0))) or (
+                    "" if self.job.trains_here() else "its trainer was started by another app, which supervises it")
+            if training and (problem or not at_once):
                 self._queued = (config, beside, change)
                 self.note = f"Next: run {beside.name} again with {change}, when it finishes."
                 threading.Thread(target=self._start_when_done, name="blink-comparison", daemon=True).start()
-                return f"Queued: run `{beside.name}` again with {change} starts when it finishes."
+                why = f" (not at once: {problem})" if problem else ""
+                return f"Queued: run `{beside.name}` again with {change} starts when it finishes{why}."
+        # Outside this lock: the job takes its own, under which it calls forget().
+        if training:
+            run = self.job.start_beside(config)
+            with self._lock:
+                self.run, self.note = beside, ""
+            return f"Started run `{run.name}`: {change}, at once beside run `{beside.name}`, which trains on."
         run = self.job.start(config)
         with self._lock:
             self.run, self.note = beside, ""
@@ -93,7 +123,8 @@ class Comparison:
                     self._queued = None
                     return
                 config, beside, change = self._queued
-                if self.job.is_active() and beside.read_status().state not in FINAL_STATES:
+                if (self.job.is_active() and beside.read_status().state not in FINAL_STATES) \
+                        or self.job.beside_training() is not None:   # two at once: both must end
                     continue
                 self._queued = None
             state = beside.read_status().state

@@ -9,6 +9,10 @@ The trainer process itself (its start from the fork server, Stop's escalation, r
 app/supervisor.py's, which tells the job how each trainer ended; a run in chunks is trained by
 app/chain.py's ChunkChain. The job decides: which run, whether a press is taken, what a run whose
 trainer ended without a word says, and which old runs go.
+
+One run is live (the controls' and the page's); a comparison started at once (app/compare.py) adds
+one more that trains on beside it, whose trainer a second supervisor holds: presses reach both, a
+new Start waits for both, and on a CPU each has half the threads until the other ends.
 """
 from __future__ import annotations
 
@@ -78,7 +82,9 @@ class Job:
         # presses that arrive together are serialised, and the second sees the first's trainer.
         # The supervisor reports a trainer's end under it, and the chain starts its chunks under it.
         self._lock = threading.RLock()
-        self._trainer = TrainerSupervisor(self._lock, on_end=self._trainer_ended)
+        self._trainer = TrainerSupervisor(self._lock, on_end=self._live_trainer_ended)
+        # The trainer of a run that trains on beside the live one (a comparison started at once).
+        self._beside = TrainerSupervisor(self._lock, on_end=self._beside_trainer_ended)
         self._chain = ChunkChain(self._lock, self._trainer, chunk_runner, failed=self._mark_failed)
         self._run: RunDir | None = None
         # An earlier run every page shows beside the live one, and a comparison start waiting.
@@ -118,16 +124,27 @@ class Job:
         return status.state not in FINAL_STATES and pid_alive(status.pid)
 
     def busy_message(self) -> str:
+        if self._beside.running():
+            return (f"Run {self._beside.run.name} still trains beside the live one: wait for it to end "
+                    "(the host can press Stop) before starting another.")
         name = self._run.name if self._run else "?"
         return (f"A run is already training ({name}): one run at a time on this server. Watch it here, "
                 "or wait for it to end (the host can press Stop) before starting another.")
+
+    def trains_here(self) -> bool:
+        """Whether the live run's trainer is this app's own (not one a restarted app adopted)."""
+        return self._trainer.running()
+
+    def beside_training(self) -> RunDir | None:
+        """The run that trains on beside the live one (a comparison started at once), if any."""
+        return self._beside.run if self._beside.running() else None
 
     # ---- control ---------------------------------------------------------------------------
     def start(self, config: TrainConfig, resume_run: RunDir | None = None) -> RunDir:
         """Start a run (or resume one) in a background process; refuse if one is going."""
         with self._lock:
             self._trainer.settle()
-            if self.is_active():
+            if self.is_active() or self._beside.running():
                 raise JobBusy(self.busy_message())
             self._trainer.reap()
             problem = writable_problem(self.runs_root)
@@ -146,6 +163,28 @@ class Job:
                 self._chain.start(config, run, resume_run is not None, seconds)
             else:
                 self._trainer.start((config.to_dict(), run.path, resume_run is not None, None), run)
+            return run
+
+    def start_beside(self, config: TrainConfig) -> RunDir:
+        """Start `config` as the live run now while the current one trains on beside it (a comparison
+        at once, app/compare.py, which has checked that the device takes two): the current trainer is
+        supervised from here on as the one beside; on a CPU each run takes half the threads."""
+        with self._lock:
+            earlier = self._run
+            if earlier is None or not self._trainer.running() or self._beside.running():
+                raise JobBusy("Two runs at once need one training and no other beside it.")
+            problem = writable_problem(self.runs_root)
+            if problem:
+                raise DiskRefused(problem + ".")
+            self.prune(reserve=1)
+            run = RunDir.create(config, self.runs_root)
+            self._trainer.hand_over(self._beside)
+            self._attach(run)
+            self._trainer.start((config.to_dict(), run.path, False, None), run)
+            if earlier.read_status().device_kind == "cpu":
+                half = max(1, len(os.sched_getaffinity(0)) // 2)
+                for each in (earlier, run):   # after the start: a trainer ignores shares older than itself
+                    each.share_cpu(half)
             return run
 
     def resume(self, steps: int | None = None, config: TrainConfig | None = None) -> RunDir:
@@ -170,10 +209,18 @@ class Job:
         alone) the current run; returns a message for the user. Which press wins over a pending
         one: RunDir.request."""
         with self._lock:
-            run = self._run
+            run, trainer = self._run, self._trainer
             # A trainer that has written its end is not asked anything (it only has to exit).
-            if run is None or not self.is_active() or run.read_status().state in FINAL_STATES:
-                return "No run is training."
+            live = run is not None and self.is_active() and run.read_status().state not in FINAL_STATES
+            beside = self.beside_training()
+            if beside is not None and beside.read_status().state in FINAL_STATES:
+                beside = None
+            if not live:
+                if beside is None:
+                    return "No run is training."
+                run, trainer, beside = beside, self._beside, None   # the live run has ended: the one beside is asked
+            if beside is not None:   # two runs at once are paused, stepped and stopped together
+                self._ask_beside(beside, action, count, updates)
             pending = run.read_request()
             if action == "step" and pending not in ("stop", "step"):   # those two answer below
                 if run.read_status().state != "paused" or pending != "pause":
@@ -192,10 +239,22 @@ class Job:
             if kept == "step":
                 return "Still stepping: the grid after the last Step comes first."
             if action == "stop":
-                self._trainer.watch_stop()   # ended by force if it never answers (a wedged device)
+                trainer.watch_stop()   # ended by force if it never answers (a wedged device)
         return {"stop": "Stopping... the trainer saves a checkpoint and the final grid, then ends.",
                 "pause": "Pausing...", "resume": "Resuming...",
                 "step": f"Stepping {stepped_words(count, updates)}..."}[action]
+
+    def _ask_beside(self, run: RunDir, action: str, count: int, updates: str) -> None:
+        """The press, for the run training beside the live one, where it applies (a Step only to a
+        paused run); what the page says is the live run's answer."""
+        if action == "step" and run.read_status().state != "paused":
+            return
+        try:
+            run.request(action, count, updates)
+        except DiskRefused:   # its trainer fails on its own next write, and says so
+            return
+        if action == "stop":
+            self._beside.watch_stop()
 
     def change_settings(self, values: dict) -> str:
         """Train the current run on with `values` (core/config.py LIVE_FIELDS) from its next step;
@@ -216,6 +275,12 @@ class Job:
         """Stop the trainer cleanly (checkpoint kept), escalating only if it does not answer."""
         grace = STOP_GRACE_SECONDS if grace is None else grace
         self._trainer.close()   # no new trainer (nor chunk) from here on
+        beside = self.beside_training()
+        if beside is not None:   # asked at once, so the two stop side by side
+            try:
+                beside.request("stop")
+            except OSError:
+                pass
         chaining = self._chain.going()
         if chaining and self._run is not None:
             try:
@@ -225,12 +290,31 @@ class Job:
         if self._trainer.process is None:
             if chaining:
                 self._chain.join(grace)
-            return
-        self._trainer.stop(grace)
-        if chaining:
-            self._chain.join(5)
+        else:
+            self._trainer.stop(grace)
+            if chaining:
+                self._chain.join(5)
+        self._beside.stop(grace)
 
     # ---- how a trainer ended ---------------------------------------------------------------
+    def _live_trainer_ended(self, run: RunDir, end: TrainerEnd) -> None:
+        self._trainer_ended(run, end)
+        self._give_back_the_cpu(self.beside_training())
+
+    def _beside_trainer_ended(self, run: RunDir, end: TrainerEnd) -> None:
+        self._trainer_ended(run, end)
+        self._give_back_the_cpu(self._run if self._trainer.running() else None)
+
+    @staticmethod
+    def _give_back_the_cpu(survivor: RunDir | None) -> None:
+        """Of two runs at once, the one still training takes every CPU thread again."""
+        if survivor is None or survivor.read_cpu_share() is None:
+            return
+        try:
+            survivor.share_cpu(0)
+        except OSError:   # a full disk: it trains on at its share
+            pass
+
     def _trainer_ended(self, run: RunDir, end: TrainerEnd) -> None:
         """The supervisor's word on how `run`'s trainer ended (under the lock); what the run says of it."""
         status = run.read_status()
@@ -314,6 +398,7 @@ class Job:
         """The current run's status, all events and newest grid; cheap when nothing changed."""
         with self._lock:
             self._trainer.reap()
+            self._beside.reap()
             run = self._run
             if run is None:
                 return self._snapshot

@@ -179,7 +179,9 @@ class LiveFeed:
     def _render_locked(self) -> bool:
         snap = self.job.snapshot()
         compared = self.job.comparison.run
-        key = (snap.version, snap.run_name, compared.path if compared else None, self.job.comparison.note)
+        # The compared run's own version: it changes while that run trains on beside the live one.
+        key = (snap.version, snap.run_name, compared.path if compared else None,
+               self._compared(compared)["updated"] if compared else None, self.job.comparison.note)
         if key == self._seen_key and self._current is not None:
             return False
         if self._current is None or snap.run_name != self._current.run \
@@ -222,7 +224,7 @@ class LiveFeed:
                 "compare_points": compare_points}
         delta = {**head, "reset": reset, "marks": settings_marks(new_events),
                  "points": {**plot_points(new_events, gan), **(frames if reset else new_frames)}}
-        if reset or self._seen_key is None or key[2] != self._seen_key[2]:
+        if reset or self._seen_key is None or key[2:4] != self._seen_key[2:4]:
             delta["compare_points"] = compare_points   # the compared run's curves change only with it
         self._current = Rendered(version, _sse(full), _sse(delta), {
             "version": version, "run": snap.run_name, **views.json_safe(status.to_dict()),
@@ -310,15 +312,25 @@ class LiveFeed:
             self._leave()
 
     def _compared(self, run: RunDir) -> dict:
-        """The compared run's events, grids and config, read once: an earlier run, which no trainer writes."""
-        if self._compared_read.get("path") != run.path:
-            try:
-                events, config = run.read_events()[0], run.read_config()
-            except (OSError, ValueError):
-                events, config = [], None
-            self._compared_read = {"path": run.path, "events": events, "grids": [s for s, _ in run.grids()],
-                                   "config": config}
-        return self._compared_read
+        """The compared run's events, grids and config: read once for an earlier run that has ended,
+        and again after each status write of one that trains beside the live run (its new events only)."""
+        known = self._compared_read
+        if known.get("path") == run.path and known["final"]:
+            return known
+        status = run.read_status()
+        if known.get("path") == run.path and known["updated"] == status.updated:
+            return known
+        if known.get("path") != run.path:
+            known = {"path": run.path, "events": [], "offset": 0, "config": None}
+        try:
+            events, known["offset"] = run.read_events(known["offset"])
+            known["config"] = known["config"] or run.read_config()
+        except (OSError, ValueError):
+            events = []
+        known.update(events=known["events"] + events, grids=[s for s, _ in run.grids()],
+                     updated=status.updated, final=status.state in FINAL_STATES)
+        self._compared_read = known
+        return known
 
     def _compare_head(self, run: RunDir | None, live_path: str, grid_step: int | None) -> dict | None:
         if run is None:

@@ -187,6 +187,18 @@ class TrainerSupervisor:
     def process(self):
         return self._process
 
+    @property
+    def run(self) -> RunDir | None:
+        """The run of the trainer this supervisor started or was handed (None before any)."""
+        return self._run
+
+    def hand_over(self, other: "TrainerSupervisor") -> None:
+        """`other` supervises this supervisor's trainer from here on (reaps it, reports its end,
+        watches its Stop); this one is free to start another. Both under the job's lock."""
+        other._process, other._run, other._forced = self._process, self._run, self._forced
+        other._watched, other._oom_kills_at_start = self._watched, self._oom_kills_at_start
+        self._process, self._run, self._forced, self._watched = None, None, "", None
+
     def running(self) -> bool:
         """True while a trainer process is alive."""
         return self._process is not None and alive(self._process)

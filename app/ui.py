@@ -79,6 +79,9 @@ body.blink-presenting .blink-intro { display: none !important; }
 PAGE_CSS += sample_tab.SAMPLE_CSS   # the Sample tab's outputs, sized for a projector
 PAGE_CSS += REFUSAL_TOAST_CSS        # a refusal's toast is headed "Not done", not Gradio's "Error"
 
+# When a comparison started while the live run trains begins (app/compare.py), as the page says it.
+COMPARISON_TIMES = {"at once": "at once, beside it", "after": "after it finishes"}
+
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 
 
@@ -474,9 +477,10 @@ class TrainTab:
         except ComparisonRefused as exc:
             raise refused(str(exc), title="Cannot compare")
 
-    def start_comparison(self, change="lr_d", key=""):
-        """Run the live (or last) run again with one setting changed (COMPARISONS), beside it: at
-        once if nothing trains, else when it finishes."""
+    def start_comparison(self, change="lr_d", when="at once", key=""):
+        """Run the live (or last) run again with one setting changed (COMPARISONS), beside it: now if
+        nothing trains; while it trains, `when` "at once" (beside it, where the device takes two
+        runs) or "after" it finishes."""
         self.require_host(key)
         run = self.job.run
         if run is None:
@@ -486,7 +490,8 @@ class TrainTab:
             config = comparison(run.read_config(), change)
             plan = make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
             config = dataclasses.replace(config, processes=plan.config.processes)
-            return self.job.comparison.start(config, run, COMPARISONS[change])
+            # `when` is one of COMPARISON_TIMES: the Radio refuses any other (errors.name_bad_values).
+            return self.job.comparison.start(config, run, COMPARISONS[change], at_once=when == "at once")
         except ConfigError as exc:
             raise refused(in_page_words(str(exc)), title="Check the settings")
         except ComparisonRefused as exc:
@@ -613,8 +618,11 @@ class TrainTab:
                 with gr.Row():
                     self.comparison = gr.Dropdown([(words, name) for name, words in COMPARISONS.items()],
                                                   value="lr_d", label="Run it again with",
-                                                  info="the same seed and length; starts when the live run "
-                                                       "finishes (at once if none trains)")
+                                                  info="the same seed and length")
+                    self.comparison_when = gr.Radio([(words, name) for name, words in COMPARISON_TIMES.items()],
+                                                    value="at once", label="When",
+                                                    info="while the live run trains: a CPU gives each run half "
+                                                         "its cores; a TPU trains one run at a time")
                     self.comparison_button = gr.Button("Start the comparison", elem_id="blink-compare-start")
             with gr.Column(elem_id="blink-more", elem_classes=["blink-host-only"]):
                 self.estimate_text = gr.Markdown(elem_id="estimate")
@@ -718,7 +726,7 @@ class TrainTab:
                                 show_progress="hidden")
         self.compare_button.click(self.compare, [self.compare_with, self.key], self.message, api_name="compare",
                                   concurrency_limit=None)
-        self.comparison_button.click(self.start_comparison, [self.comparison, self.key], self.message,
+        self.comparison_button.click(self.start_comparison, [self.comparison, self.comparison_when, self.key], self.message,
                                      api_name="start_comparison")
         blocks.load(self.join_link, None, self.join, api_visibility="private")
         gr.api(self.status_api, api_name="status", concurrency_limit=None)

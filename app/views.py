@@ -164,6 +164,7 @@ DIAGNOSTIC_LABELS = {
     "data_load_seconds": "Loading the dataset took", "first_step_seconds": "The first step took",
     "unreadable_images_skipped": "Unreadable images skipped",
     "augment_p": "Share of D's images augmented now (it rises while D memorises the set)",
+    "cpu_threads": "CPU threads this run uses (fewer while a comparison trains beside it)",
 }
 # Only an XLA run has graphs, compilations and host fallbacks to count.
 XLA_ONLY = ("compiles", "graph_executions", "compile_seconds", "fallback_ops", "matmul_precision")

@@ -10,6 +10,7 @@ Under torchrun (several processes, DDP) rank 0 decides for all: core/distributed
     control.wait_while_paused()     # the decision once the pause ends (or a step is asked for)
     control.step_count()            # how many updates a Step asks for; paused_again() once done
     control.settings()              # the settings the host changed since the last call ({} if none)
+    control.cpu_threads()           # the CPU threads asked for since the last call (None if none)
     control.ended()                 # the run ended: no request left for the next session
     control.between_chunks(paused)  # a chunked run's decision between two chunks (app/chain.py)
 
@@ -58,6 +59,8 @@ class Control:
         self.watch_pids = [p for p in (watch_pids or ()) if p and p != os.getpid()]
         self.app_closing = app_closing or (lambda: False)
         self._last_check = 0.0
+        self._cpu_share_taken = None   # the last share of the CPU acted on (RunDir.read_cpu_share)
+        self._started = time.time()
 
     def decision(self) -> str:
         """The app gone first, then a stop (RunDir.request keeps it whatever is pressed after it), a pause."""
@@ -91,6 +94,15 @@ class Control:
         if asked:
             self.run.clear_settings(asked["time"])
         return asked.get("values", {})
+
+    def cpu_threads(self) -> int | None:
+        """The CPU threads asked for (0: all) since the last call, None if nothing new. A share
+        asked before this trainer started was an earlier session's (its partner has ended since)."""
+        share = self.run.read_cpu_share()
+        if share is None or share == self._cpu_share_taken or share[1] < self._started:
+            return None
+        self._cpu_share_taken = share
+        return share[0]
 
     def paused_again(self) -> None:
         """A Step is done with: the run stays paused."""

@@ -429,6 +429,7 @@ class Runtime:
             # Batch shapes never change (drop_last), so cuDNN's one-off algorithm search
             # pays for itself after the first step.
             torch.backends.cudnn.benchmark = True
+        self._all_cpu_threads = torch.get_num_threads()   # what "all" means again after a share (use_cpu_threads)
 
     # ---- one of several processes (torchrun) ------------------------------------------
     @property
@@ -588,6 +589,21 @@ class Runtime:
             stacked = self.average(torch.stack([tensors[k].detach().float().reshape(()) for k in names]))
             floats = stacked.cpu().tolist()
             fn(dict(zip(names, floats)))
+
+    def use_cpu_threads(self, threads: int) -> int:
+        """Use `threads` CPU threads for the host's share of the work (the whole step on a CPU),
+        0 for all it started with; returns the count now used. Two trainers each with all threads
+        of one CPU are slower together than one after the other (bench/README.md, "Runs at once")."""
+        import torch
+        torch.set_num_threads(min(threads, self._all_cpu_threads) if threads > 0 else self._all_cpu_threads)
+        return torch.get_num_threads()
+
+    def cpu_threads(self) -> int | None:
+        """The CPU threads a CPU run uses (None on an accelerator, where they feed it)."""
+        if self.kind != "cpu":
+            return None
+        import torch
+        return torch.get_num_threads()
 
     # ---- diagnostics ----------------------------------------------------------------
     def memory(self) -> tuple[int, int] | None:

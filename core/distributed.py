@@ -215,6 +215,9 @@ class SharedControl:
     def settings(self) -> dict:
         return self.ranks.share(self.control.settings() if self.control else {})
 
+    def cpu_threads(self) -> int | None:
+        return self.ranks.share(self.control.cpu_threads() if self.control else None)
+
     def paused_again(self) -> None:
         if self.control:
             self.control.paused_again()

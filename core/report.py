@@ -118,6 +118,7 @@ class Reporter:
             "unreadable_images_skipped": self.training.dataset.skipped,
             "first_step_seconds": round(self.first_step_seconds, 2) if self.first_step_seconds else None,
             "augment_p": round(augment_p, 3) if augment_p is not None else None,
+            "cpu_threads": rt.cpu_threads(),
         }
         if memory:
             diagnostics["memory_used"], diagnostics["memory_total"] = memory

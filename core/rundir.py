@@ -13,6 +13,9 @@
       generator.json           what is needed to rebuild it (spec, config, step)
       control.json             the pending request to the trainer: pause / resume / step
       stop.json                a pending Stop, a file of its own: no later request replaces it
+      settings.json            a settings change the host asked for while the run trains
+      cpu_threads.json         the CPU threads the trainer may use: its share while a comparison
+                               trains beside it (app/compare.py), 0 for all of them again
 
 The trainer writes, readers never lock: they tolerate a half-written last event line. A
 request is a file rather than an in-memory Event so that a restarted UI, or a CLI user in
@@ -41,6 +44,7 @@ NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 REQUEST_FILE, STOP_FILE = "control.json", "stop.json"   # RunDir.request
 STEP_UPDATES = ("both", "d", "g")   # what a Step may train: both nets, or D or G alone
 SETTINGS_FILE = "settings.json"   # RunDir.change_settings: what the host changed while the run trains
+CPU_THREADS_FILE = "cpu_threads.json"   # RunDir.share_cpu: the trainer's share of the CPU
 
 
 # A generator's two files, in a run directory and in any folder that holds one (the shipped
@@ -424,6 +428,19 @@ class RunDir:
                 os.remove(self.file(SETTINGS_FILE))
             except OSError:
                 pass
+
+    def share_cpu(self, threads: int) -> None:
+        """Ask the trainer to use `threads` CPU threads from its next log step (0: all of them, as
+        it started): the share a run gets while another trains beside it on the same CPU."""
+        self._write(CPU_THREADS_FILE, json.dumps({"threads": int(threads), "time": time.time()}).encode())
+
+    def read_cpu_share(self) -> tuple[int, float] | None:
+        """(threads, when asked) of the last share_cpu, or None if none was asked."""
+        asked = self._read_json_object(CPU_THREADS_FILE)
+        threads = asked.get("threads")
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+            return None
+        return threads, asked.get("time", 0.0)
 
     def _read_json_object(self, name: str) -> dict:
         """A small JSON object the app writes for the trainer; {} when there is none (or a hand-made

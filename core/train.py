@@ -268,6 +268,7 @@ class Loop:
         from core.images import to_model_range
         self._work("saving the real images", lambda: self.run_dir.save_real_grid(
             to_model_range(training.real_grid).numpy(), training.grid_columns))
+        self.share_cpu()   # a run started beside another takes its share from its first step
         self.report.start()
         self.beat.doing("training")
         if self.chunk_seconds is not None:
@@ -328,6 +329,7 @@ class Loop:
             raise SessionEnds("failed", diverged)
         self.warning = self.phase.warning()
         self.apply_settings()
+        self.share_cpu()
         decision = self.control.decision()
         if decision == "pause" and self.chunk_seconds is not None:   # the GPU is given back while paused
             raise SessionEnds("paused", paused_message(self.step_count))
@@ -390,6 +392,13 @@ class Loop:
         event = {"step": self.step_count, "time": round(self.report.elapsed(), 3), "settings": changed}
         self._work("writing the loss log", lambda: self.run_dir.append_event(event))
         self._work("writing the run's plan", lambda: self.run_dir.write_plan(self.training.plan))
+
+    def share_cpu(self) -> None:
+        """The CPU threads asked for through the run directory: fewer while a comparison trains
+        beside this run on the same CPU, all again once it ends (app/job.py)."""
+        threads = self.control.cpu_threads()
+        if threads is not None:
+            self.rt.use_cpu_threads(threads)
 
     def _stop_for(self, decision: str) -> None:
         if decision in ("stop", "gone"):

@@ -1,6 +1,7 @@
 """The studio end to end: the real app process, driven through its named API like a script would:
-the Train tab's runs, the Sample tab as a student uses it, the host's controls (Step, Stop then
-Pause, a run over two processes, a trainer that cannot answer Stop), and the disk an app may use.
+the Train tab's runs (and comparisons of them, at once and after), the Sample tab as a student uses
+it, the host's controls (Step, Stop then Pause, a run over two processes, a trainer that cannot answer
+Stop), and the disk an app may use.
 The module's app serves every test but the last two, which start apps of their own."""
 import io
 import json
@@ -163,28 +164,49 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     assert sorted(os.path.basename(f) for f in files) == ["generator.json", "generator.safetensors"]
 
     # A comparison start: the finished run again with D's learning rate x10, the same seed and length,
-    # at once (nothing trains), shown beside it; a second one, pressed while that trains, waits for it
-    # to finish and is shown beside it in turn.
+    # now (nothing trains), shown beside it. Pressed again while that trains: "at once" starts another
+    # (WGAN-GP) beside it (on this CPU each takes half the threads, the one left all of them once the other
+    # ends; Pause reaches both); "after" waits for the live run to finish.
     first = status["run"]
-    assert "beside run" in client.predict("lr_d", api_name="/start_comparison")
-    second = wait_for(lambda: (s := app.status())["run"] != first and s, 30, what="the comparison")
-    assert second["compare"] == first
 
     def config(run):
         with open(os.path.join(app.runs_root, run, "config.json")) as f:
             values = json.load(f)
         return values.get("config", values)
-    assert "Queued" in client.predict("batch_size", api_name="/start_comparison")
-    assert second["run"] in client.predict(api_name="/status")["compare_note"]
-    wait_for(lambda: os.path.exists(os.path.join(app.runs_root, second["run"], "config.json"))
-             and "format" in open(os.path.join(app.runs_root, second["run"], "config.json")).read(), 60,
-             what="the comparison's plan")
+
+    def run_status(run):
+        return RunDir(os.path.join(app.runs_root, run)).read_status()
+
+    def threads(run):
+        return run_status(run).diagnostics.get("cpu_threads")
+    every = threads(first)
+    assert every >= 1
+    assert "beside run" in client.predict("lr_d", "at once", api_name="/start_comparison")
+    second = wait_for(lambda: (s := app.status())["run"] != first and s, 30, what="the comparison")
+    assert second["compare"] == first
+    wait_for(lambda: run_status(second["run"]).step > 0, 60, what="the comparison's first step")
+    answer = client.predict("gan", "at once", api_name="/start_comparison")
+    assert f"at once beside run `{second['run']}`" in answer, answer
+    third = app.status()
+    assert third["run"] not in (first, second["run"]) and third["compare"] == second["run"]
+    wait_for(lambda: threads(second["run"]) == threads(third["run"]) == max(1, every // 2), 60,
+             what="each run at half the threads")
+    client.predict(api_name="/pause")
+    wait_for(lambda: run_status(second["run"]).state == run_status(third["run"]).state == "paused", 60,
+             what="both runs paused")
+    client.predict(api_name="/resume")
+    assert "Queued" in client.predict("batch_size", "after", api_name="/start_comparison")
+    assert third["run"] in client.predict(api_name="/status")["compare_note"]
+    # The run beside (ahead) finishes first; the live run trains on with every thread.
+    wait_for(lambda: run_status(second["run"]).state == "done" and threads(third["run"]) == every, 300,
+             interval=0.5, what="the run beside to finish, and the live run's threads back")
     planned = config(second["run"])
     assert (planned["lr_d"], planned["seed"], planned["steps"]) == (pytest.approx(10 * config(first)["lr_d"]), 7, 120)
-    third = wait_for(lambda: (s := app.status())["run"] not in (first, second["run"]) and s,
-                     400, interval=0.5, what="the queued comparison, once the first finished")
-    assert third["compare"] == second["run"] and config(second["run"])["batch_size"] == 32
-    assert config(third["run"])["batch_size"] == 256
+    assert (config(third["run"])["gan"], config(third["run"])["seed"]) == ("wgan-gp", 7)
+    fourth = wait_for(lambda: (s := app.status())["run"] not in (first, second["run"], third["run"]) and s,
+                      400, interval=0.5, what="the queued comparison, once the live run finished")
+    assert fourth["compare"] == third["run"] and config(third["run"])["batch_size"] == 32
+    assert config(fourth["run"])["batch_size"] == 256
     client.predict(api_name="/stop")
     wait_for(lambda: app.status()["state"] in ("stopped", "done"), 120, what="the stop")
 
@@ -591,8 +613,9 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
     """One app with a small uploads cap and a temp folder of its own: uploaded datasets are evicted
     least recently used, never a kept run's zip, and only for the host (anyone else's upload must
     fit); the Sample tab's files are bounded, the one uploaded generator in use is kept, and all
-    of them go when the app exits. The folders an app killed with SIGKILL left go when the next
-    app starts; a live app's stay."""
+    of them go when the app exits, as do two runs training at once (each stopped with its
+    checkpoint). The folders an app killed with SIGKILL left go when the next app starts; a live
+    app's stay."""
     from gradio_client import handle_file
     from app.sample_tab import KEEP_OUTPUTS, MAX_OUTPUTS
     from app.serving import OWNER_FILE
@@ -654,8 +677,19 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
         # age limits themselves: tests/unit/test_sample_handlers.py.
         assert KEEP_OUTPUTS < len(outputs) == 2 * (KEEP_OUTPUTS // 2 + 2) <= MAX_OUTPUTS, outputs
         assert len(list((root / "uploaded").iterdir())) == 1     # the one in use
+
+        # Two runs at once as the app exits: both stop with a checkpoint, and no trainer is left.
+        client.predict("folder", first, "dcgan", "fast", 8, "fp32", "cpu", 100_000, key=key, api_name="/start")
+        wait_for(lambda: app.status().get("step", 0) > 0, timeout=120, what="a long run")
+        assert "at once" in client.predict("lr_d", "at once", key, api_name="/start_comparison")
+        pair = [RunDir(str(runs / name)) for name in (app.status()["run"], app.status()["compare"])]
+        wait_for(lambda: all(run.read_status().step > 0 for run in pair), timeout=120, what="both runs training")
+        trainers = [run.read_status().pid for run in pair]
     finally:
         app.stop()
+    for run in pair:
+        assert run.read_status().state == "stopped" and run.has_checkpoint(), run.read_status()
+    assert not [pid for pid in trainers if alive(pid)]
     stored = sorted(os.listdir(data_dir / "uploads"))
     # The oldest upload stays (the kept run trained on it), the newest stays, the ones between go.
     assert stored == sorted(p.removeprefix("upload:") for p in (first, kept[-1])), stored

@@ -1,6 +1,7 @@
 """Runs side by side (issue 41): the comparison starts' one change, the differences said in words,
-and what the live feed sends every page about an earlier run beside the live one, on seeded runs
-(the trained road, a comparison queued behind a real run: tests/app/test_app.py's short run)."""
+where two runs may train at once and how a trainer takes its share of the CPU, and what the live
+feed sends every page about a run beside the live one (ended, or training on), on seeded runs (the
+trained road, comparisons at once and queued behind real runs: tests/app/test_app.py's short run)."""
 from __future__ import annotations
 
 import json
@@ -9,12 +10,14 @@ import time
 
 import pytest
 
-from app.compare import ComparisonRefused
+from app.compare import ComparisonRefused, at_once_problem
 from app.job import Job
 from app.live import LiveFeed
 from app.views import differences_words
 from core.config import COMPARISONS, ConfigError, TrainConfig, comparison
+from core.control import Control
 from core.rundir import RunDir
+from core.status import Status
 from tests.apphelpers import wait_for
 
 
@@ -121,3 +124,47 @@ def test_a_comparison_queued_behind_a_run_that_is_stopped_does_not_start(tmp_pat
     wait_for(lambda: "did not start" in job.comparison.note, 10, what="the queued comparison's end")
     assert job.comparison.note == f"The comparison did not start: run {run.name} ended stopped, not finished."
     assert job.run.name == run.name and len(os.listdir(root)) == 1
+
+
+def test_two_runs_train_at_once_on_a_cuda_gpu_or_a_cpu_of_two_cores_or_more():
+    assert at_once_problem(Status(device_kind="cpu"), cores=2) == ""
+    assert at_once_problem(Status(device_kind="cuda"), cores=1) == ""
+    assert at_once_problem(Status(device_kind="cpu"), cores=1) == "the CPU has one core"
+    for kind in ("tpu", "xla-cpu"):
+        assert "XLA devices" in at_once_problem(Status(device_kind=kind), cores=8)
+    assert "ZeroGPU" in at_once_problem(Status(device_kind="cuda", chunk=2), cores=8)
+    assert "several processes" in at_once_problem(Status(device_kind="cuda", processes=2), cores=8)
+
+
+def test_a_trainer_takes_each_share_of_the_cpu_once_and_none_asked_before_it_started(tmp_path):
+    run = RunDir.create(TrainConfig(steps=10), str(tmp_path))
+    run.share_cpu(1)   # a session before this trainer's: its partner has ended since
+    time.sleep(0.01)
+    control = Control(run)
+    assert control.cpu_threads() is None
+    run.share_cpu(1)
+    assert control.cpu_threads() == 1 and control.cpu_threads() is None   # taken once
+    run.share_cpu(0)
+    assert control.cpu_threads() == 0
+
+
+def test_a_compared_run_that_trains_on_sends_its_new_curves_and_grids(tmp_path):
+    root = str(tmp_path)
+    beside = seed_run(root, TrainConfig(steps=300), (100,), 0.5, state="running")
+    live = seed_run(root, TrainConfig(steps=300, lr_d=2e-3), (100,), 0.7, state="running")
+    job = Job(root)
+    feed = LiveFeed(job)
+    job.comparison.show(beside.name)
+    assert message(feed)["compare_points"]["loss_d"][-1] == [300, 0.5]
+    # The run beside logs and draws on while the live run is quiet: every page is sent its new points.
+    import numpy as np
+    beside.append_event({"step": 325, "loss_d": 0.4, "loss_g": 1.0})
+    beside.save_grid(np.zeros((4, 1, 28, 28), np.float32), 200, columns=2)
+    beside.write_status("running", "Training...", step=325, steps=400, gan="dcgan")
+    delta = message(feed, "delta")
+    assert delta["compare_points"]["loss_d"][-1] == [325, 0.4]
+    assert delta["compare"]["grid"] == f"live/grid/{beside.name}/100"   # at the live grid's step
+    # The live run's next grid: the one beside at that step.
+    live.save_grid(np.zeros((4, 1, 28, 28), np.float32), 200, columns=2)
+    live.append_event({"step": 325, "loss_d": 0.7, "loss_g": 1.0})
+    assert message(feed, "delta")["compare"]["grid"] == f"live/grid/{beside.name}/200"
