@@ -164,9 +164,9 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     assert sorted(os.path.basename(f) for f in files) == ["generator.json", "generator.safetensors"]
 
     # A comparison start: the finished run again with D's learning rate x10, the same seed and length,
-    # now (nothing trains), shown beside it. Pressed again while that trains: "at once" starts another
-    # (WGAN-GP) beside it (on this CPU each takes half the threads, the one left all of them once the other
-    # ends; Pause reaches both); "after" waits for the live run to finish.
+    # now (nothing trains), shown beside it. Pressed while that trains: "after" waits for it to finish,
+    # then starts (WGAN-GP) beside it; "at once" starts another beside the live run at once (on this
+    # CPU each takes half the threads, the one left all of them once the other ends; Pause reaches both).
     first = status["run"]
 
     def config(run):
@@ -174,39 +174,44 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
             values = json.load(f)
         return values.get("config", values)
 
-    def run_status(run):
-        return RunDir(os.path.join(app.runs_root, run)).read_status()
+    def run_dir(run):
+        return RunDir(os.path.join(app.runs_root, run))
 
     def threads(run):
-        return run_status(run).diagnostics.get("cpu_threads")
+        return run_dir(run).read_status().diagnostics.get("cpu_threads")
     every = threads(first)
     assert every >= 1
     assert "beside run" in client.predict("lr_d", "at once", api_name="/start_comparison")
     second = wait_for(lambda: (s := app.status())["run"] != first and s, 30, what="the comparison")
     assert second["compare"] == first
-    wait_for(lambda: run_status(second["run"]).step > 0, 60, what="the comparison's first step")
-    answer = client.predict("gan", "at once", api_name="/start_comparison")
-    assert f"at once beside run `{second['run']}`" in answer, answer
-    third = app.status()
-    assert third["run"] not in (first, second["run"]) and third["compare"] == second["run"]
-    wait_for(lambda: threads(second["run"]) == threads(third["run"]) == max(1, every // 2), 60,
-             what="each run at half the threads")
-    client.predict(api_name="/pause")
-    wait_for(lambda: run_status(second["run"]).state == run_status(third["run"]).state == "paused", 60,
-             what="both runs paused")
-    client.predict(api_name="/resume")
-    assert "Queued" in client.predict("batch_size", "after", api_name="/start_comparison")
-    assert third["run"] in client.predict(api_name="/status")["compare_note"]
-    # The run beside (ahead) finishes first; the live run trains on with every thread.
-    wait_for(lambda: run_status(second["run"]).state == "done" and threads(third["run"]) == every, 300,
-             interval=0.5, what="the run beside to finish, and the live run's threads back")
+    assert "Queued" in client.predict("gan", "after", api_name="/start_comparison")
+    assert second["run"] in client.predict(api_name="/status")["compare_note"]
+    wait_for(lambda: os.path.exists(os.path.join(app.runs_root, second["run"], "config.json"))
+             and "format" in open(os.path.join(app.runs_root, second["run"], "config.json")).read(), 60,
+             what="the comparison's plan")
     planned = config(second["run"])
     assert (planned["lr_d"], planned["seed"], planned["steps"]) == (pytest.approx(10 * config(first)["lr_d"]), 7, 120)
+    third = wait_for(lambda: (s := app.status())["run"] not in (first, second["run"]) and s,
+                     400, interval=0.5, what="the queued comparison, once the first finished")
+    assert third["compare"] == second["run"] and run_dir(second["run"]).read_status().state == "done"
     assert (config(third["run"])["gan"], config(third["run"])["seed"]) == ("wgan-gp", 7)
-    fourth = wait_for(lambda: (s := app.status())["run"] not in (first, second["run"], third["run"]) and s,
-                      400, interval=0.5, what="the queued comparison, once the live run finished")
-    assert fourth["compare"] == third["run"] and config(third["run"])["batch_size"] == 32
-    assert config(fourth["run"])["batch_size"] == 256
+    wait_for(lambda: run_dir(third["run"]).read_status().step > 0, 60, what="its first step")
+
+    answer = client.predict("lr_d", "at once", api_name="/start_comparison")
+    assert f"at once beside run `{third['run']}`" in answer, answer
+    fourth = app.status()
+    assert fourth["run"] not in (first, second["run"], third["run"]) and fourth["compare"] == third["run"]
+    wait_for(lambda: threads(third["run"]) == threads(fourth["run"]) == max(1, every // 2), 60,
+             what="each run at half the threads")
+    client.predict(api_name="/pause")
+    wait_for(lambda: run_dir(third["run"]).read_status().state == run_dir(fourth["run"]).read_status().state
+             == "paused", 60, what="both runs paused")
+    client.predict(api_name="/resume")
+    # The run beside stopped on its own (as a CLI user in another terminal stops it): the live run
+    # trains on with every thread.
+    run_dir(third["run"]).request("stop")
+    wait_for(lambda: run_dir(third["run"]).read_status().state == "stopped" and threads(fourth["run"]) == every,
+             120, interval=0.5, what="the run beside stopped, and the live run's threads back")
     client.predict(api_name="/stop")
     wait_for(lambda: app.status()["state"] in ("stopped", "done"), 120, what="the stop")
 
