@@ -26,7 +26,7 @@ from app import views
 from app.chain import ChunkChain
 from app.chunks import chunk_seconds
 from app.compare import Comparison
-from app.supervisor import STOP_ESCALATE_SECONDS, TrainerEnd, TrainerSupervisor
+from app.supervisor import STOP_ESCALATE_SECONDS, WATCH_SECONDS, TrainerEnd, TrainerSupervisor
 from core.config import TrainConfig, live_change
 from core.control import stepped_words
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
@@ -178,14 +178,23 @@ class Job:
                 raise DiskRefused(problem + ".")
             self.prune(reserve=1)
             run = RunDir.create(config, self.runs_root)
+            if earlier.read_status().device_kind == "cpu":
+                half = max(1, len(os.sched_getaffinity(0)) // 2)
+                for each in (earlier, run):   # the new trainer reads it before its first step
+                    each.share_cpu(half)
             self._trainer.hand_over(self._beside)
             self._attach(run)
             self._trainer.start((config.to_dict(), run.path, False, None), run)
-            if earlier.read_status().device_kind == "cpu":
-                half = max(1, len(os.sched_getaffinity(0)) // 2)
-                for each in (earlier, run):   # after the start: a trainer ignores shares older than itself
-                    each.share_cpu(half)
+            threading.Thread(target=self._reap_the_pair, name="blink-pair", daemon=True).start()
             return run
+
+    def _reap_the_pair(self) -> None:
+        """While two runs train at once, each trainer's end is reaped as it comes (not at a viewer's
+        next look), so the one left takes every thread at once."""
+        while self._beside.process is not None:
+            time.sleep(WATCH_SECONDS)
+            self._trainer.reap()
+            self._beside.reap()
 
     def resume(self, steps: int | None = None, config: TrainConfig | None = None) -> RunDir:
         """Continue the current (stopped, finished or failed) run from its checkpoint.
@@ -299,15 +308,17 @@ class Job:
     # ---- how a trainer ended ---------------------------------------------------------------
     def _live_trainer_ended(self, run: RunDir, end: TrainerEnd) -> None:
         self._trainer_ended(run, end)
-        self._give_back_the_cpu(self.beside_training())
+        self._give_back_the_cpu(run, self.beside_training())
 
     def _beside_trainer_ended(self, run: RunDir, end: TrainerEnd) -> None:
         self._trainer_ended(run, end)
-        self._give_back_the_cpu(self._run if self._trainer.running() else None)
+        self._give_back_the_cpu(run, self._run if self._trainer.running() else None)
 
     @staticmethod
-    def _give_back_the_cpu(survivor: RunDir | None) -> None:
-        """Of two runs at once, the one still training takes every CPU thread again."""
+    def _give_back_the_cpu(ended: RunDir, survivor: RunDir | None) -> None:
+        """Of two runs at once, the one still training takes every CPU thread again; the one that
+        ended keeps no share for a later session."""
+        ended.clear_cpu_share()
         if survivor is None or survivor.read_cpu_share() is None:
             return
         try:

@@ -8,7 +8,7 @@ through the run directory (RunDir.share_cpu); one run alone as the yardstick.
 Each run is the real CLI trainer as a user starts it (`python -m core.train`, defaults but the batch
 and the steps, no quality meter); its steps/s is its final status's, the trainer's own steady speed.
 The two of a pair start together and run the same config; a share is written into each run
-directory once both trainers are up, as the job writes it after a start. "together" is the two
+directory before its trainer starts, as the job writes it. "together" is the two
 runs' steps/s added up: against the run alone, what two at once cost or save in all.
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -29,24 +28,21 @@ from core.rundir import RunDir  # noqa: E402
 
 def runs(count: int, batch: int, steps: int, share: int | None, timeout: float) -> list[float]:
     """`count` CLI trainers started together; each one's steps/s. share: the CPU threads asked of
-    each once it is up (None: each keeps all of them)."""
+    each (None: each keeps all of them)."""
     folder = tempfile.mkdtemp(prefix="bench-at-once-")
     env = {**os.environ, "PYTHONPATH": ROOT}
     env.pop("OMP_NUM_THREADS", None)
     started = []
     for index in range(count):
         run = RunDir(os.path.join(folder, f"run{index}"))
+        if share is not None:   # before the trainer starts, as the job asks it
+            os.makedirs(run.path)
+            run.share_cpu(share)
         process = subprocess.Popen([sys.executable, "-m", "core.train", "--device", "cpu", "--batch-size",
                                     str(batch), "--steps", str(steps), "--quality-every", "0",
                                     "--run-dir", run.path], cwd=ROOT, env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         started.append((run, process))
-    if share is not None:
-        deadline = time.monotonic() + timeout
-        while any(run.read_status().state != "running" for run, _ in started) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for run, _ in started:
-            run.share_cpu(share)
     speeds = []
     for run, process in started:
         _, errors = process.communicate(timeout=timeout)

@@ -60,7 +60,6 @@ class Control:
         self.app_closing = app_closing or (lambda: False)
         self._last_check = 0.0
         self._cpu_share_taken = None   # the last share of the CPU acted on (RunDir.read_cpu_share)
-        self._started = time.time()
 
     def decision(self) -> str:
         """The app gone first, then a stop (RunDir.request keeps it whatever is pressed after it), a pause."""
@@ -96,10 +95,9 @@ class Control:
         return asked.get("values", {})
 
     def cpu_threads(self) -> int | None:
-        """The CPU threads asked for (0: all) since the last call, None if nothing new. A share
-        asked before this trainer started was an earlier session's (its partner has ended since)."""
+        """The CPU threads asked for (0: all) since the last call, None if nothing new."""
         share = self.run.read_cpu_share()
-        if share is None or share == self._cpu_share_taken or share[1] < self._started:
+        if share is None or share == self._cpu_share_taken:
             return None
         self._cpu_share_taken = share
         return share[0]

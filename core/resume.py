@@ -30,7 +30,7 @@ def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = N
     optimizer state belong to the run's own config, so any difference but steps is refused; both
     are resolved as the trainer resolved the run, so 'auto' or a default left None matches what it
     became there. Making ready: events logged after the checkpoint go (RunDir.trim_events), and so
-    does a request left from the last session."""
+    do a request and a share of the CPU left from the last session."""
     try:
         plan = run.read_plan()   # None for a run saved before plans: its config alone
         saved = plan.config if plan is not None else run.read_config()
@@ -58,6 +58,7 @@ def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = N
         raise ResumeRefused(f"At most {MAX_STEPS:,} steps.")
     run.trim_events(done)
     run.clear_request()
+    run.clear_cpu_share()   # one left by an app that ended while a comparison trained beside the run
     run.remove_stale_temp_files()   # a checkpoint write killed half-way
     return dataclasses.replace(own, steps=total)
 

@@ -430,9 +430,17 @@ class RunDir:
                 pass
 
     def share_cpu(self, threads: int) -> None:
-        """Ask the trainer to use `threads` CPU threads from its next log step (0: all of them, as
-        it started): the share a run gets while another trains beside it on the same CPU."""
+        """Ask the trainer to use `threads` CPU threads from its first step, or its next log step
+        (0: all of them, as it started): the share a run gets while another trains beside it on the
+        same CPU. The job clears it when the trainer ends (clear_cpu_share)."""
         self._write(CPU_THREADS_FILE, json.dumps({"threads": int(threads), "time": time.time()}).encode())
+
+    def clear_cpu_share(self) -> None:
+        """No share asked: the run's trainer, or its next session, uses every thread."""
+        try:
+            os.remove(self.file(CPU_THREADS_FILE))
+        except OSError:
+            pass
 
     def read_cpu_share(self) -> tuple[int, float] | None:
         """(threads, when asked) of the last share_cpu, or None if none was asked."""

@@ -19,6 +19,7 @@ from core.control import Control
 from core.rundir import RunDir
 from core.status import Status
 from tests.apphelpers import wait_for
+from tests.clihelpers import start_cli
 
 
 def test_each_comparison_changes_one_setting_and_keeps_the_seed_and_length():
@@ -136,16 +137,31 @@ def test_two_runs_train_at_once_on_a_cuda_gpu_or_a_cpu_of_two_cores_or_more():
     assert "several processes" in at_once_problem(Status(device_kind="cuda", processes=2), cores=8)
 
 
-def test_a_trainer_takes_each_share_of_the_cpu_once_and_none_asked_before_it_started(tmp_path):
-    run = RunDir.create(TrainConfig(steps=10), str(tmp_path))
-    run.share_cpu(1)   # a session before this trainer's: its partner has ended since
-    time.sleep(0.01)
+def test_a_trainer_uses_the_threads_its_run_directory_asks_for_then_all_again(tmp_path):
+    """The trainer's side of two runs at once on a CPU (the job's side: tests/app/test_app.py): a
+    share asked before it starts holds from its first step; 0 gives it every thread again."""
+    run = RunDir(str(tmp_path / "run"))
+    os.makedirs(run.path)
+    run.share_cpu(1)   # as the job asks it of a comparison started at once, before its trainer starts
+    process = start_cli(["-m", "core.train", "--device", "cpu", "--preset", "fast", "--batch-size", "8",
+                         "--steps", "100000", "--log-every", "2", "--quality-every", "0", "--run-dir", run.path],
+                        env={**os.environ, "OMP_NUM_THREADS": "2"})
+    def threads():
+        return run.read_status().diagnostics.get("cpu_threads")
+    try:
+        wait_for(lambda: run.read_status().step > 0, 120, interval=0.1, what="training")
+        assert threads() == 1
+        run.share_cpu(0)
+        wait_for(lambda: threads() == 2, 60, interval=0.1, what="every thread again")
+        run.request("stop")
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    # Taken once: a share read again is not acted on again.
     control = Control(run)
-    assert control.cpu_threads() is None
     run.share_cpu(1)
-    assert control.cpu_threads() == 1 and control.cpu_threads() is None   # taken once
-    run.share_cpu(0)
-    assert control.cpu_threads() == 0
+    assert control.cpu_threads() == 1 and control.cpu_threads() is None
 
 
 def test_a_compared_run_that_trains_on_sends_its_new_curves_and_grids(tmp_path):
