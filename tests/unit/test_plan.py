@@ -124,3 +124,19 @@ def test_resume_refuses_a_checkpoint_whose_plan_built_other_nets(cache):
     unconditional = dataclasses.replace(training.plan, classes=0, class_names=())
     problem = checkpoint_problem({**state, "plan": unconditional.to_dict()}, training)
     assert problem.startswith("Cannot resume: this run's networks were saved at another size"), problem
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_bf16_on_a_cpu_is_refused_without_native_bf16_and_never_the_default_with_it(monkeypatch, native):
+    """Issue 44: bf16 on a CPU with native bf16 stays allowed (the precision lesson) but not the
+    default, saying why; without it, refused. The CPU's flag is a stand-in here: this machine's CPU
+    has no native bf16 (the CLI's road on it: tests/xla/test_xla_cli.py)."""
+    from core import devices
+    monkeypatch.setattr(devices, "_cpu_has_native_bf16", lambda: native)
+    info = devices._cpu_info()
+    assert devices.default_precision(info.kind) == "fp32" and "fp16" in info.precision_refused
+    if native:
+        assert "bf16" not in info.precision_refused and "fp32 stays the default" in info.precision_warned["bf16"]
+        assert make_plan(TrainConfig(precision="bf16"), info, DataFacts()).config.precision == "bf16"
+    else:
+        assert "no native bfloat16" in info.precision_refused["bf16"] and not info.precision_warned
