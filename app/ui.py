@@ -726,8 +726,8 @@ class TrainTab:
                                 show_progress="hidden")
         self.compare_button.click(self.compare, [self.compare_with, self.key], self.message, api_name="compare",
                                   concurrency_limit=None)
-        self.comparison_button.click(self.start_comparison, [self.comparison, self.comparison_when, self.key], self.message,
-                                     api_name="start_comparison")
+        self.comparison_button.click(self.start_comparison, [self.comparison, self.comparison_when, self.key],
+                                     self.message, api_name="start_comparison")
         blocks.load(self.join_link, None, self.join, api_visibility="private")
         gr.api(self.status_api, api_name="status", concurrency_limit=None)
         self.upload.upload(self.check_upload, [self.upload, self.key], [self.dataset, self.data_path, self.dataset_note],

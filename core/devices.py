@@ -594,13 +594,12 @@ class Runtime:
             floats = stacked.cpu().tolist()
             fn(dict(zip(names, floats)))
 
-    def use_cpu_threads(self, threads: int) -> int:
-        """Use `threads` CPU threads for the host's share of the work (the whole step on a CPU),
-        0 for all it started with; returns the count now used. Two trainers each with all threads
-        of one CPU are slower together than one after the other (bench/README.md, "Runs at once")."""
+    def use_cpu_threads(self, threads: int) -> None:
+        """Use `threads` CPU threads for the host's share of the work (the whole step on a CPU), 0
+        for all it started with. Two trainers each with all threads of one CPU are slower together
+        than one after the other (bench/README.md, "Runs at once")."""
         import torch
         torch.set_num_threads(min(threads, self._all_cpu_threads) if threads > 0 else self._all_cpu_threads)
-        return torch.get_num_threads()
 
     def cpu_threads(self) -> int | None:
         """The CPU threads a CPU run uses (None on an accelerator, where they feed it)."""
