@@ -1,9 +1,11 @@
-"""Two runs at once on this CPU (a comparison started "at once", app/compare.py): each with all the
+"""Two runs at once (a comparison started "at once", app/compare.py): on a CPU each with all the
 CPU's threads, as two trainers would be left alone, against each with half of them, as the app asks
-through the run directory (RunDir.share_cpu); one run alone as the yardstick.
+through the run directory (RunDir.share_cpu); on a CUDA GPU the two share the GPU as the app leaves
+them. One run alone as the yardstick.
 
-    python bench/bench_at_once.py                  # batch 128, 300 steps
+    python bench/bench_at_once.py                  # the CPU, batch 128, 300 steps
     python bench/bench_at_once.py --steps 400 --batch 64
+    python bench/bench_at_once.py --device cuda --steps 1000
 
 Each run is the real CLI trainer as a user starts it (`python -m core.train`, defaults but the batch
 and the steps, no quality meter); its steps/s is its final status's, the trainer's own steady speed.
@@ -26,7 +28,7 @@ sys.path.insert(0, ROOT)
 from core.rundir import RunDir  # noqa: E402
 
 
-def runs(count: int, batch: int, steps: int, share: int | None, timeout: float) -> list[float]:
+def runs(count: int, device: str, batch: int, steps: int, share: int | None, timeout: float) -> list[float]:
     """`count` CLI trainers started together; each one's steps/s. share: the CPU threads asked of
     each (None: each keeps all of them)."""
     folder = tempfile.mkdtemp(prefix="bench-at-once-")
@@ -38,7 +40,7 @@ def runs(count: int, batch: int, steps: int, share: int | None, timeout: float) 
         if share is not None:   # before the trainer starts, as the job asks it
             os.makedirs(run.path)
             run.share_cpu(share)
-        process = subprocess.Popen([sys.executable, "-m", "core.train", "--device", "cpu", "--batch-size",
+        process = subprocess.Popen([sys.executable, "-m", "core.train", "--device", device, "--batch-size",
                                     str(batch), "--steps", str(steps), "--quality-every", "0",
                                     "--run-dir", run.path], cwd=ROOT, env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -55,19 +57,21 @@ def runs(count: int, batch: int, steps: int, share: int | None, timeout: float) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for one run")
     args = parser.parse_args()
     half = max(1, len(os.sched_getaffinity(0)) // 2)
     results = {}
-    for name, count, share in (("one run alone, every thread", 1, None),
-                               ("two at once, every thread each", 2, None),
-                               (f"two at once, {half} thread(s) each (the app's share)", 2, half)):
-        speeds = runs(count, args.batch, args.steps, share, args.timeout)
+    roads = [("one run alone, every thread", 1, None), ("two at once, every thread each", 2, None)]
+    if args.device == "cpu":   # on a GPU the app asks no share of the CPU
+        roads.append((f"two at once, {half} thread(s) each (the app's share)", 2, half))
+    for name, count, share in roads:
+        speeds = runs(count, args.device, args.batch, args.steps, share, args.timeout)
         results[name] = {"steps_per_second": speeds, "together": round(sum(speeds), 2)}
         print(f"{name}: steps/s {', '.join(f'{s:.2f}' for s in speeds)}; together {sum(speeds):.2f}", flush=True)
-    print("BENCH " + json.dumps({"batch": args.batch, "steps": args.steps, "cores": len(os.sched_getaffinity(0)),
+    print("BENCH " + json.dumps({"device": args.device, "batch": args.batch, "steps": args.steps, "cores": len(os.sched_getaffinity(0)),
                                  "results": results}))
 
 
