@@ -221,7 +221,8 @@ def comparison(cfg: TrainConfig, change: str) -> TrainConfig:
     if change == "precision":
         values = {"precision": "bf16" if resolved.precision == "fp32" else "fp32"}
     elif change == "gan":
-        values = {"gan": "dcgan" if cfg.gan == "wgan-gp" else "wgan-gp", **dict.fromkeys(GAN_TYPE_DEFAULTS)}
+        # The relativistic loss against DCGAN's: the same nets, the other loss.
+        values = {"gan": "dcgan" if cfg.gan in ("wgan-gp", "rpgan") else "wgan-gp", **dict.fromkeys(GAN_TYPE_DEFAULTS)}
     elif change == "batch_size":
         values = {"batch_size": 256 if cfg.batch_size <= 64 else 32}
     elif change == "lr_d":

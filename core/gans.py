@@ -39,7 +39,15 @@ class GanType:
     log_scale: bool = False     # the page's charts start on a log scale
     # The page's "What is a GAN?" panel: D's and G's losses in words, and what to watch for.
     primer: dict[str, str] = field(default_factory=dict)
+    # Where the loss is refused (core/plan.py), by reason: "xla" (a TPU, XLA:CPU), "processes"
+    # (several trainer processes, DDP); a type trains everywhere else.
+    refused: dict[str, str] = field(default_factory=dict)
 
+
+# R3GAN's RpGAN beside its lazy R1: what was measured to reach digits soonest on a CPU (lab/README.md,
+# "The relativistic loss" and the sections after it), on the fast preset's BatchNorm D.
+RELATIVISTIC_NOT_HERE = ("its lazy R1 penalty through a BatchNorm D has been measured on a CPU only (a second "
+                         "step graph on XLA, double backward through synchronised BatchNorm under DDP)")
 
 GAN_TYPES = (
     GanType(
@@ -113,6 +121,31 @@ GAN_TYPES = (
             "watch": "the two logits in the second chart drawing closer as G improves. A D loss near 2 means D "
                      "cannot tell real from fake; near 0, D wins outright.",
         }),
+    GanType(
+        name="rpgan", label="Relativistic + R1 (R3GAN)", loss="RelativisticPairing", verdict="score",
+        # Adam (0, 0.99) as R3GAN's; the fast preset's lr measured on MNIST (lab/README.md, 2026-12-05).
+        defaults=dict(lr_g=2e-4, lr_d=2e-4, beta1=0.0, beta2=0.99, n_critic=1),
+        fast_defaults=dict(lr_g=5e-3, lr_d=5e-3, ema=0.99, lr_decay_start=0.5),
+        d_norm="batch",
+        cpu_cost=1.16,   # D's fourth pass (on the real batch again, for G) and R1 every 16 of its updates
+        adaptive_augment=False,   # only the difference of two scores means anything: no sign to read
+        series={"d_real": "D(x) score", "d_fake": "D(G(z)) score"},
+        healthy={
+            "losses": "Healthy: D loss around 0.3-0.7 and G loss around 0.7-2; D loss sliding to 0 while G loss "
+                      "climbs means D tells every real image from its fake.",
+            "extra": "Healthy: D(x) above D(G(z)), the two close enough to cross now and then. Only their "
+                     "difference counts: both may drift up or down together.",
+        },
+        primer={
+            "d": "D gives each image a score and compares pairs: a real image and a fake. Its loss, "
+                 "softplus(-(D(x) - D(G(z)))), falls as it scores each real image above its fake; now and then "
+                 "a penalty (R1) keeps its scores from changing steeply around the real images.",
+            "g": "G's loss, the same with the roles swapped, softplus(-(D(G(z)) - D(x))), falls as its fakes "
+                 "score above the real images they are paired with.",
+            "watch": "the gap between D(x) and D(G(z)) in the second chart: it narrows as the fakes come closer. "
+                     "The scores themselves have no fixed scale.",
+        },
+        refused={"xla": RELATIVISTIC_NOT_HERE, "processes": RELATIVISTIC_NOT_HERE}),
 )
 
 

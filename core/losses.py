@@ -1,4 +1,4 @@
-"""The GAN loss family: non-saturating (DCGAN), WGAN-GP and hinge (SNGAN).
+"""The GAN loss family: non-saturating (DCGAN), WGAN-GP, hinge (SNGAN) and relativistic (R3GAN).
 
 Every loss has the same two entry points, so the training loop does not know which it runs:
     discriminator_loss(D, real, fake, labels=None) -> (loss, stats)
@@ -9,7 +9,8 @@ the real batch's labels, so one tensor serves both; None when unconditional).
 inside the step). Discriminator outputs are logits and are taken to fp32 before any loss.
 
 Nothing here branches on a tensor's value: the only Python conditions are on module types and
-constructor arguments, so XLA traces the same graphs every step. The n_critic schedule (critic
+constructor arguments, so XLA traces the same graphs every step; the relativistic loss's lazy R1
+adds a second graph every R1_EVERY steps, which is why its row keeps it off XLA (core/gans.py). The n_critic schedule (critic
 updates per generator update) is a fixed Python loop in core/train.py Loop.step.
 """
 from __future__ import annotations
@@ -118,6 +119,42 @@ class Hinge:
 
     def generator_loss(self, D, fake, labels=None):
         return -_judge(D, fake, labels).float().mean(), {}
+
+
+# R1's weight and how often it is taken (scaled by that, StyleGAN2's lazy regularisation): the
+# values measured on the fast preset (lab/README.md, "The relativistic loss").
+R1_GAMMA, R1_EVERY = 0.1, 16
+
+
+class RelativisticPairing:
+    """R3GAN's RpGAN (Huang et al. 2024) with R1: D learns to score each real image above the fake
+    paired with it, softplus(-(D(x) - D(G(z)))); G the same with the roles swapped, against the real
+    batch D last saw. R1 (the squared gradient of D's scores on the real images) every R1_EVERY of
+    D's updates. Through a BatchNorm D the gradient of the batch's summed scores mixes the images'
+    own (each image's score depends on the batch's statistics): the penalty as measured in lab/."""
+
+    def __init__(self):
+        self.updates = 0          # D's loss computations so far: R1 at every R1_EVERY-th
+        self._real = None         # (images, labels) of the last real batch, for G's loss
+
+    def discriminator_loss(self, D, real, fake, labels=None):
+        penalised = self.updates % R1_EVERY == 0
+        self.updates += 1
+        images = real.detach().requires_grad_(True) if penalised else real
+        with _no_fp16(real.device.type) if penalised else contextlib.nullcontext():
+            real_logits = _judge_real(D, images, labels)
+            fake_logits = _judge(D, fake.detach(), labels).float()
+            loss = F.softplus(-(real_logits - fake_logits)).mean()
+            if penalised:
+                (grad,) = torch.autograd.grad(real_logits.sum(), images, create_graph=True)
+                loss = loss + 0.5 * R1_GAMMA * R1_EVERY * grad.float().flatten(1).pow(2).sum(1).mean()
+        self._real = (real.detach(), labels)
+        return loss, {"d_real": real_logits.mean().detach(), "d_fake": fake_logits.mean().detach()}
+
+    def generator_loss(self, D, fake, labels=None):
+        real, real_labels = self._real
+        real_logits = _judge(D, real, real_labels).float()
+        return F.softplus(-(_judge(D, fake, labels).float() - real_logits)).mean(), {}
 
 
 def make_loss(gan: str, gp_weight: float = 10.0, random_rows=None):

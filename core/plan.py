@@ -132,6 +132,7 @@ def make_plan(config: TrainConfig, device, data: DataFacts = DataFacts()) -> Pla
     resolved, device = processes_for(resolved, device)
     resolved, batch_reason = batch_the_set_allows(resolved, data.size, device.shards)
     validate(resolved, dataset_size=data.size, device_caps=device.to_dict(), preset=resolved.preset)
+    refused_here(resolved, device)
     resolution = model_resolution(resolved.preset, data.resolution) if data.resolution else None
     # Class-conditional when the dataset has labels and the config leaves it "auto": a viewer can
     # ask for a class, and on MNIST it learns faster (lab/README.md, "Conditional").
@@ -151,7 +152,9 @@ def processes_for(config: TrainConfig, device) -> tuple[TrainConfig, Any]:
             raise ConfigError(f"processes {config.processes} asked for, but torchrun started {device.processes}: "
                               "leave processes at 0 under torchrun.")
         return dataclasses.replace(config, processes=device.processes), device
-    count = config.processes or (device.available if device.kind == "cuda" else 1)
+    row = gans.BY_NAME.get(config.gan)   # an unknown type is validate's to refuse
+    one_process = row is not None and "processes" in row.refused   # 0 means one process for such a type
+    count = config.processes or (device.available if device.kind == "cuda" and not one_process else 1)
     if count > 1 and device.kind in ("tpu", "xla-cpu"):
         raise ConfigError(f"processes {count}: {device.name} trains in one process, which drives every device "
                           "(SPMD); leave processes at 0 or 1.")
@@ -162,6 +165,17 @@ def processes_for(config: TrainConfig, device) -> tuple[TrainConfig, Any]:
     if count > 1:
         device = dataclasses.replace(device, processes=count, backend="nccl" if device.kind == "cuda" else "gloo")
     return dataclasses.replace(config, processes=count), device
+
+
+def refused_here(config: TrainConfig, device) -> None:
+    """A GAN type whose row refuses this device or several processes (core/gans.py `refused`):
+    ConfigError naming the field, with the row's reason."""
+    refused = gans.get(config.gan).refused
+    if "xla" in refused and device.kind in ("tpu", "xla-cpu"):
+        raise ConfigError(f"gan {config.gan} does not train on {device.name}: {refused['xla']}. Use another GAN type "
+                          "there, or a CPU or CUDA device.")
+    if "processes" in refused and config.processes > 1:
+        raise ConfigError(f"gan {config.gan} trains in one process: {refused['processes']}. Set processes to 1.")
 
 
 def batch_the_set_allows(config: TrainConfig, size: int | None, shards: int) -> tuple[TrainConfig, str]:

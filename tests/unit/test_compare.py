@@ -31,7 +31,7 @@ def test_each_comparison_changes_one_setting_and_keeps_the_seed_and_length():
     # Another GAN type takes its own learning rates and betas, not the first type's.
     wgan = comparison(TrainConfig(lr_d=2e-4, lr_g=2e-4, beta1=0.5), "gan")
     assert wgan.gan == "wgan-gp" and (wgan.lr_d, wgan.lr_g, wgan.beta1, wgan.n_critic) == (None, None, None, None)
-    assert comparison(wgan, "gan").gan == "dcgan"
+    assert comparison(wgan, "gan").gan == "dcgan" and comparison(TrainConfig(gan="rpgan"), "gan").gan == "dcgan"
     for name, config in changed.items():
         assert base.differences(config, ignore=()) == [name], name
     with pytest.raises(ConfigError, match="Compare: choose one of"):

@@ -140,3 +140,17 @@ def test_bf16_on_a_cpu_is_refused_without_native_bf16_and_never_the_default_with
         assert make_plan(TrainConfig(precision="bf16"), info, DataFacts()).config.precision == "bf16"
     else:
         assert "no native bfloat16" in info.precision_refused["bf16"] and not info.precision_warned
+
+
+def test_the_relativistic_type_trains_in_one_process_off_xla_and_says_why_elsewhere():
+    """Its lazy R1 through a BatchNorm D is measured on a CPU only (core/gans.py): on a machine of
+    two GPUs 'every GPU' is one process for it; a TPU, or several processes asked, are refused."""
+    two_gpu_machine = DeviceInfo(kind="cuda", name="NVIDIA T4", available=2)
+    plan = make_plan(TrainConfig(gan="rpgan", device="cuda"), two_gpu_machine, MNIST)
+    assert plan.config.processes == 1 and plan.device.processes == 1
+    with pytest.raises(ConfigError, match="gan rpgan trains in one process: its lazy R1"):
+        make_plan(TrainConfig(gan="rpgan", processes=2, device="cuda"), two_gpu_machine, MNIST)
+    with pytest.raises(ConfigError, match="gan rpgan does not train on TPU v5e"):
+        make_plan(TrainConfig(gan="rpgan"), FOUR_TPU_CORES, MNIST)
+    fast = make_plan(TrainConfig(gan="rpgan"), CPU, MNIST).config   # the CPU preset's measured values
+    assert (fast.lr_d, fast.lr_g, fast.beta1, fast.beta2, fast.ema) == (5e-3, 5e-3, 0.0, 0.99, 0.99)
