@@ -123,7 +123,8 @@ GAN_TYPES = (
         }),
     GanType(
         name="rpgan", label="Relativistic + R1 (R3GAN)", loss="RelativisticPairing", verdict="score",
-        # Adam (0, 0.99) as R3GAN's; the fast preset's lr measured on MNIST (lab/README.md, 2026-12-05).
+        # Adam (0, 0.99) as R3GAN's; the fast preset's lr measured on MNIST (lab/README.md, "The
+        # relativistic loss at smaller batches").
         defaults=dict(lr_g=2e-4, lr_d=2e-4, beta1=0.0, beta2=0.99, n_critic=1),
         fast_defaults=dict(lr_g=5e-3, lr_d=5e-3, ema=0.99, lr_decay_start=0.5),
         d_norm="batch",
