@@ -10,8 +10,9 @@ inside the step). Discriminator outputs are logits and are taken to fp32 before 
 
 Nothing here branches on a tensor's value: the only Python conditions are on module types and
 constructor arguments, so XLA traces the same graphs every step; the relativistic loss's lazy R1
-adds a second graph every R1_EVERY steps, which is why its row keeps it off XLA (core/gans.py). The n_critic schedule (critic
-updates per generator update) is a fixed Python loop in core/train.py Loop.step.
+adds a second graph every R1_EVERY steps, which is why its row keeps it off XLA (core/gans.py).
+The n_critic schedule (critic updates per generator update) is a fixed Python loop in
+core/train.py Loop.step.
 """
 from __future__ import annotations
 
@@ -130,8 +131,9 @@ class RelativisticPairing:
     """R3GAN's RpGAN (Huang et al. 2024) with R1: D learns to score each real image above the fake
     paired with it, softplus(-(D(x) - D(G(z)))); G the same with the roles swapped, against the real
     batch D last saw. R1 (the squared gradient of D's scores on the real images) every R1_EVERY of
-    D's updates. Through a BatchNorm D the gradient of the batch's summed scores mixes the images'
-    own (each image's score depends on the batch's statistics): the penalty as measured in lab/."""
+    D's updates, counted from this session's first (a resumed run or a chunk starts the count
+    again). Through a BatchNorm D the gradient of the batch's summed scores mixes the images' own
+    (each image's score depends on the batch's statistics): the penalty as measured in lab/."""
 
     def __init__(self):
         self.updates = 0          # D's loss computations so far: R1 at every R1_EVERY-th
