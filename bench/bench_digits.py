@@ -1,9 +1,11 @@
 """What a student sees T seconds after Start (issue 17).
 
     python bench/bench_digits.py --seconds 30 60 --seeds 0 1 2
+    python bench/bench_digits.py --gan rpgan --batch-size 64      # another setting of the form
 
 Starts the real app (`python app.py`, with its fork server, which pays the trainers' imports once) once. For each seed and
-each T it presses Start through the named API (default settings, the Advanced tab's seed), presses
+each T it presses Start through the named API (default settings but --gan and --batch-size, the
+Advanced tab's seed), presses
 Stop T seconds after pressing Start, waits for the run to end, and scores the generator the run
 saved at the stop (what the Sample tab and a download give: the EMA of G where the run has one)
 on 5,000 samples, classes 0-9 in turn, with the shipped MNIST classifier: the share called with
@@ -31,12 +33,15 @@ FINAL = ("done", "failed", "stopped")
 SCORED_SAMPLES = 5000
 
 
-def press_start(client, seed: int) -> float:
-    """Press Start with the default form and `seed`; the time it was pressed (perf_counter)."""
+def press_start(client, seed: int, gan: str, batch_size: int) -> float:
+    """Press Start with the default form but `gan`, `batch_size` and `seed`; the time it was pressed
+    (perf_counter)."""
+    from core import devices
     from core.config import TrainConfig
     from tests.apphelpers import press_start as press
     d = TrainConfig()
-    _, pressed = press(client, d.dataset, "", d.gan, d.preset, d.batch_size, d.precision, d.device, 100_000, seed=seed)
+    precision = devices.default_precision(devices.probe(d.device).kind)   # the form's: it offers no "auto"
+    _, pressed = press(client, d.dataset, "", gan, d.preset, batch_size, precision, d.device, 100_000, seed=seed)
     return pressed
 
 
@@ -67,7 +72,7 @@ def at_seconds(args) -> None:
                 for _ in range(int(args.pause)):   # the page is open meanwhile
                     client.predict(api_name="/status")
                     time.sleep(1.0)
-                pressed = press_start(client, seed)
+                pressed = press_start(client, seed, args.gan, args.batch_size)
                 time.sleep(max(0.0, seconds - (time.perf_counter() - pressed)))
                 client.predict(api_name="/stop")
                 stop_sent = time.perf_counter() - pressed
@@ -89,10 +94,13 @@ def at_seconds(args) -> None:
 
 
 def main() -> None:
+    from core.config import TrainConfig
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, nargs="+", default=[30.0, 60.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--pause", type=float, default=15.0, help="seconds the page is open before each Start")
+    parser.add_argument("--gan", default=TrainConfig.gan, help="the form's GAN type (default: the form's)")
+    parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size, help="(default: the form's)")
     at_seconds(parser.parse_args())
 
 
