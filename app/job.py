@@ -10,9 +10,8 @@ app/supervisor.py's, which tells the job how each trainer ended; a run in chunks
 app/chain.py's ChunkChain. The job decides: which run, whether a press is taken, what a run whose
 trainer ended without a word says, and which old runs go.
 
-One run is live (the controls' and the page's); a comparison started at once (app/compare.py) adds
-one more that trains on beside it, whose trainer a second supervisor holds: presses reach both, a
-new Start waits for both, and on a CPU each has half the threads until the other ends.
+One run is live (the controls' and the page's); a comparison started at once adds one that trains on
+beside it (app/beside.py): presses reach both, and a new Start waits for both.
 """
 from __future__ import annotations
 
@@ -23,10 +22,11 @@ import time
 from dataclasses import dataclass, field, replace
 
 from app import views
+from app.beside import BesideRun
 from app.chain import ChunkChain
 from app.chunks import chunk_seconds
 from app.compare import Comparison
-from app.supervisor import STOP_ESCALATE_SECONDS, WATCH_SECONDS, TrainerEnd, TrainerSupervisor
+from app.supervisor import STOP_ESCALATE_SECONDS, TrainerEnd, TrainerSupervisor
 from core.config import TrainConfig, live_change
 from core.control import stepped_words
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
@@ -83,8 +83,7 @@ class Job:
         # The supervisor reports a trainer's end under it, and the chain starts its chunks under it.
         self._lock = threading.RLock()
         self._trainer = TrainerSupervisor(self._lock, on_end=self._live_trainer_ended)
-        # The trainer of a run that trains on beside the live one (a comparison started at once).
-        self._beside = TrainerSupervisor(self._lock, on_end=self._beside_trainer_ended)
+        self._beside = BesideRun(self._lock, on_end=self._trainer_ended)   # a comparison started at once
         self._chain = ChunkChain(self._lock, self._trainer, chunk_runner, failed=self._mark_failed)
         self._run: RunDir | None = None
         # An earlier run every page shows beside the live one, and a comparison start waiting.
@@ -124,8 +123,9 @@ class Job:
         return status.state not in FINAL_STATES and pid_alive(status.pid)
 
     def busy_message(self) -> str:
-        if self._beside.running():
-            return (f"Run {self._beside.run.name} still trains beside the live one: wait for it to end "
+        beside = self._beside.training()
+        if beside is not None:
+            return (f"Run {beside.name} still trains beside the live one: wait for it to end "
                     "(the host can press Stop) before starting another.")
         name = self._run.name if self._run else "?"
         return (f"A run is already training ({name}): one run at a time on this server. Watch it here, "
@@ -137,14 +137,14 @@ class Job:
 
     def beside_training(self) -> RunDir | None:
         """The run that trains on beside the live one (a comparison started at once), if any."""
-        return self._beside.run if self._beside.running() else None
+        return self._beside.training()
 
     # ---- control ---------------------------------------------------------------------------
     def start(self, config: TrainConfig, resume_run: RunDir | None = None) -> RunDir:
         """Start a run (or resume one) in a background process; refuse if one is going."""
         with self._lock:
             self._trainer.settle()
-            if self.is_active() or self._beside.running():
+            if self.is_active() or self._beside.trainer.running():
                 raise JobBusy(self.busy_message())
             self._trainer.reap()
             problem = writable_problem(self.runs_root)
@@ -171,30 +171,17 @@ class Job:
         supervised from here on as the one beside; on a CPU each run takes half the threads."""
         with self._lock:
             earlier = self._run
-            if earlier is None or not self._trainer.running() or self._beside.running():
+            if earlier is None or not self._trainer.running() or self._beside.trainer.running():
                 raise JobBusy("Two runs at once need one training and no other beside it.")
             problem = writable_problem(self.runs_root)
             if problem:
                 raise DiskRefused(problem + ".")
             self.prune(reserve=1)
             run = RunDir.create(config, self.runs_root)
-            if earlier.read_status().device_kind == "cpu":
-                half = max(1, len(os.sched_getaffinity(0)) // 2)
-                for each in (earlier, run):   # the new trainer reads it before its first step
-                    each.share_cpu(half)
-            self._trainer.hand_over(self._beside)
+            self._beside.take_over(self._trainer, earlier, run)
             self._attach(run)
             self._trainer.start((config.to_dict(), run.path, False, None), run)
-            threading.Thread(target=self._reap_the_pair, name="blink-pair", daemon=True).start()
             return run
-
-    def _reap_the_pair(self) -> None:
-        """While two runs train at once, each trainer's end is reaped as it comes (not at a viewer's
-        next look), so the one left takes every thread at once."""
-        while self._beside.process is not None:
-            time.sleep(WATCH_SECONDS)
-            self._trainer.reap()
-            self._beside.reap()
 
     def resume(self, steps: int | None = None, config: TrainConfig | None = None) -> RunDir:
         """Continue the current (stopped, finished or failed) run from its checkpoint.
@@ -221,15 +208,12 @@ class Job:
             run, trainer = self._run, self._trainer
             # A trainer that has written its end is not asked anything (it only has to exit).
             live = run is not None and self.is_active() and run.read_status().state not in FINAL_STATES
-            beside = self.beside_training()
-            if beside is not None and beside.read_status().state in FINAL_STATES:
-                beside = None
             if not live:
-                if beside is None:
+                run, trainer = self._beside.training(), self._beside.trainer   # the live run has ended
+                if run is None:
                     return "No run is training."
-                run, trainer, beside = beside, self._beside, None   # the live run has ended: the one beside is asked
-            if beside is not None:   # two runs at once are paused, stepped and stopped together
-                self._ask_beside(beside, action, count, updates)
+            else:   # two runs at once are paused, stepped and stopped together
+                self._beside.ask(action, count, updates)
             pending = run.read_request()
             if action == "step" and pending not in ("stop", "step"):   # those two answer below
                 if run.read_status().state != "paused" or pending != "pause":
@@ -253,18 +237,6 @@ class Job:
                 "pause": "Pausing...", "resume": "Resuming...",
                 "step": f"Stepping {stepped_words(count, updates)}..."}[action]
 
-    def _ask_beside(self, run: RunDir, action: str, count: int, updates: str) -> None:
-        """The press, for the run training beside the live one, where it applies (a Step only to a
-        paused run); what the page says is the live run's answer."""
-        if action == "step" and run.read_status().state != "paused":
-            return
-        try:
-            run.request(action, count, updates)
-        except DiskRefused:   # its trainer fails on its own next write, and says so
-            return
-        if action == "stop":
-            self._beside.watch_stop()
-
     def change_settings(self, values: dict) -> str:
         """Train the current run on with `values` (core/config.py LIVE_FIELDS) from its next step;
         refused (ConfigError, naming the field) by the run's own config checks before the trainer
@@ -284,12 +256,7 @@ class Job:
         """Stop the trainer cleanly (checkpoint kept), escalating only if it does not answer."""
         grace = STOP_GRACE_SECONDS if grace is None else grace
         self._trainer.close()   # no new trainer (nor chunk) from here on
-        beside = self.beside_training()
-        if beside is not None:   # asked at once, so the two stop side by side
-            try:
-                beside.request("stop")
-            except OSError:
-                pass
+        self._beside.ask("stop", 0, "both")   # asked at once, so the two stop side by side
         chaining = self._chain.going()
         if chaining and self._run is not None:
             try:
@@ -303,28 +270,12 @@ class Job:
             self._trainer.stop(grace)
             if chaining:
                 self._chain.join(5)
-        self._beside.stop(grace)
+        self._beside.trainer.stop(grace)
 
     # ---- how a trainer ended ---------------------------------------------------------------
     def _live_trainer_ended(self, run: RunDir, end: TrainerEnd) -> None:
         self._trainer_ended(run, end)
-        self._give_back_the_cpu(run, self.beside_training())
-
-    def _beside_trainer_ended(self, run: RunDir, end: TrainerEnd) -> None:
-        self._trainer_ended(run, end)
-        self._give_back_the_cpu(run, self._run if self._trainer.running() else None)
-
-    @staticmethod
-    def _give_back_the_cpu(ended: RunDir, survivor: RunDir | None) -> None:
-        """Of two runs at once, the one still training takes every CPU thread again; the one that
-        ended keeps no share for a later session."""
-        ended.clear_cpu_share()
-        if survivor is None or survivor.read_cpu_share() is None:
-            return
-        try:
-            survivor.share_cpu(0)
-        except OSError:   # a full disk: it trains on at its share
-            pass
+        self._beside.live_ended(run)
 
     def _trainer_ended(self, run: RunDir, end: TrainerEnd) -> None:
         """The supervisor's word on how `run`'s trainer ended (under the lock); what the run says of it."""
@@ -409,7 +360,7 @@ class Job:
         """The current run's status, all events and newest grid; cheap when nothing changed."""
         with self._lock:
             self._trainer.reap()
-            self._beside.reap()
+            self._beside.trainer.reap()
             run = self._run
             if run is None:
                 return self._snapshot

@@ -696,8 +696,10 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
         trainers = [run.read_status().pid for run in pair]
     finally:
         app.stop()
-    for run in pair:
-        assert run.read_status().state == "stopped" and run.has_checkpoint(), run.read_status()
+    for run in pair:   # each asked to stop by the app (not left to notice the app gone: "has closed")
+        status = run.read_status()
+        assert status.state == "stopped" and status.message.startswith("Stopped by request") \
+            and run.has_checkpoint(), status
     assert not [pid for pid in trainers if alive(pid)]
     stored = sorted(os.listdir(data_dir / "uploads"))
     # The oldest upload stays (the kept run trained on it), the newest stays, the ones between go.
