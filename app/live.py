@@ -101,6 +101,8 @@ FRAME_SERIES = {
     "probability": {"frames_real": "D(x) on the real grid (its frames)", "frames_fake": "D(G(z)) on the fakes' grid (their frames)"},
     "logit": {"frames_real": "D(x) logit on the real grid (its frames)",
               "frames_fake": "D(G(z)) logit on the fakes' grid (their frames)"},
+    "pair": {"frames_real": "D(x) against the fakes, on the real grid (its frames)",
+             "frames_fake": "D(G(z)) against the real images, on the fakes' grid (their frames)"},
     "score": {"frames_real": "critic's score on the real grid (its frames)",
               "frames_fake": "critic's score on the fakes' grid (their frames)"},
 }

@@ -30,7 +30,7 @@ from app.compare import ComparisonRefused
 from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed, live_grid_url
 from core import data, devices
-from core.plan import DataFacts, Plan, make_plan
+from core.plan import DataFacts, Plan, make_plan, resolved_for
 from core.rundir import FINAL_STATES, STEP_UPDATES, DiskRefused
 from core import gans
 from core.config import (AUGMENT_BELOW, COMPARISONS, DATASETS, DEVICES, LIVE_FIELDS, PRECISIONS, PRESETS, ConfigError,
@@ -114,11 +114,19 @@ def precision_choices(info: devices.DeviceInfo) -> list[tuple[str, str]]:
     return [(p if p not in info.precision_refused else f"{p} (not on this {info.kind})", p) for p in PRECISIONS]
 
 
+def form_defaults(info: devices.DeviceInfo) -> TrainConfig:
+    """The form's first values: TrainConfig's, but the GAN type and batch size its "auto" and None
+    become on this device. The page offers what will train, as it does for the precision."""
+    planned, _ = resolved_for(TrainConfig(), info.kind, info.processes)
+    return dataclasses.replace(TrainConfig(), gan=planned.gan, batch_size=planned.batch_size)
+
+
 def batch_size_note(info: devices.DeviceInfo) -> str:
     """The batch size's one meaning (images per step over all devices) and the other view of it."""
     if info.devices > 1:
-        return (f"images per step over all {info.devices} devices: {TrainConfig.batch_size} is "
-                f"{TrainConfig.batch_size // info.devices} per device; use a multiple of {info.devices}")
+        batch = form_defaults(info).batch_size
+        return (f"images per step over all {info.devices} devices: {batch} is {batch // info.devices} per device; "
+                f"use a multiple of {info.devices}")
     return "images per step"
 
 
@@ -333,6 +341,7 @@ class TrainTab:
     def __init__(self, job: Job, feed: LiveFeed, devices: DeviceCache, host_key: str = ""):
         self.job, self.feed, self.devices, self.host_key = job, feed, devices, host_key
         self.info = devices.get("auto")
+        self.defaults = form_defaults(self.info)
         self.wrong_keys = threading.Lock()
         self._lay_out()
 
@@ -643,12 +652,12 @@ class TrainTab:
                 self.dataset = gr.Dropdown([(source.label, source.key) for source in data.SOURCES.values()],
                                            value=TrainConfig.dataset, label=spec("dataset")["label"])
                 self.data_path = gr.Textbox(label=spec("data_path")["label"], value=TrainConfig.data_path)
-                self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value=TrainConfig.gan,
+                self.gan = gr.Dropdown([(g.label, g.name) for g in gans.GAN_TYPES], value=self.defaults.gan,
                                        label=spec("gan")["label"])
                 self.preset = gr.Dropdown(list(PRESETS), value=TrainConfig.preset, label=spec("preset")["label"],
                                           info="auto: a larger network at 64x64 pixels on a TPU or GPU, a small fast one on a CPU (the images' own size, at most 32x32)")
             with gr.Row():
-                self.batch_size = whole_number_box(value=TrainConfig.batch_size, label=spec("batch_size")["label"],
+                self.batch_size = whole_number_box(value=self.defaults.batch_size, label=spec("batch_size")["label"],
                                                    info=batch_size_note(self.info))
                 self.precision = gr.Radio(precision_choices(self.info), value=devices.default_precision(self.info.kind),
                                           label=spec("precision")["label"],

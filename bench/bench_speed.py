@@ -208,7 +208,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     from core import models
-    d = TrainConfig().resolved(models.resolve_preset(TrainConfig().preset, "cpu")[0])
+    from core.plan import resolved_for
+    d = resolved_for(TrainConfig(), "cpu")[0]
     print(f"# Blink speed bench: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"defaults: preset {d.preset} (fast width {models.PRESET_WIDTH['fast']}), gan {d.gan}, conditional "
           f"{d.conditional}, batch {d.batch_size}, "

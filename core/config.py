@@ -20,7 +20,7 @@ from core.architecture import PRESET_WIDTH
 # Named here rather than read from the rows, which would bring numpy and the loaders into every
 # reader of a config (and close an import circle through core/rundir.py).
 DATASETS = ("bundled-mnist", "mnist", "fashion-mnist", "cifar10", "celeba", "folder")
-GANS = gans.NAMES
+GANS = ("auto", *gans.NAMES)   # auto: resolved per device and preset (core/gans.py auto_name)
 PRESETS = ("auto", *PRESET_WIDTH)   # auto: resolved per device (core/architecture.py resolve_preset)
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "tpu", "xla-cpu", "cuda", "cpu")
@@ -31,6 +31,9 @@ AUGMENT = ("auto", "on", "off")   # auto: on below AUGMENT_BELOW images (a class
 # MNIST (1,000 a class) and CIFAR (5,000) train without it as before.
 AUGMENT_BELOW = 500
 MAX_STEPS = 1_000_000           # a demo's longest run; also the most any step interval may be
+
+# The seed's batch: DCGAN's fastest on a CPU too; a GAN type's fast preset may set its own (core/gans.py).
+BATCH_SIZE = 128
 
 # Latent size: the seed's 100 for its 64x64 DCGAN; 16 for the CPU preset, which reaches digits in
 # fewer steps with it (lab/README.md, "Conditional").
@@ -58,16 +61,17 @@ class ConfigError(ValueError):
 class TrainConfig:
     dataset: str = option("bundled-mnist", "the images to learn", "Dataset", DATASETS)
     data_path: str = option("", "folder or zip of images, for dataset folder", "Image folder or zip (for 'My images')")
-    gan: str = option("dcgan", "the loss family (core/gans.py)", "GAN type", GANS)
+    gan: str = option("auto", "the loss family (core/gans.py); auto: the relativistic pairing with R1 on a CPU's fast "
+                              "preset (digits soonest there), else DCGAN", "GAN type", GANS)
     preset: str = option("auto", "network size: fast (CPU, the data's size up to 32x32), dcgan64 (the seed's 64x64)",
                          "Model size", PRESETS)
     conditional: str = option("auto", "auto: a class-conditional GAN when the dataset has labels; off",
                               "Class-conditional", CONDITIONAL)
     augment: str = option("auto", f"D sees its images randomly shifted, recoloured and cut (DiffAugment, as often as "
                                   f"D needs: ADA); auto: on under {AUGMENT_BELOW:,} images (a class, when conditional)", "Augmentation", AUGMENT)
-    # The seed's 128, also the fastest on CPU.
-    batch_size: int = option(128, "images per step, over all devices: each of N devices gets batch/N",
-                             "Batch size", range=(1, 4096))
+    batch_size: int | None = option(None, "images per step, over all devices: each of N devices gets batch/N; "
+                                          f"default: the GAN type's for the preset (64 for rpgan's fast preset), else "
+                                          f"the seed's {BATCH_SIZE}", "Batch size", range=(1, 4096))
     precision: str = option("auto", "number format of the forward and backward passes; auto: bf16 on a TPU, "
                                     "else fp32", "Precision", ("auto",) + PRECISIONS)
     device: str = option("auto", "where to train; auto picks a TPU, then CUDA, then the CPU", "Device", DEVICES)
@@ -103,7 +107,9 @@ class TrainConfig:
     # ---- derived values ---------------------------------------------------------------
     def resolved(self, preset: str | None = None) -> "TrainConfig":
         """A copy with None hyper-parameters replaced by the GAN type's defaults, and by the fast
-        preset's where `preset` (the preset 'auto' became on this device) is "fast" (core/gans.py)."""
+        preset's where `preset` (the preset 'auto' became on this device) is "fast" (core/gans.py).
+        A gan still "auto" (a config checked before its device is known: core/plan.py resolves it)
+        takes DCGAN's."""
         gan = gans.BY_NAME.get(self.gan, gans.BY_NAME["dcgan"])
         defaults = {**gan.defaults, **(gan.fast_defaults if preset == "fast" else {})}
         values = {k: (defaults[k] if getattr(self, k) is None else getattr(self, k)) for k in defaults}
@@ -113,6 +119,8 @@ class TrainConfig:
             values["ema"] = 0.0
         if values.get("lr_decay_start", self.lr_decay_start) is None:   # constant unless the preset's decay
             values["lr_decay_start"] = 1.0
+        if values.get("batch_size", self.batch_size) is None:
+            values["batch_size"] = BATCH_SIZE
         return dataclasses.replace(self, **values)
 
     # ---- serialisation ----------------------------------------------------------------
@@ -224,7 +232,7 @@ def comparison(cfg: TrainConfig, change: str) -> TrainConfig:
         # The relativistic loss against DCGAN's: the same nets, the other loss.
         values = {"gan": "dcgan" if cfg.gan in ("wgan-gp", "rpgan") else "wgan-gp", **dict.fromkeys(GAN_TYPE_DEFAULTS)}
     elif change == "batch_size":
-        values = {"batch_size": 256 if cfg.batch_size <= 64 else 32}
+        values = {"batch_size": 256 if resolved.batch_size <= 64 else 32}
     elif change == "lr_d":
         values = {"lr_d": resolved.lr_d * 10}
     else:
@@ -267,19 +275,19 @@ def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dic
                           "[0, 1], e.g. 0.5 (1: constant learning rates).")
     if resolved.gp_weight < 0:
         raise ConfigError("gp_weight must be 0 or more (10 is WGAN-GP's default).")
-    if dataset_size is not None and cfg.batch_size > dataset_size:
+    if dataset_size is not None and resolved.batch_size > dataset_size:
         raise ConfigError(
-            f"batch_size {cfg.batch_size} is larger than the dataset ({dataset_size} images); "
+            f"batch_size {resolved.batch_size} is larger than the dataset ({dataset_size} images); "
             f"use at most {dataset_size}.")
     if device_caps is not None:
         # The batch is split over the devices one process drives (SPMD), or over torchrun's processes (DDP).
         processes = device_caps.get("processes", 1)
         count = device_caps.get("devices", 1) * processes
-        if cfg.batch_size % count:
-            lower, higher = cfg.batch_size // count * count, (cfg.batch_size // count + 1) * count
+        if resolved.batch_size % count:
+            lower, higher = resolved.batch_size // count * count, (resolved.batch_size // count + 1) * count
             over = f"{count} processes" if processes > 1 else f"{count} devices"
             raise ConfigError(
-                f"batch_size {cfg.batch_size} does not split evenly over {over} (each gets batch / {count}): "
+                f"batch_size {resolved.batch_size} does not split evenly over {over} (each gets batch / {count}): "
                 f"use a multiple of {count}, e.g. {higher if lower == 0 else lower} or {higher}.")
         reason = device_caps.get("precision_refused", {}).get(cfg.precision)
         if reason:

@@ -17,8 +17,10 @@ class GanType:
     label: str                  # the page's choice
     loss: str                   # the loss class in core/losses.py
     # What D's output on an image is, as the page frames it (app/static/live.js): "probability"
-    # (the sigmoid of D's logit, real above 0.5), "logit" (real above 0) or "score" (a critic's:
-    # higher is more real, no fixed line between real and fake).
+    # (the sigmoid of D's logit, real above 0.5), "logit" (real above 0), "score" (a critic's:
+    # higher is more real, no fixed line between real and fake) or "pair" (a relativistic D's: the
+    # probability that the image is the real one of a pair with an average image of the other grid,
+    # sigmoid(D(y) minus the other grid's mean score), real above 0.5).
     verdict: str
     defaults: dict[str, Any]    # the paper's Adam settings and critic steps, for hyper-parameters left None
     d_norm: str                 # the discriminator's normalisation: batch | layer | none
@@ -122,11 +124,13 @@ GAN_TYPES = (
                      "cannot tell real from fake; near 0, D wins outright.",
         }),
     GanType(
-        name="rpgan", label="Relativistic + R1 (R3GAN)", loss="RelativisticPairing", verdict="score",
+        name="rpgan", label="Relativistic + R1 (R3GAN)", loss="RelativisticPairing", verdict="pair",
         # Adam (0, 0.99) as R3GAN's; the fast preset's lr measured on MNIST (lab/README.md, "The
         # relativistic loss at smaller batches").
         defaults=dict(lr_g=2e-4, lr_d=2e-4, beta1=0.0, beta2=0.99, n_critic=1),
-        fast_defaults=dict(lr_g=5e-3, lr_d=5e-3, ema=0.99, lr_decay_start=0.5),
+        # Batch 64: at the CPU's two threads the pairing reaches digits in fewer seconds at 64 than at 128
+        # (lab/README.md, "The relativistic loss at smaller batches").
+        fast_defaults=dict(lr_g=5e-3, lr_d=5e-3, ema=0.99, lr_decay_start=0.5, batch_size=64),
         d_norm="batch",
         cpu_cost=1.16,   # D's fourth pass (on the real batch again, for G) and R1 every 16 of its updates
         adaptive_augment=False,   # only the difference of two scores means anything: no sign to read
@@ -165,6 +169,13 @@ def by_name(rows: tuple[GanType, ...]) -> dict[str, GanType]:
 
 BY_NAME = by_name(GAN_TYPES)
 NAMES = tuple(BY_NAME)
+
+
+def auto_name(preset: str, device_kind: str, processes: int) -> str:
+    """The type a config's "auto" becomes: the relativistic pairing where it reaches digits soonest, the
+    fast preset on a CPU in one process (bench/README.md, "Speed and start-up"); DCGAN elsewhere (the
+    64x64 DCGAN of the seed on a GPU or TPU, and every road the pairing has not been measured on)."""
+    return "rpgan" if preset == "fast" and device_kind == "cpu" and processes <= 1 else "dcgan"
 
 
 def get(name: str) -> GanType:

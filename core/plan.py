@@ -45,14 +45,18 @@ class DataFacts:
         return cls(info.get("size"), info.get("resolution"), info.get("channels"))
 
 
-def resolved_for(config: TrainConfig, device_kind: str) -> tuple[TrainConfig, str]:
-    """The config a run trains with on this kind of device, and why it has its preset: the preset
-    and precision 'auto' become concrete, and hyper-parameters left None take their defaults for
-    that preset (TrainConfig.resolved). A config resolved already comes back the same."""
+def resolved_for(config: TrainConfig, device_kind: str, processes: int = 1) -> tuple[TrainConfig, str]:
+    """The config a run trains with on this kind of device (in `processes` processes where torchrun
+    started them), and why it has its preset: the preset, the GAN type and the precision 'auto'
+    become concrete, and hyper-parameters left None take their defaults for that type and preset
+    (TrainConfig.resolved). A config resolved already comes back the same."""
     from core.devices import default_precision   # no torch: devices imports it lazily
     preset, reason = resolve_preset(config.preset, device_kind)
+    gan = (gans.auto_name(preset, device_kind, max(processes, config.processes)) if config.gan == "auto"
+           else config.gan)
     precision = default_precision(device_kind) if config.precision == "auto" else config.precision
-    return dataclasses.replace(config.resolved(preset), preset=preset, precision=precision), reason
+    return dataclasses.replace(dataclasses.replace(config, gan=gan).resolved(preset), preset=preset,
+                               precision=precision), reason
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ PLAN_FORMAT = "blink-plan-v1"
 def make_plan(config: TrainConfig, device, data: DataFacts = DataFacts()) -> Plan:
     """The plan of a run of `config` on `device` (core.devices.DeviceInfo) from `data`, or a
     ConfigError naming the field when it cannot work there: every check, in one place."""
-    resolved, preset_reason = resolved_for(config, device.kind)
+    resolved, preset_reason = resolved_for(config, device.kind, device.processes)
     resolved, device = processes_for(resolved, device)
     resolved, batch_reason = batch_the_set_allows(resolved, data.size, device.shards)
     validate(resolved, dataset_size=data.size, device_caps=device.to_dict(), preset=resolved.preset)

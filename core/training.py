@@ -148,7 +148,10 @@ class Training:
                 m.running_mean.copy_(mean)
                 m.running_var.copy_(var)
                 m.num_batches_tracked.copy_(count)
-        return torch.sigmoid(scores) if gans.get(self.config.gan).verdict == "probability" else scores
+        verdict = gans.get(self.config.gan).verdict
+        if verdict == "pair":   # D's own question: which of a real and a fake image is the real one
+            return torch.sigmoid(scores - scores.mean(dim=1, keepdim=True).flip(0))
+        return torch.sigmoid(scores) if verdict == "probability" else scores
 
     # ---- checkpoints: replicated weights (SPMD included) come to the host whole ----------
     def checkpoint_state(self) -> dict:

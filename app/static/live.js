@@ -22,6 +22,8 @@ const compared = element.querySelector(".live-grid img.compared");
 const LEGENDS = {
   probability: "Frames: D's verdict on each image, the probability that it is real: green above 0.5 (D says real), red below.",
   logit: "Frames: D's score for each image (a logit; above 0 D says real): green above 0, red below.",
+  pair: "Frames: D compares pairs; each image's verdict is the probability that D takes it for the real one "
+    + "beside an average image of the other grid: green above 0.5 (D says real), red below.",
   score: "Frames: the critic's score for each image (higher means more real; not a probability): green above the "
     + "midpoint between the real and the fake images' average score, red below.",
 };
@@ -209,7 +211,7 @@ function mean(values) { return values.reduce((a, b) => a + b, 0) / values.length
 
 function verdictLine(verdicts) {
   // The value where D's "fake" turns into "real" for this kind of verdict.
-  if (verdicts.kind === "probability") return 0.5;
+  if (verdicts.kind === "probability" || verdicts.kind === "pair") return 0.5;
   if (verdicts.kind === "logit") return 0;
   return (mean(verdicts.real) + mean(verdicts.fake)) / 2;
 }
@@ -375,7 +377,10 @@ function apply(message) {
   foldJoin();
   panel.dataset.version = message.version;       // what a page (or a browser test) can read
   panel.dataset.state = message.state;
-  if (message.run && message.gan) panel.dataset.gan = message.gan;   // the primer shows its type (all, before a run)
+  if (message.run && message.gan) {   // the primer shows the watched run's GAN type alone (all before a run)
+    panel.dataset.gan = message.gan;
+    for (const section of panel.querySelectorAll(".primer-gan")) section.hidden = section.dataset.gan !== message.gan;
+  }
   panel.dataset.step = message.step;
   panel.dataset.points = Object.values(series).reduce((n, p) => n + p.length, 0);
   panel.dataset.grid = message.grid || "";

@@ -39,7 +39,7 @@ def test_each_comparison_changes_one_setting_and_keeps_the_seed_and_length():
 
 
 def test_the_differences_are_said_with_the_pages_labels():
-    here, there = TrainConfig(lr_d=2e-3, gan="wgan-gp"), TrainConfig(lr_d=2e-4)
+    here, there = TrainConfig(lr_d=2e-3, gan="wgan-gp"), TrainConfig(lr_d=2e-4, gan="dcgan")
     words = differences_words(here, there)
     assert "GAN type WGAN-GP here, DCGAN (non-saturating) there" in words
     assert "D's learning rate 0.002 here, 0.0002 there" in words

@@ -122,7 +122,7 @@ def test_conditional_off_trains_the_unconditional_gan_on_labelled_data(tmp_path)
         assert grid.size == (8 * 30 + 2, 8 * 30 + 2)            # the seed's 64 samples, 8 x 8
 
 
-@pytest.mark.parametrize("gan, kind", [("dcgan", "probability"), ("hinge", "logit")])
+@pytest.mark.parametrize("gan, kind", [("dcgan", "probability"), ("hinge", "logit"), ("rpgan", "pair")])
 def test_every_grid_comes_with_ds_verdicts_on_its_fakes_and_on_real_images_of_the_same_classes(tmp_path, gan, kind):
     from PIL import Image
 
@@ -135,7 +135,7 @@ def test_every_grid_comes_with_ds_verdicts_on_its_fakes_and_on_real_images_of_th
         verdicts = run.read_verdicts(step)
         assert verdicts["kind"] == kind and verdicts["columns"] == 10
         assert len(verdicts["fake"]) == len(verdicts["real"]) == 60   # the grid's 6 rows of the 10 digits
-        if kind == "probability":
+        if kind in ("probability", "pair"):
             assert all(0 <= v <= 1 for v in verdicts["fake"] + verdicts["real"])
     # The real images sit as the fakes do: column c holds real digits c (the shipped classifier says).
     with Image.open(run_path / "grids" / "real.png") as image:

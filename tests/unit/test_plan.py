@@ -154,3 +154,23 @@ def test_the_relativistic_type_trains_in_one_process_off_xla_and_says_why_elsewh
         make_plan(TrainConfig(gan="rpgan"), FOUR_TPU_CORES, MNIST)
     fast = make_plan(TrainConfig(gan="rpgan"), CPU, MNIST).config   # the CPU preset's measured values
     assert (fast.lr_d, fast.lr_g, fast.beta1, fast.beta2, fast.ema) == (5e-3, 5e-3, 0.0, 0.99, 0.99)
+
+
+def test_the_gan_type_and_batch_left_to_the_device_are_the_fastest_measured_there():
+    """'auto' and a batch left None: the relativistic pairing at batch 64 on a CPU's fast preset in one
+    process (digits soonest there: bench/README.md), DCGAN at the seed's 128 everywhere else."""
+    def chosen(config, device):
+        resolved = make_plan(config, device, MNIST).config
+        return resolved.gan, resolved.batch_size
+    assert chosen(TrainConfig(), CPU) == ("rpgan", 64)
+    assert chosen(TrainConfig(), FOUR_TPU_CORES) == ("dcgan", 128)
+    assert chosen(TrainConfig(), DeviceInfo("xla-cpu", "XLA:CPU (4 devices)", devices=4)) == ("dcgan", 128)
+    assert chosen(TrainConfig(), DeviceInfo(kind="cuda", name="NVIDIA T4")) == ("dcgan", 128)
+    assert chosen(TrainConfig(preset="dcgan64"), CPU) == ("dcgan", 128)
+    two_cores = DeviceInfo("cpu", "CPU (2 cores)", available=2)
+    assert chosen(TrainConfig(processes=2), two_cores) == ("dcgan", 128)
+    launched = DeviceInfo("cpu", "CPU (2 cores)", available=2, processes=2)   # torchrun's ranks
+    assert chosen(TrainConfig(), launched) == ("dcgan", 128)
+    # What the user sets stays: a type or a batch of their own.
+    assert chosen(TrainConfig(gan="dcgan"), CPU) == ("dcgan", 128)
+    assert chosen(TrainConfig(batch_size=32), CPU) == ("rpgan", 32)

@@ -10,12 +10,13 @@ import torch
 
 from core import devices, train
 from core.config import TrainConfig, validate
+from core.plan import resolved_for
 from core.resume import prepare_resume
 from core.rundir import RunDir
 from core.training import build_training, lr_factor, planned
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LR = validate(TrainConfig(), preset="fast").lr_g   # the fast preset's, what these CLI runs train at
+LR = resolved_for(TrainConfig(), "cpu")[0].lr_g   # the CPU's default type and fast preset: what these CLI runs train at
 SMALL_RUN = ["--batch-size", "8", "--device", "cpu", "--quality-every", "0", "--grid-every", "1000"]
 
 

@@ -64,7 +64,7 @@ def test_datasets_presets_and_gan_types_are_each_declared_once():
     assert len({source.label for source in SOURCES.values()}) == len(SOURCES)
     assert len({gan.label for gan in gans.GAN_TYPES}) == len(gans.GAN_TYPES)
     assert PRESETS == ("auto", *architecture.PRESET_WIDTH) == spec("preset")["choices"]
-    assert GANS == tuple(g.name for g in gans.GAN_TYPES) == spec("gan")["choices"]
+    assert GANS == ("auto", *(g.name for g in gans.GAN_TYPES)) == spec("gan")["choices"]
     assert all(hasattr(losses, g.loss) for g in gans.GAN_TYPES)
 
 
