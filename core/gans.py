@@ -135,6 +135,10 @@ GAN_TYPES = (
         cpu_cost=1.16,   # D's fourth pass (on the real batch again, for G) and R1 every 16 of its updates
         adaptive_augment=False,   # only the difference of two scores means anything: no sign to read
         series={"d_real": "D(x) score", "d_fake": "D(G(z)) score"},
+        # The scores' difference is what D's loss reads: apart by 3, a pair's loss is below 0.05 (D
+        # takes the real image for the real one with p > 0.95); its healthy 10-minute run kept the
+        # loss above 0.5 (below). A score has no "sure", so no "D has won" rule.
+        d_apart=3.0,
         # Read off a 10-minute run (lab/README.md, "The relativistic loss at smaller batches"): after
         # its first 200 steps D's loss sat at 0.53-0.88 and G's at 0.91-1.79 (5th to 95th percentile),
         # both near log 2 when neither wins; D(x) above D(G(z)) at nine log points in ten, the two

@@ -141,3 +141,12 @@ def test_every_viewers_status_line_leads_with_the_phase():
     from core.status import Status
     line = views.status_line(Status(state="running", step=90, steps=2000, phase=replay("mnist")[20][2]), "run-1")
     assert "**Now:** strokes: the samples are taking shape" in line
+
+
+def test_d_is_winning_for_the_relativistic_pairing_when_its_scores_stay_apart_while_gs_loss_climbs():
+    """Its scores have no fixed scale, but their difference is what its D's loss reads."""
+    def climbing(gap):
+        return [{"step": s, "loss_d": 0.05, "loss_g": 2.0 + s, "d_real": -4.0 + gap, "d_fake": -4.0}
+                for s in range(1, 9)]
+    assert phase.d_winning(climbing(3.5), "rpgan")
+    assert not phase.d_winning(climbing(0.5), "rpgan")   # a healthy gap: the scores move together
