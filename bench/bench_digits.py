@@ -4,8 +4,8 @@
     python bench/bench_digits.py --gan dcgan --batch-size 128      # another setting of the form
 
 Starts the real app (`python app.py`, with its fork server, which pays the trainers' imports once) once. For each seed and
-each T it presses Start through the named API (the form as the page first shows it on this machine,
-but --gan, --batch-size and --steps, and the Advanced tab's seed), presses
+each T it presses Start through the named API (the form as the page first shows it, but --gan,
+--batch-size and --steps, and the Advanced tab's seed), presses
 Stop T seconds after pressing Start (a run of the form's length may have ended by then), waits for the run to end, and scores the generator the run
 saved at the stop (what the Sample tab and a download give: the EMA of G where the run has one)
 on 5,000 samples, classes 0-9 in turn, with the shipped MNIST classifier: the share called with
@@ -33,23 +33,15 @@ FINAL = ("done", "failed", "stopped")
 SCORED_SAMPLES = 5000
 
 
-def form_defaults():
-    """The form as the page first shows it on this machine: its "auto" GAN type, batch and precision
-    concrete (the page offers what will train; app/ui.py form_defaults)."""
+def press_start(client, seed: int, gan: str, batch_size: int | None, steps: int) -> float:
+    """Press Start with the default form but `gan`, `batch_size` (None: the box's 0, the GAN type's),
+    `steps` and `seed`; the time it was pressed (perf_counter)."""
     from core import devices
     from core.config import TrainConfig
-    from core.plan import resolved_for
-    planned, _ = resolved_for(TrainConfig(), devices.probe(TrainConfig.device).kind)
-    return planned
-
-
-def press_start(client, seed: int, gan: str, batch_size: int, steps: int) -> float:
-    """Press Start with the default form but `gan`, `batch_size`, `steps` and `seed`; the time it was
-    pressed (perf_counter)."""
-    from core.config import TrainConfig
     from tests.apphelpers import press_start as press
-    d, form = TrainConfig(), form_defaults()
-    _, pressed = press(client, d.dataset, "", gan, d.preset, batch_size, form.precision, d.device, steps, seed=seed)
+    d = TrainConfig()
+    precision = devices.default_precision(devices.probe(d.device).kind)   # the form's: it offers no "auto"
+    _, pressed = press(client, d.dataset, "", gan, d.preset, batch_size or 0, precision, d.device, steps, seed=seed)
     return pressed
 
 
@@ -107,9 +99,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, nargs="+", default=[30.0, 60.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--pause", type=float, default=15.0, help="seconds the page is open before each Start")
-    form = form_defaults()
-    parser.add_argument("--gan", default=form.gan, help=f"the form's GAN type (default: the form's here, {form.gan})")
-    parser.add_argument("--batch-size", type=int, default=form.batch_size, help=f"(default: the form's here, {form.batch_size})")
+    parser.add_argument("--gan", default=TrainConfig.gan, help="the form's GAN type (default: the form's, auto)")
+    parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size,
+                        help="(default: the form's 0, the GAN type's)")
     parser.add_argument("--steps", type=int, default=TrainConfig.steps,
                         help=f"the run's length (default: the form's, {TrainConfig.steps:,}: its learning rates fall "
                              "over its second half, as a student's run's do)")

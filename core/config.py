@@ -61,8 +61,8 @@ class ConfigError(ValueError):
 class TrainConfig:
     dataset: str = option("bundled-mnist", "the images to learn", "Dataset", DATASETS)
     data_path: str = option("", "folder or zip of images, for dataset folder", "Image folder or zip (for 'My images')")
-    gan: str = option("auto", "the loss family (core/gans.py); auto: the relativistic pairing with R1 on a CPU's fast "
-                              "preset (digits soonest there), else DCGAN", "GAN type", GANS)
+    gan: str = option("auto", "the loss family (core/gans.py); auto: the relativistic pairing with R1 for MNIST on a "
+                              "CPU's fast preset (digits soonest there), else DCGAN", "GAN type", GANS)
     preset: str = option("auto", "network size: fast (CPU, the data's size up to 32x32), dcgan64 (the seed's 64x64)",
                          "Model size", PRESETS)
     conditional: str = option("auto", "auto: a class-conditional GAN when the dataset has labels; off",
@@ -84,10 +84,10 @@ class TrainConfig:
     gp_weight: float = option(10.0, "WGAN-GP penalty weight (lambda)")
     ema: float | None = option(None, "decay of the moving average of G's weights that grids, quality and the "
                                      "saved generator sample from (0: sample G itself); default: 0.99 for "
-                                     "DCGAN's fast preset, else 0")
+                                     "the fast preset of dcgan and rpgan, else 0")
     lr_decay_start: float | None = option(None, "share of the run after which both learning rates fall linearly "
                                                 "toward 0 at its last step (CycleGAN's schedule; 1: constant); "
-                                                "default: 0.5 for DCGAN's fast preset, else 1")
+                                                "default: 0.5 for the fast preset of dcgan and rpgan, else 1")
     z_dim: int | None = option(None, "latent size; default: the seed's 100, or 16 for the fast preset",
                                range=(1, None))
     seed: int = option(0, "random seed: the same seed and settings start the same run; another seed, another run",
@@ -186,8 +186,12 @@ def spec(name: str) -> dict[str, Any]:
     return TrainConfig.__dataclass_fields__[name].metadata
 
 
-def form_number(value, name: str) -> int:
-    """Field `name` from the page or a query string: a whole number in its range, named by its label."""
+def form_number(value, name: str) -> int | None:
+    """Field `name` from the page or a query string: a whole number in its range, named by its label;
+    None where the box is empty and the field may be left to its default (a None default: the batch).
+    Gradio's number box sends an empty box as 0, which no such field takes."""
+    if value in (None, "", 0) and TrainConfig.__dataclass_fields__[name].default is None:
+        return None
     return whole_number(value, spec(name)["label"] or name, *spec(name)["range"])
 
 

@@ -52,8 +52,8 @@ def resolved_for(config: TrainConfig, device_kind: str, processes: int = 1) -> t
     (TrainConfig.resolved). A config resolved already comes back the same."""
     from core.devices import default_precision   # no torch: devices imports it lazily
     preset, reason = resolve_preset(config.preset, device_kind)
-    gan = (gans.auto_name(preset, device_kind, max(processes, config.processes)) if config.gan == "auto"
-           else config.gan)
+    gan = (gans.auto_name(preset, device_kind, max(processes, config.processes), config.dataset)
+           if config.gan == "auto" else config.gan)
     precision = default_precision(device_kind) if config.precision == "auto" else config.precision
     return dataclasses.replace(dataclasses.replace(config, gan=gan).resolved(preset), preset=preset,
                                precision=precision), reason

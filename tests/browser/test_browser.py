@@ -269,7 +269,7 @@ def check_the_form(page, name: str) -> None:
     settings.get_by_label("GAN type", exact=True).click()
     page.get_by_role("option", name="WGAN-GP").click()
     batch = settings.get_by_label("Batch size", exact=True)
-    expect(batch).to_have_value("64")   # the CPU's default type's (core/gans.py); the walk asks for 128
+    expect(batch).to_have_value("0")   # 0: the GAN type's batch (core/gans.py); the walk asks for 128
     batch.fill("128")
     expect(estimate).to_contain_text("at batch 128", timeout=30_000)
     warning = estimate.inner_text()

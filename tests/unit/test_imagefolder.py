@@ -145,7 +145,7 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     assert status["state"] == "done", (status["message"], done.stderr[-2000:])
     assert status["classes"] == 3 and status["class_names"] == list(CLASSES)
     # The form's batch of 128 from a set of 30: the whole set a step, said in the status.
-    assert status["batch_size"] == 30 and status["batch_reason"] == "lowered from 64: the set has 30 images"
+    assert status["batch_size"] == 30 and status["batch_reason"] == "lowered from 128: the set has 30 images"
     # Resumed with the form's batch of 128 again (the page's and the CLI's default): the same run,
     # not a changed config, and its status still says why the batch is 30.
     from core.resume import prepare_resume
@@ -155,7 +155,7 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     assert train(resumed_config, str(run), resume=True) == "done"
     status = json.loads((run / "status.json").read_text())
     assert (status["step"], status["batch_size"]) == (6, 30), status
-    assert status["batch_reason"] == "lowered from 64: the set has 30 images", status
+    assert status["batch_reason"] == "lowered from 128: the set has 30 images", status
     # Three classes make a grid three columns a class wide, not a ribbon: each column one class, the
     # real images laid out the same way.
     verdicts = RunDir(str(run)).read_verdicts(4)

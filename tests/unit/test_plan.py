@@ -167,6 +167,7 @@ def test_the_gan_type_and_batch_left_to_the_device_are_the_fastest_measured_ther
     assert chosen(TrainConfig(), DeviceInfo("xla-cpu", "XLA:CPU (4 devices)", devices=4)) == ("dcgan", 128)
     assert chosen(TrainConfig(), DeviceInfo(kind="cuda", name="NVIDIA T4")) == ("dcgan", 128)
     assert chosen(TrainConfig(preset="dcgan64"), CPU) == ("dcgan", 128)
+    assert chosen(TrainConfig(dataset="folder", data_path="x"), CPU) == ("dcgan", 128)   # own images: DCGAN drew better
     two_cores = DeviceInfo("cpu", "CPU (2 cores)", available=2)
     assert chosen(TrainConfig(processes=2), two_cores) == ("dcgan", 128)
     launched = DeviceInfo("cpu", "CPU (2 cores)", available=2, processes=2)   # torchrun's ranks

@@ -10,7 +10,7 @@ import pytest
 
 from app.job import Job
 from app.live import LiveFeed
-from app.ui import DeviceCache, TrainTab
+from app.ui import AUTO_GAN_LABEL, DeviceCache, TrainTab
 from core import gans
 from core.data.sources import SOURCES
 from core.rundir import RunDir
@@ -32,9 +32,9 @@ def cli_choices(flag: str) -> list[str]:
 
 
 def test_every_gan_type_and_dataset_is_a_choice_of_the_page_and_of_the_cli(tab):
-    assert tab.gan.choices == [(gan.label, gan.name) for gan in gans.GAN_TYPES]
+    assert tab.gan.choices == [(AUTO_GAN_LABEL, "auto")] + [(gan.label, gan.name) for gan in gans.GAN_TYPES]
     assert tab.dataset.choices == [(source.label, source.key) for source in SOURCES.values()]
-    assert cli_choices("gan") == ["auto", *(gan.name for gan in gans.GAN_TYPES)]   # the page offers what auto gives here
+    assert cli_choices("gan") == ["auto", *(gan.name for gan in gans.GAN_TYPES)]
     assert cli_choices("dataset") == list(SOURCES)
 
 

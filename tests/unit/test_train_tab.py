@@ -2,6 +2,7 @@
 
 What a browser or script sees of these goes through the app in tests/app/test_app.py; here each
 handler's own rule is checked, with the project's own message (no Gradio widget stands in front)."""
+import dataclasses
 import re
 from urllib.parse import parse_qsl, urlsplit
 
@@ -207,10 +208,7 @@ def test_the_forms_labels_and_choices_are_the_ones_the_config_declares(tab):
         assert getattr(tab, name).label == spec(name)["label"], name
     for name in ("dataset", "gan", "preset", "device", "conditional"):
         offered = [value for _, value in getattr(tab, name).choices]
-        # The GAN type's "auto" is not offered: the page shows the type it becomes on this device.
-        assert offered == [choice for choice in spec(name)["choices"] if (name, choice) != ("gan", "auto")], name
-    from core.plan import DataFacts, make_plan
-    assert tab.gan.value == make_plan(TrainConfig(), tab.info, DataFacts(60000, 28, 1, 10)).config.gan
+        assert offered == list(spec(name)["choices"]), name
 
 
 def test_the_students_link_believes_forwarded_headers_only_behind_a_proxy(monkeypatch):
@@ -229,3 +227,18 @@ def test_the_students_link_believes_forwarded_headers_only_behind_a_proxy(monkey
     for host in ('a.example"><script>', "a.example/path", "", "a b"):   # no markup, paths or spaces from a header
         assert page_url({"host": host}, trust_forwarded=False) == "", host
     assert page_url({"host": "[::1]:7860"}, trust_forwarded=False) == "http://[::1]:7860/"
+
+
+def test_the_forms_auto_type_and_empty_batch_start_what_the_plan_gives_for_the_images(tab):
+    """The form opens on "auto" and a batch of 0 (the type's): the plan settles both for the chosen images
+    (the relativistic pairing at 64 for MNIST on a CPU, DCGAN at 128 on own images), and says which."""
+    from core.plan import DataFacts, make_plan
+    assert (tab.gan.value, tab.batch_size.value) == ("auto", 0)
+    config = tab.config_from_form(**{**FORM, "gan": "auto", "batch_size": 0})
+    assert (config.gan, config.batch_size) == ("auto", None)
+    digits = make_plan(config, tab.info, DataFacts(60000, 28, 1, 10))
+    own = make_plan(dataclasses.replace(config, dataset="folder", data_path="x"), tab.info, DataFacts(1000, 64, 3, 9))
+    assert (digits.config.gan, digits.config.batch_size) == ("rpgan", 64)
+    assert (own.config.gan, own.config.batch_size) == ("dcgan", 128)
+    assert "Relativistic + R1 (R3GAN)" in tab.estimate("auto", "auto", None, "cpu", 1000)
+    assert "batch 64" in tab.estimate("auto", "auto", 0, "cpu", 1000)   # the page sends an empty box as 0
