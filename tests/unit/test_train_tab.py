@@ -49,7 +49,7 @@ def test_the_form_becomes_the_config_it_shows(tab):
 def test_bad_numbers_are_refused_naming_the_field_and_its_range(tab):
     low, high = spec("batch_size")["range"]
     label = spec("batch_size")["label"]
-    assert refusal(tab, batch_size=0) == f"{label} must be between {low} and {high:,} (got 0)."
+    assert refusal(tab, steps=0) == f"{spec('steps')['label']} must be between 1 and 1,000,000 (got 0)."
     assert refusal(tab, batch_size=high * 5) == f"{label} must be between {low} and {high:,} (got {high * 5:,})."
     assert refusal(tab, steps=None).startswith(f"{spec('steps')['label']} is empty: type a whole number")
     assert refusal(tab, batch_size="lots").startswith(f"{label} must be a whole number")
@@ -147,7 +147,7 @@ def test_the_estimate_warns_that_a_huge_batch_on_a_cpu_will_crawl(tab):
     assert what == ("What will train: DCGAN (non-saturating), model size fast at 28x28 (auto: a small DCGAN at "
                     "the data's size (at most 32x32) trains in minutes on a CPU); augmentation off: 10,000 images "
                     "is at least 500; batch 1, fp32, 1,000 steps on " + tab.info.name + "."), what
-    assert tab.estimate("dcgan", "auto", 0, "cpu", 1000) == ""     # invalid settings: Start says what to change
+    assert tab.estimate("dcgan", "auto", -1, "cpu", 1000) == ""     # invalid settings: Start says what to change
     assert tab.estimate("dcgan", "auto", low, "quantum", 1000) == ""
 
 
