@@ -47,8 +47,8 @@ def test_bad_settings_are_refused_before_any_process_starts(app):
     client = app.client()
     # The project's own checks answer, naming the field (the number boxes have no limits of their own;
     # each rule of the form is checked on the Train tab itself in tests/unit/test_train_tab.py).
-    with pytest.raises(AppError, match=r"Batch size must be between 1 and 4,096 \(got 0\)"):
-        client.predict("bundled-mnist", "", "dcgan", "auto", 0, "fp32", "auto", 50, api_name="/start")
+    with pytest.raises(AppError, match=r"Batch size must be between 1 and 4,096 \(got -1\)"):   # 0: the type's
+        client.predict("bundled-mnist", "", "dcgan", "auto", -1, "fp32", "auto", 50, api_name="/start")
     with pytest.raises(AppError, match="fp16"):   # refused on every CPU (bf16 depends on the CPU: AMX has it)
         client.predict("bundled-mnist", "", "dcgan", "auto", 64, "fp16", "cpu", 50, api_name="/start")
     assert client.predict(api_name="/status")["run"] == ""   # no run directory was created
