@@ -219,7 +219,7 @@ def live_change(cfg: TrainConfig, values: dict) -> TrainConfig:
 # same seed (so the same fixed noise) and length, shown beside it.
 COMPARISONS = {
     "precision": "the other precision (fp32 / bf16)",
-    "gan": "the other GAN type (DCGAN / WGAN-GP)",
+    "gan": "the other GAN type (DCGAN / WGAN-GP; DCGAN for the relativistic)",
     "batch_size": "another batch size (32 / 256)",
     "lr_d": "D's learning rate x10",
 }
