@@ -4,8 +4,10 @@
     python bench/bench_speed.py --quick    # 1 seed, shorter runs (~3 min)
 
 Prints, for the default config on bundled MNIST and the default device:
- (a) time from Start to recognisable digits: from launching the trainer process (a cold start:
-     the app's fork server has paid the trainer's imports) to the first quality measurement
+ (a) time from Start to recognisable digits: from launching the trainer process (--launch cli: a
+     cold `python -m core.train`, torch's imports included; --launch app: a trainer whose imports
+     were paid before, as the app's fork server pays them for the page's Start, bench/preloaded_cli.py)
+     to the first quality measurement
      where the shipped classifier calls >= 80% of 1,024 samples with p > 0.9 and all ten digits
      appear (core.quality.recognizable). The run measures quality every 25 steps for resolution;
      its meter time is replaced by what a default run (quality_every default) spends up to there.
@@ -42,8 +44,11 @@ def _child_output(stdout: str) -> dict:
     raise RuntimeError("child printed no result:\n" + stdout[-2000:])
 
 
+PRELOADED_CLI = [sys.executable, os.path.join(ROOT, "bench", "preloaded_cli.py")]
+
+
 def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: list[str] | None = None,
-                env: dict | None = None, keep: str | None = None) -> dict:
+                env: dict | None = None, keep: str | None = None, preloaded: bool = False) -> dict:
     """Run the CLI trainer (`python -m core.train ARGS`) in a fresh process; return its events and timings.
 
     stop_when(event) -> True asks the run to stop (through the run directory, as the UI does),
@@ -52,15 +57,26 @@ def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: 
     startup_seconds: from launch to the loop's start (the status's write time less its training
     seconds); vm_hwm_mb: the child's peak resident memory, from the kernel's account at exit.
     keep: a new folder to train into and leave behind (its grids, generator and events), instead
-    of a temporary one.
+    of a temporary one. preloaded: the trainer as the page's Start gets it, its imports paid
+    before the launch (bench/preloaded_cli.py, timed from its go).
     """
     from core.rundir import RunDir
     with tempfile.TemporaryDirectory(prefix="blink-bench-") as tmp:
         run_dir = keep or os.path.join(tmp, "run")
-        launched = time.time()
-        proc = subprocess.Popen([*(command or [sys.executable, "-m", "core.train"]), *args, "--run-dir", run_dir],
+        launcher = PRELOADED_CLI if preloaded else (command or [sys.executable, "-m", "core.train"])
+        proc = subprocess.Popen([*launcher, *args, "--run-dir", run_dir],
                                 cwd=ROOT, env={**os.environ, "BLINK_RUNS_DIR": tmp, **(env or {})},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdin=subprocess.PIPE if preloaded else None,
+                                stdout=subprocess.PIPE if preloaded else subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                text=True)
+        if preloaded:
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError("bench/preloaded_cli.py did not get ready")
+            proc.stdout.close()   # what the trainer prints goes nowhere (bench/preloaded_cli.py)
+        launched = time.time()
+        if preloaded:
+            proc.stdin.write("go\n")
+            proc.stdin.close()
         run, offset, events, stopped, loop_start, peak_kb = RunDir(run_dir), 0, [], False, None, None
         while peak_kb is None:
             time.sleep(0.25)
@@ -96,8 +112,10 @@ def config_args(settings: dict) -> list[str]:
     return [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
 
 
-def time_to_digits(settings: dict, seed: int, max_steps: int = 4000, quality_every: int = 25) -> dict:
-    """Seconds from launch to the first recognisable measurement (None if never within max_steps)."""
+def time_to_digits(settings: dict, seed: int, max_steps: int = 4000, quality_every: int = 25,
+                   preloaded: bool = False) -> dict:
+    """Seconds from launch to the first recognisable measurement (None if never within max_steps);
+    preloaded: launched as the page's Start launches it (run_trainer)."""
     from core.quality import recognizable
 
     def values(event):
@@ -107,7 +125,7 @@ def time_to_digits(settings: dict, seed: int, max_steps: int = 4000, quality_eve
         return bool(values(event)) and recognizable(values(event))
 
     out = run_trainer(config_args({**settings, "seed": seed, "steps": max_steps, "quality_every": quality_every}),
-                      stop_when=hit)
+                      stop_when=hit, preloaded=preloaded)
     from core.config import TrainConfig
     default_every = TrainConfig().quality_every
     meter_seconds = 0.0
@@ -199,6 +217,9 @@ def main() -> None:
     parser.add_argument("--b-steps", type=int, default=None, help="(b)/(c)/(d): trainer steps per run "
                         "(default 800, --quick 400)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads in this process (c)")
+    parser.add_argument("--launch", choices=("cli", "app"), default="cli",
+                        help="(a): cli, a cold `python -m core.train` (it pays torch's imports); app, a trainer "
+                             "as the page's Start gets it from the app's fork server, its imports paid before")
     args = parser.parse_args()
     seeds = list(range(args.seeds or (1 if args.quick else 3)))
     settings = dict(kv.split("=", 1) for kv in args.set)
@@ -221,7 +242,7 @@ def main() -> None:
     if "a" in args.only:
         results = []
         for seed in seeds:
-            r = time_to_digits(settings, seed, max_steps=args.max_steps)
+            r = time_to_digits(settings, seed, max_steps=args.max_steps, preloaded=args.launch == "app")
             results.append(r)
             if r["seconds"] is None:
                 last = r["curve"][-1] if r["curve"] else None
