@@ -389,7 +389,8 @@ class TrainTab:
         except (TypeError, ValueError) as exc:
             raise refused(f"Invalid form value: {exc}", title="Check the settings")
         # The processes as the plan counted them (0: one per GPU): the trainer process starts that many ranks.
-        return dataclasses.replace(config, processes=plan.config.processes)
+        # The GAN type as it chose it: the run's folder and a comparison's words name the type, not "auto".
+        return dataclasses.replace(config, processes=plan.config.processes, gan=plan.config.gan)
 
     def start(self, key="", **form):
         """Start a run of the form's settings, given by field name (FORM_FIELDS), for the host."""

@@ -176,7 +176,8 @@ NAMES = tuple(BY_NAME)
 
 
 # Where "auto" is the relativistic pairing: the digits it was measured on. On the colour benchmark set
-# it drew worse than DCGAN (lab/README.md, "The relativistic pairing on own colour images").
+# it drew worse than DCGAN (lab/README.md, "The relativistic pairing as the CPU's default, and on own
+# colour images").
 RELATIVISTIC_DATASETS = ("bundled-mnist", "mnist")
 
 

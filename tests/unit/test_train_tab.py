@@ -235,9 +235,10 @@ def test_the_forms_auto_type_and_empty_batch_start_what_the_plan_gives_for_the_i
     from core.plan import DataFacts, make_plan
     assert (tab.gan.value, tab.batch_size.value) == ("auto", 0)
     config = tab.config_from_form(**{**FORM, "gan": "auto", "batch_size": 0})
-    assert (config.gan, config.batch_size) == ("auto", None)
+    assert (config.gan, config.batch_size) == ("rpgan", None)   # the run's folder names the type
     digits = make_plan(config, tab.info, DataFacts(60000, 28, 1, 10))
-    own = make_plan(dataclasses.replace(config, dataset="folder", data_path="x"), tab.info, DataFacts(1000, 64, 3, 9))
+    own = make_plan(dataclasses.replace(config, gan="auto", dataset="folder", data_path="x"), tab.info,
+                    DataFacts(1000, 64, 3, 9))
     assert (digits.config.gan, digits.config.batch_size) == ("rpgan", 64)
     assert (own.config.gan, own.config.batch_size) == ("dcgan", 128)
     assert "Relativistic + R1 (R3GAN)" in tab.estimate("auto", "auto", None, "cpu", 1000)
