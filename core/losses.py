@@ -131,8 +131,7 @@ class RelativisticPairing:
     """R3GAN's RpGAN (Huang et al. 2024) with R1: D learns to score each real image above the fake
     paired with it, softplus(-(D(x) - D(G(z)))); G the same with the roles swapped, against the real
     batch D last saw. R1 (the squared gradient of D's scores on the real images) every R1_EVERY of
-    D's updates, counted from this session's first (a resumed run or a chunk starts the count
-    again). Through a BatchNorm D the gradient of the batch's summed scores mixes the images' own
+    D's updates, counted over the whole run (the count is in its checkpoints: `state`). Through a BatchNorm D the gradient of the batch's summed scores mixes the images' own
     (each image's score depends on the batch's statistics): the penalty as measured in lab/."""
 
     def __init__(self):
@@ -152,6 +151,13 @@ class RelativisticPairing:
                 loss = loss + 0.5 * R1_GAMMA * R1_EVERY * grad.float().flatten(1).pow(2).sum(1).mean()
         self._real = (real.detach(), labels)
         return loss, {"d_real": real_logits.mean().detach(), "d_fake": fake_logits.mean().detach()}
+
+    def state(self) -> dict:
+        """What a checkpoint keeps, so that a resumed run penalises the updates an unbroken one would."""
+        return {"updates": self.updates}
+
+    def load_state(self, state: dict) -> None:
+        self.updates = state["updates"]
 
     def generator_loss(self, D, fake, labels=None):
         real, real_labels = self._real

@@ -168,6 +168,7 @@ class Training:
             "random": {"device": rt.rng_state(), "stream": self.stream.state()},
             **({"G_ema": rt.cpu_state_dict(self.ema.module)} if self.ema else {}),
             **({"augment": self.augmented.state()} if self.augmented is not None else {}),
+            **({"loss": step.loss.state()} if hasattr(step.loss, "state") else {}),   # a loss that counts its updates
         }
 
     def load_checkpoint_state(self, state: dict) -> None:
@@ -183,6 +184,8 @@ class Training:
                 scaler.load_state_dict(state[key])
         if self.augmented is not None and "augment" in state:   # saved before adaptive augmentation: p from 0
             self.augmented.load_state(state["augment"])
+        if "loss" in state:   # saved before the loss's count travelled: it counts again from the resume
+            self.gan_step.loss.load_state(state["loss"])
         self.fixed_noise = state["fixed_noise"]
         self.fixed_noise_device = self.fixed_noise.to(self.rt.device)
         self.step_count = state["step"]

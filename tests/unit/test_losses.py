@@ -266,3 +266,20 @@ def test_short_training_run(tmp_path, gan):
     n_critic = validate(config).n_critic
     assert {int(s["step"]) for s in state["opt_d"]["state"].values()} == {20 * n_critic}
     assert {int(s["step"]) for s in state["opt_g"]["state"].values()} == {20}
+
+
+def test_a_resumed_relativistic_run_is_step_for_step_the_unbroken_one(tmp_path):
+    """Its lazy R1 falls on every 16th of D's updates counted over the whole run, a resume's too: the
+    count travels in the checkpoint, as the batches' order and the noise do."""
+    from core import train
+    flags = ["--gan", "rpgan", "--batch-size", "16", "--device", "cpu", "--quality-every", "0",
+             "--lr-decay-start", "1", "--grid-every", "1000"]
+    assert train.main([*flags, "--steps", "20", "--run-dir", str(tmp_path / "unbroken")]) == 0
+    assert train.main([*flags, "--steps", "10", "--run-dir", str(tmp_path / "resumed")]) == 0
+    assert train.main(["--resume", str(tmp_path / "resumed"), "--steps", "20"]) == 0
+    unbroken, resumed = (torch.load(tmp_path / name / "checkpoint.pt", weights_only=False)
+                         for name in ("unbroken", "resumed"))
+    assert resumed["step"] == unbroken["step"] == 20
+    for net in ("G", "D"):
+        for name, value in unbroken[net].items():
+            assert torch.equal(value, resumed[net][name]), (net, name)
