@@ -32,8 +32,9 @@ class GanType:
     gradient_penalty: bool = False   # the loss takes gp_weight
     fast_defaults: dict[str, Any] = field(default_factory=dict)   # the CPU "fast" preset's own values
     cpu_cost: float = 1.0       # time per image against DCGAN's on a CPU, for the estimate before any run
-    # Augmentation's strength follows the sign of D's logits on real images (core/augment.py);
-    # False where D's output has no sign to read: then every image is augmented.
+    # Augmentation's strength follows the sign of D's logits on real images (core/augment.py; a
+    # relativistic D's, of each real image's score less its fake's); False where D's output has no
+    # sign to read: then every image is augmented.
     adaptive_augment: bool = True
     # The phase rules (core/phase.py); None where a rule does not apply to this loss.
     d_apart: float | None = None     # "D is winning": D(x) - D(G(z)) stays above this while G's loss climbs
@@ -133,7 +134,8 @@ GAN_TYPES = (
         fast_defaults=dict(lr_g=5e-3, lr_d=5e-3, ema=0.99, lr_decay_start=0.5, batch_size=64),
         d_norm="batch",
         cpu_cost=1.16,   # D's fourth pass (on the real batch again, for G) and R1 every 16 of its updates
-        adaptive_augment=False,   # only the difference of two scores means anything: no sign to read
+        # Augmentation follows the sign of each pair's difference, real above its fake (core/losses.py):
+        # augmenting every image drew checkerboards on the emoji set (lab/README.md).
         series={"d_real": "D(x) score", "d_fake": "D(G(z)) score"},
         # The scores' difference is what D's loss reads: apart by 3, a pair's loss is below 0.05 (D
         # takes the real image for the real one with p > 0.95); its healthy 10-minute run kept the

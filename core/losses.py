@@ -143,8 +143,11 @@ class RelativisticPairing:
         self.updates += 1
         images = real.detach().requires_grad_(True) if penalised else real
         with _no_fp16(real.device.type) if penalised else contextlib.nullcontext():
-            real_logits = _judge_real(D, images, labels)
+            real_logits = _judge(D, images, labels).float()
             fake_logits = _judge(D, fake.detach(), labels).float()
+            seen = getattr(D, "saw_real", None)
+            if seen is not None:   # an adaptive augmentation reads the pairs' sign: real scored above its fake
+                seen(real_logits - fake_logits)
             loss = F.softplus(-(real_logits - fake_logits)).mean()
             if penalised:
                 (grad,) = torch.autograd.grad(real_logits.sum(), images, create_graph=True)

@@ -139,3 +139,27 @@ def test_a_conditional_run_counts_the_images_of_a_class():
     # The benchmark set's 1,000 emoji in 9 classes; the bundled MNIST's 10,000 digits in 10.
     assert augments(TrainConfig(), 997, 9) == (True, f"on: 110 images a class is under {AUGMENT_BELOW:,}")
     assert augments(TrainConfig(), 10_000, 10) == (False, f"off: 1,000 images a class is at least {AUGMENT_BELOW:,}")
+
+
+def test_the_relativistic_pairing_adapts_augmentation_to_how_often_d_orders_its_pairs_right():
+    """Its scores have no sign of their own: what D says of a pair is the sign of the real image's
+    score less its fake's. A D that scores every real image above its fake, however low both are,
+    raises p; one that orders them the wrong way round keeps it at 0."""
+    from core.losses import RelativisticPairing
+
+    class Scorer(torch.nn.Module):   # the images' mean pixel, shifted far below 0: no sign to read
+        def forward(self, x, labels=None):
+            return x.mean(dim=(1, 2, 3)).unsqueeze(1) - 50.0
+
+    bright, dark = torch.ones(16, 3, 8, 8), -torch.ones(16, 3, 8, 8)
+    ordered = Augmented(Scorer(), adaptive=True)
+    pairing = RelativisticPairing()
+    pairing.updates = 1   # past the R1 update: the scorer has no weights to penalise
+    for _ in range(200):
+        ordered.p.zero_()   # the images as they are: the test reads the estimate, not the augmentation
+        pairing.discriminator_loss(ordered, bright, dark)
+    assert float(ordered.overfit) > OVERFIT_TARGET
+    reversed_ = Augmented(Scorer(), adaptive=True)
+    for _ in range(200):
+        pairing.discriminator_loss(reversed_, dark, bright)
+    assert float(reversed_.overfit) < 0 and float(reversed_.p) == 0.0
