@@ -33,7 +33,7 @@ from core import data, devices
 from core.plan import DataFacts, Plan, make_plan, resolved_for
 from core.rundir import FINAL_STATES, STEP_UPDATES, DiskRefused
 from core import gans
-from core.config import (AUGMENT_BELOW, COMPARISONS, DATASETS, DEVICES, LIVE_FIELDS, PRECISIONS, PRESETS, ConfigError,
+from core.config import (AUGMENT_BELOW, BATCH_SIZE, COMPARISONS, DATASETS, DEVICES, LIVE_FIELDS, PRECISIONS, PRESETS, ConfigError,
                          TrainConfig, comparison, form_number, spec, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
@@ -121,7 +121,8 @@ AUTO_GAN_LABEL = "Auto: the fastest measured here (Relativistic + R1 for MNIST o
 def batch_size_note(info: devices.DeviceInfo) -> str:
     """The batch size's one meaning (images per step over all devices), what an empty box means, and
     the other view of it."""
-    empty = "0: the GAN type's, 64 for the relativistic on a CPU, else 128"
+    fast = gans.get("rpgan").fast_defaults["batch_size"]
+    empty = f"0: the GAN type's, {fast} for the relativistic on a CPU, else {BATCH_SIZE}"
     if info.devices > 1:
         batch = resolved_for(TrainConfig(), info.kind, info.processes)[0].batch_size
         return (f"images per step over all {info.devices} devices ({empty}): {batch} is {batch // info.devices} per "

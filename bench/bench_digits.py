@@ -33,15 +33,15 @@ FINAL = ("done", "failed", "stopped")
 SCORED_SAMPLES = 5000
 
 
-def press_start(client, seed: int, gan: str, batch_size: int | None, steps: int) -> float:
-    """Press Start with the default form but `gan`, `batch_size` (None: the box's 0, the GAN type's),
-    `steps` and `seed`; the time it was pressed (perf_counter)."""
+def press_start(client, seed: int, gan: str, batch_size: int, steps: int) -> float:
+    """Press Start with the default form but `gan`, `batch_size` (0: the GAN type's), `steps` and
+    `seed`; the time it was pressed (perf_counter)."""
     from core import devices
     from core.config import TrainConfig
     from tests.apphelpers import press_start as press
     d = TrainConfig()
     precision = devices.default_precision(devices.probe(d.device).kind)   # the form's: it offers no "auto"
-    _, pressed = press(client, d.dataset, "", gan, d.preset, batch_size or 0, precision, d.device, steps, seed=seed)
+    _, pressed = press(client, d.dataset, "", gan, d.preset, batch_size, precision, d.device, steps, seed=seed)
     return pressed
 
 
@@ -100,8 +100,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--pause", type=float, default=15.0, help="seconds the page is open before each Start")
     parser.add_argument("--gan", default=TrainConfig.gan, help="the form's GAN type (default: the form's, auto)")
-    parser.add_argument("--batch-size", type=int, default=TrainConfig.batch_size,
-                        help="(default: the form's 0, the GAN type's)")
+    parser.add_argument("--batch-size", type=int, default=0, help="(default: the form's 0, the GAN type's)")
     parser.add_argument("--steps", type=int, default=TrainConfig.steps,
                         help=f"the run's length (default: the form's, {TrainConfig.steps:,}: its learning rates fall "
                              "over its second half, as a student's run's do)")

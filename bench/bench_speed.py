@@ -64,19 +64,14 @@ def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: 
     with tempfile.TemporaryDirectory(prefix="blink-bench-") as tmp:
         run_dir = keep or os.path.join(tmp, "run")
         launcher = PRELOADED_CLI if preloaded else (command or [sys.executable, "-m", "core.train"])
+        launched = time.time()
         proc = subprocess.Popen([*launcher, *args, "--run-dir", run_dir],
                                 cwd=ROOT, env={**os.environ, "BLINK_RUNS_DIR": tmp, **(env or {})},
                                 stdin=subprocess.PIPE if preloaded else None,
                                 stdout=subprocess.PIPE if preloaded else subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 text=True)
         if preloaded:
-            if proc.stdout.readline().strip() != "ready":
-                raise RuntimeError("bench/preloaded_cli.py did not get ready")
-            proc.stdout.close()   # what the trainer prints goes nowhere (bench/preloaded_cli.py)
-        launched = time.time()
-        if preloaded:
-            proc.stdin.write("go\n")
-            proc.stdin.close()
+            launched = _ready_then_go(proc)
         run, offset, events, stopped, loop_start, peak_kb = RunDir(run_dir), 0, [], False, None, None
         while peak_kb is None:
             time.sleep(0.25)
@@ -96,6 +91,17 @@ def run_trainer(args: list[str], stop_when=None, timeout: float = 600, command: 
         return {"events": events, "startup_seconds": (loop_start or launched) - launched,
                 "vm_hwm_mb": peak_kb / 1024, "wall_seconds": time.time() - launched,
                 "status": run.read_status().to_dict()}
+
+
+def _ready_then_go(proc: subprocess.Popen) -> float:
+    """bench/preloaded_cli.py's handshake: once its imports are done, the go; the time it was sent."""
+    if proc.stdout.readline().strip() != "ready":
+        raise RuntimeError("bench/preloaded_cli.py did not get ready")
+    proc.stdout.close()   # what the trainer prints goes nowhere (bench/preloaded_cli.py)
+    went = time.time()
+    proc.stdin.write("go\n")
+    proc.stdin.close()
+    return went
 
 
 def _exited_peak_rss_kb(proc: subprocess.Popen) -> int | None:

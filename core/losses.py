@@ -58,10 +58,16 @@ def _judge(D, images: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor
 def _judge_real(D, images: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
     """D's fp32 logits on the real batch, which an adaptive augmentation (core/augment.py) reads."""
     logits = _judge(D, images, labels).float()
+    _tell_augmentation(D, logits)
+    return logits
+
+
+def _tell_augmentation(D, signed: torch.Tensor) -> None:
+    """What an adaptive augmentation (core/augment.py Augmented.saw_real) reads: values whose sign
+    says D told real from fake (its logits on the real batch; a pairing's real-less-fake scores)."""
     seen = getattr(D, "saw_real", None)
     if seen is not None:
-        seen(logits)
-    return logits
+        seen(signed)
 
 
 def _no_fp16(device_type: str):
@@ -131,8 +137,10 @@ class RelativisticPairing:
     """R3GAN's RpGAN (Huang et al. 2024) with R1: D learns to score each real image above the fake
     paired with it, softplus(-(D(x) - D(G(z)))); G the same with the roles swapped, against the real
     batch D last saw. R1 (the squared gradient of D's scores on the real images) every R1_EVERY of
-    D's updates, counted over the whole run (the count is in its checkpoints: `state`). Through a BatchNorm D the gradient of the batch's summed scores mixes the images' own
-    (each image's score depends on the batch's statistics): the penalty as measured in lab/."""
+    D's updates, counted over the whole run (the count is in its checkpoints: `state`). Through a
+    BatchNorm D the gradient of the batch's summed scores mixes the images' own (each image's score
+    depends on the batch's statistics): the penalty as measured in lab/. Its scores have no sign of
+    their own: an adaptive augmentation reads each pair's, real above its fake."""
 
     def __init__(self):
         self.updates = 0          # D's loss computations so far: R1 at every R1_EVERY-th
@@ -145,9 +153,7 @@ class RelativisticPairing:
         with _no_fp16(real.device.type) if penalised else contextlib.nullcontext():
             real_logits = _judge(D, images, labels).float()
             fake_logits = _judge(D, fake.detach(), labels).float()
-            seen = getattr(D, "saw_real", None)
-            if seen is not None:   # an adaptive augmentation reads the pairs' sign: real scored above its fake
-                seen(real_logits - fake_logits)
+            _tell_augmentation(D, real_logits - fake_logits)
             loss = F.softplus(-(real_logits - fake_logits)).mean()
             if penalised:
                 (grad,) = torch.autograd.grad(real_logits.sum(), images, create_graph=True)
@@ -155,17 +161,17 @@ class RelativisticPairing:
         self._real = (real.detach(), labels)
         return loss, {"d_real": real_logits.mean().detach(), "d_fake": fake_logits.mean().detach()}
 
+    def generator_loss(self, D, fake, labels=None):
+        real, real_labels = self._real
+        real_logits = _judge(D, real, real_labels).float()
+        return F.softplus(-(_judge(D, fake, labels).float() - real_logits)).mean(), {}
+
     def state(self) -> dict:
         """What a checkpoint keeps, so that a resumed run penalises the updates an unbroken one would."""
         return {"updates": self.updates}
 
     def load_state(self, state: dict) -> None:
         self.updates = state["updates"]
-
-    def generator_loss(self, D, fake, labels=None):
-        real, real_labels = self._real
-        real_logits = _judge(D, real, real_labels).float()
-        return F.softplus(-(_judge(D, fake, labels).float() - real_logits)).mean(), {}
 
 
 def make_loss(gan: str, gp_weight: float = 10.0, random_rows=None):

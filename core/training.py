@@ -184,7 +184,7 @@ class Training:
                 scaler.load_state_dict(state[key])
         if self.augmented is not None and "augment" in state:   # saved before adaptive augmentation: p from 0
             self.augmented.load_state(state["augment"])
-        if "loss" in state:   # saved before the loss's count travelled: it counts again from the resume
+        if "loss" in state:   # a checkpoint saved before the loss's count travelled counts from the resume
             self.gan_step.loss.load_state(state["loss"])
         self.fixed_noise = state["fixed_noise"]
         self.fixed_noise_device = self.fixed_noise.to(self.rt.device)
