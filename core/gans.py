@@ -177,9 +177,9 @@ BY_NAME = by_name(GAN_TYPES)
 NAMES = tuple(BY_NAME)
 
 
-# Where "auto" is the relativistic pairing: the digits it was measured on. On own colour images it is
-# measured over 2 minutes only (lab/README.md, "The relativistic pairing as the CPU's default, and on
-# own colour images"), where unaugmented DCGAN collapsed later: DCGAN there until 10 minutes say.
+# Where "auto" is the relativistic pairing: the digits it was measured on. On own colour images it fell
+# behind DCGAN from the second minute of a 10-minute run (lab/README.md, "Own images: the adaptive
+# pairing over 10 minutes").
 RELATIVISTIC_DATASETS = ("bundled-mnist", "mnist")
 
 
