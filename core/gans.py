@@ -127,11 +127,12 @@ GAN_TYPES = (
     GanType(
         name="rpgan", label="Relativistic + R1 (R3GAN)", loss="RelativisticPairing", verdict="pair",
         # Adam (0, 0.99) as R3GAN's; the fast preset's lr measured on MNIST (lab/README.md, "The
-        # relativistic loss at smaller batches").
+        # relativistic loss at smaller batches"), D's lower than G's for the digits a minute in (lab/README.md,
+        # "The pairing's learning rates at a minute").
         defaults=dict(lr_g=2e-4, lr_d=2e-4, beta1=0.0, beta2=0.99, n_critic=1),
         # Batch 64: at the CPU's two threads the pairing reaches digits in fewer seconds at 64 than at 128
         # (lab/README.md, "The relativistic loss at smaller batches").
-        fast_defaults=dict(lr_g=5e-3, lr_d=5e-3, ema=0.99, lr_decay_start=0.5, batch_size=64),
+        fast_defaults=dict(lr_g=5e-3, lr_d=3e-3, ema=0.99, lr_decay_start=0.5, batch_size=64),
         d_norm="batch",
         cpu_cost=1.16,   # D's fourth pass (on the real batch again, for G) and R1 every 16 of its updates
         # Augmentation follows the sign of each pair's difference, real above its fake (core/losses.py):
