@@ -142,12 +142,12 @@ GAN_TYPES = (
         # takes the real image for the real one with p > 0.95); its healthy 10-minute run kept the
         # loss above 0.5 (below). A score has no "sure", so no "D has won" rule.
         d_apart=3.0,
-        # Read off a 10-minute run (lab/README.md, "The relativistic loss at smaller batches"): after
-        # its first 200 steps D's loss sat at 0.53-0.88 and G's at 0.91-1.79 (5th to 95th percentile),
-        # both near log 2 when neither wins; D(x) above D(G(z)) at nine log points in ten, the two
-        # drifting together between about -10 and -1.
+        # Read off two 10-minute runs, D at 5e-3 and at the fast preset's 3e-3 (lab/README.md, "The
+        # relativistic loss at smaller batches" and "The pairing's learning rates at a minute"): both
+        # losses near log 2 when neither wins; D(x) above D(G(z)) at nine log points in ten, the two
+        # drifting together well below 0.
         healthy={
-            "losses": "Healthy: D loss around 0.5-0.9 and G loss around 0.9-1.8 (higher in the first hundred "
+            "losses": "Healthy: D loss around 0.5-1.3 and G loss around 0.9-1.8 (higher in the first hundred "
                       "steps), with no trend. D loss sliding toward 0 while G loss climbs means D tells every "
                       "real image from its fake.",
             "extra": "Healthy: D(x) a little above D(G(z)), the two moving together. Only their difference "

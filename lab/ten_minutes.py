@@ -6,9 +6,10 @@
 The CLI trainer (bench_speed.run_trainer) runs --steps, stopped through its run directory once its
 log passes --seconds of training. Every logged event is then replayed through the phase rules
 (core/phase.py) as the status computes them, and each warning or problem the line would have named
-is printed with its step. Also printed: how far apart D's scores on real and fake images were
+is printed with its step. Also printed: D's and G's losses (5th to 95th percentile, what the type's
+healthy ranges in core/gans.py say), how far apart D's scores on real and fake images were
 (5th/95th percentile and the largest, after the first 200 steps), and the trainer's own meter from
-step 1,000 on and at the end (Frechet distance of the shipped classifier's features, confident share,
+step 1,000 on and at its last measurement (Frechet distance of the shipped classifier's features, confident share,
 classes).
 """
 from __future__ import annotations
@@ -21,6 +22,11 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+
+def share(values: list[float], fraction: float) -> float:
+    """The value below which `fraction` of the sorted `values` lie."""
+    return values[min(int(len(values) * fraction), len(values) - 1)]
 
 
 def main() -> None:
@@ -49,13 +55,16 @@ def main() -> None:
         if phase.warning():
             problems.append((event["step"], "warning: " + phase.warning()[:60]))
     gaps = sorted(e["d_real"] - e["d_fake"] for e in events if "d_real" in e and e["step"] > 200)
+    losses = {key: sorted(e[key] for e in events if key in e and e["step"] > 200) for key in ("loss_d", "loss_g")}
     quality = [e for e in events if "quality_fd" in e]
     later = [e["quality_fd"] for e in quality if e["step"] >= 1000] or [float("nan")]   # a short smoke run
     last = quality[-1]
     print(f"gan {gan}, seed {args.seed}: {max(e['step'] for e in events)} steps in {args.seconds:.0f} s")
     print(f"phase problems: {problems[:10] if problems else 'none'}" + (f" ({len(problems)} in all)" if problems else ""))
-    print(f"D's scores apart (real - fake) after step 200: p5 {gaps[len(gaps) // 20]:.2f}, "
-          f"p95 {gaps[len(gaps) * 19 // 20]:.2f}, max {gaps[-1]:.2f}, median {statistics.median(gaps):.2f}")
+    print(f"D's scores apart (real - fake) after step 200: p5 {share(gaps, 0.05):.2f}, p95 {share(gaps, 0.95):.2f}, "
+          f"max {gaps[-1]:.2f}, median {statistics.median(gaps):.2f}")
+    print("losses after step 200 (p5-p95): " + ", ".join(
+        f"{key} {share(values, 0.05):.2f}-{share(values, 0.95):.2f}" for key, values in losses.items()))
     print(f"meter from step 1,000: fd {min(later):.2f}-{max(later):.2f}; at the last measurement (step {last['step']}): fd "
           f"{last['quality_fd']:.2f}, confident {last['quality_confident']:.2f}, classes {last['quality_classes']:.0f}")
 
