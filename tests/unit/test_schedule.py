@@ -16,7 +16,13 @@ from core.rundir import RunDir
 from core.training import build_training, lr_factor, planned
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LR = resolved_for(TrainConfig(), "cpu")[0].lr_g   # the CPU's default type and fast preset: what these CLI runs train at
+_DEFAULTS = resolved_for(TrainConfig(), "cpu")[0]   # the CPU's default type and fast preset: what these CLI runs train at
+RATES = (_DEFAULTS.lr_g, _DEFAULTS.lr_d)
+
+
+def scaled(factor: float) -> tuple[float, float]:
+    """(G's, D's) default learning rate times the schedule's factor."""
+    return tuple(rate * factor for rate in RATES)
 SMALL_RUN = ["--batch-size", "8", "--device", "cpu", "--quality-every", "0", "--grid-every", "1000"]
 
 
@@ -55,12 +61,12 @@ def test_cli_refuses_a_start_outside_the_run_before_training(tmp_path, value):
 def test_a_run_decays_both_rates_and_a_resume_follows_its_step_and_new_length(tmp_path):
     run_path = tmp_path / "run"
     assert train.main(["--steps", "10", *SMALL_RUN, "--run-dir", str(run_path)]) == 0   # fast preset: decay from halfway
-    assert _rates(run_path) == pytest.approx((LR / 5, LR / 5))       # update 10 of 10: (10 - 9) / (10 - 5)
+    assert _rates(run_path) == pytest.approx(scaled(1 / 5))       # update 10 of 10: (10 - 9) / (10 - 5)
     assert train.main(["--resume", str(run_path), "--steps", "40"]) == 0  # the decay now starts at step 20
-    assert _rates(run_path) == pytest.approx((LR / 20, LR / 20))
+    assert _rates(run_path) == pytest.approx(scaled(1 / 20))
     constant = tmp_path / "constant"
     assert train.main(["--steps", "10", *SMALL_RUN, "--lr-decay-start", "1", "--run-dir", str(constant)]) == 0
-    assert _rates(constant) == pytest.approx((LR, LR))
+    assert _rates(constant) == pytest.approx(RATES)
 
 
 def test_the_first_step_after_a_resume_sets_the_rates_the_checkpoint_brought(tmp_path):
@@ -71,6 +77,6 @@ def test_the_first_step_after_a_resume_sets_the_rates_the_checkpoint_brought(tmp
     run = RunDir(str(run_path))
     training = build_training(*planned(prepare_resume(run, steps=40), devices.probe("cpu")))
     training.load_checkpoint_state(run.load_checkpoint())
-    assert training.opt_g.param_groups[0]["lr"] == pytest.approx(LR / 5)   # as the checkpoint brought it
+    assert training.opt_g.param_groups[0]["lr"] == pytest.approx(scaled(1 / 5)[0])   # as the checkpoint brought it
     training.step()
-    assert [o.param_groups[0]["lr"] for o in (training.opt_g, training.opt_d)] == pytest.approx([LR, LR])
+    assert tuple(o.param_groups[0]["lr"] for o in (training.opt_g, training.opt_d)) == pytest.approx(RATES)
