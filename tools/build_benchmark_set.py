@@ -181,8 +181,9 @@ def file_name(index: int, name: str) -> str:
     return f"{index:04d}-{slug}.png"
 
 
-def clear_output(out: str) -> None:
-    """Make `out` ready for a new set: new, empty, or one this tool built (its PNGs removed).
+def clear_output(out: str, folders=None) -> None:
+    """Make `out` ready for a new set: new, empty, or one this tool built (its PNGs and its class
+    `folders` removed; default: the emoji groups'). tools/build_sprite_set.py builds with it too.
 
     Refuses any other folder with files in it: the set is written as the folder's only images,
     and nothing a user put there is deleted."""
@@ -192,9 +193,9 @@ def clear_output(out: str) -> None:
         return
     entries = os.listdir(out)
     if entries and MARKER not in entries:
-        raise SystemExit(f"{out} is not empty and was not built by this tool (no {MARKER}): "
+        raise SystemExit(f"{out} is not empty and is not a set this tool built (no {MARKER}): "
                          f"name a new or empty folder.")
-    for folder in GROUP_FOLDERS.values():
+    for folder in GROUP_FOLDERS.values() if folders is None else folders:
         shutil.rmtree(os.path.join(out, folder), ignore_errors=True)
     for entry in entries:
         if entry.endswith(".png"):

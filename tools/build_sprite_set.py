@@ -22,9 +22,12 @@ import argparse
 import io
 import os
 import re
-import shutil
 import sys
 import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The benchmark sets' shared shape (64x64 on white, a margin) and their tools' marker file and guard.
+from tools.build_benchmark_set import MARGIN, MARKER, SIZE, clear_output  # noqa: E402
 
 IMAGES = "arcade/resources/assets/images/"
 # Class -> the wheel's files under IMAGES that belong to it (a regular expression on the path).
@@ -37,9 +40,6 @@ CLASSES = {
     "sand-tiles": r"tiles/sand.*\.png",
     "snow-tiles": r"tiles/snow.*\.png",
 }
-SIZE = 64                 # core/data/own.py's OWN_RESOLUTION: loaded without resampling
-MARGIN = 3
-MARKER = "SOURCE.txt"
 LICENCE = ("Kenney's game sprites (www.kenney.nl), CC0 1.0 (their License.txt), as bundled in the Python "
            "Arcade library's wheel (PyPI arcade)")
 
@@ -59,16 +59,13 @@ def sprite(data: bytes):
 
 
 def build(wheel: str, out: str) -> dict[str, int]:
-    if os.path.isdir(out):
-        if not os.path.exists(os.path.join(out, MARKER)):
-            raise SystemExit(f"{out} exists and is not a set this tool built ({MARKER} missing): choose another OUT.")
-        shutil.rmtree(out)
+    clear_output(out, CLASSES)
     counts = {}
     with zipfile.ZipFile(wheel) as archive:
         names = sorted(n for n in archive.namelist() if n.startswith(IMAGES))
         for label, pattern in CLASSES.items():
             members = [n for n in names if re.fullmatch(IMAGES + pattern, n)]
-            os.makedirs(os.path.join(out, label))
+            os.makedirs(os.path.join(out, label), exist_ok=True)
             for name in members:
                 sprite(archive.read(name)).save(os.path.join(out, label, os.path.basename(name)))
             counts[label] = len(members)
