@@ -73,6 +73,7 @@ D_WINS_WARNING = ("The discriminator has won outright for a long stretch (D(x)~1
                   "gets no useful gradient. Consider restarting with WGAN-GP or hinge loss.")
 COLLAPSE_WARNING = ("The fakes all look alike (mode collapse): G has found a few images that fool D and makes "
                     "only those. Restarting with another seed, WGAN-GP or hinge loss usually helps.")
+COLLAPSE_WORDS = "the fakes all look alike (mode collapse)"   # the line's, beside its stage
 
 
 def d_has_won(values: dict, gan: str) -> bool:
@@ -200,20 +201,24 @@ class Phase:
         """E.g. 'strokes: the samples are taking shape ... · D is winning: G's loss keeps climbing'.
         What goes wrong comes after the stage, the cause first; a collapsed run's stage is left out:
         its words describe samples that differ."""
-        problems = []
-        if self.won_streak >= WON_OUTRIGHT_LOGS:
-            problems.append("D has won: it is sure of every image, and G learns nothing")
-        elif d_winning(list(self.points), self.gan):
-            problems.append("D is winning: G's loss keeps climbing")
-        collapsed_now = self._collapsed()
-        if collapsed_now:
-            problems.append("the fakes all look alike (mode collapse)")
-        words = "" if collapsed_now else self._stage()[1]
+        problems = self.problems()
+        words = "" if COLLAPSE_WORDS in problems else self._stage()[1]
         parts = ([words] if words else []) + problems
         if not problems and self.is_settled:
             parts.append("the losses have settled: D and G are in balance, and the grid shows whether the "
                          "images still improve")
         return " · ".join(parts)
+
+    def problems(self) -> list[str]:
+        """What goes wrong now, in the line's words, the cause first; [] for a healthy run."""
+        found = []
+        if self.won_streak >= WON_OUTRIGHT_LOGS:
+            found.append("D has won: it is sure of every image, and G learns nothing")
+        elif d_winning(list(self.points), self.gan):
+            found.append("D is winning: G's loss keeps climbing")
+        if self._collapsed():
+            found.append(COLLAPSE_WORDS)
+        return found
 
     def warning(self) -> str:
         """The warning the status carries (the page's yellow box): the problems a restart fixes."""

@@ -5,8 +5,8 @@
 
 The CLI trainer (bench_speed.run_trainer) runs --steps, stopped through its run directory once its
 log passes --seconds of training. Every logged event is then replayed through the phase rules
-(core/phase.py) as the status computes them, and each warning or problem the line would have named
-is printed with its step. Also printed: D's and G's losses (5th to 95th percentile, what the type's
+(core/phase.py) as the status computes them, and each problem the page's line would have named
+(Phase.problems: D has won or is winning, mode collapse) is printed with its step. Also printed: D's and G's losses (5th to 95th percentile, what the type's
 healthy ranges in core/gans.py say), how far apart D's scores on real and fake images were
 (5th/95th percentile and the largest, after the first 200 steps), and the trainer's own meter from
 step 1,000 on and at its last measurement (Frechet distance of the shipped classifier's features, confident share,
@@ -48,12 +48,7 @@ def main() -> None:
     problems = []
     for event in events:
         phase.add(event)
-        line = phase.line()
-        for words in ("D has won", "D is winning", "mode collapse"):
-            if words in line:
-                problems.append((event["step"], words))
-        if phase.warning():
-            problems.append((event["step"], "warning: " + phase.warning()[:60]))
+        problems += [(event["step"], words) for words in phase.problems()]
     gaps = sorted(e["d_real"] - e["d_fake"] for e in events if "d_real" in e and e["step"] > 200)
     losses = {key: sorted(e[key] for e in events if key in e and e["step"] > 200) for key in ("loss_d", "loss_g")}
     quality = [e for e in events if "quality_fd" in e]

@@ -18,12 +18,12 @@ from core.training import build_training, lr_factor, planned
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _DEFAULTS = resolved_for(TrainConfig(), "cpu")[0]   # the CPU's default type and fast preset: what these CLI runs train at
 RATES = (_DEFAULTS.lr_g, _DEFAULTS.lr_d)
+SMALL_RUN = ["--batch-size", "8", "--device", "cpu", "--quality-every", "0", "--grid-every", "1000"]
 
 
 def scaled(factor: float) -> tuple[float, float]:
     """(G's, D's) default learning rate times the schedule's factor."""
     return tuple(rate * factor for rate in RATES)
-SMALL_RUN = ["--batch-size", "8", "--device", "cpu", "--quality-every", "0", "--grid-every", "1000"]
 
 
 def _rates(run_path) -> tuple[float, float]:
