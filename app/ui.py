@@ -121,8 +121,8 @@ AUTO_GAN_LABEL = "Auto: the fastest measured here (Relativistic + R1 for MNIST o
 def batch_size_note(info: devices.DeviceInfo) -> str:
     """The batch size's one meaning (images per step over all devices), what an empty box means, and
     the other view of it."""
-    fast = gans.get("rpgan").fast_defaults["batch_size"]
-    empty = f"0: the GAN type's, {fast} for the relativistic on a CPU, else {BATCH_SIZE}"
+    digits_on_cpu = resolved_for(TrainConfig(), "cpu")[0].batch_size   # the default images' on a CPU: auto's type's
+    empty = f"0: the GAN type's, {digits_on_cpu} for MNIST on a CPU, else {BATCH_SIZE}"
     if info.devices > 1:
         batch = resolved_for(TrainConfig(), info.kind, info.processes)[0].batch_size
         return (f"images per step over all {info.devices} devices ({empty}): {batch} is {batch // info.devices} per "
