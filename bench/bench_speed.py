@@ -10,7 +10,7 @@ Prints, for the default config on bundled MNIST and the default device:
      to the first quality measurement
      where the shipped classifier calls >= 80% of 1,024 samples with p > 0.9 and all ten digits
      appear (core.quality.recognizable). The run measures quality every 25 steps for resolution;
-     its meter time is replaced by what a default run (quality_every default) spends up to there.
+     its meter time is replaced by what a default run spends up to there (core.train.quality_due).
  (b) steps/s of core.train.train (events, grids, checkpoints, quality at defaults) vs the same
      model, loss, optimizers and batch stream in a bare loop; run alternately, ratio per pair,
      median of pairs (the machine is shared: only ratios from one run mean anything).
@@ -133,7 +133,8 @@ def time_to_digits(settings: dict, seed: int, max_steps: int = 4000, quality_eve
     out = run_trainer(config_args({**settings, "seed": seed, "steps": max_steps, "quality_every": quality_every}),
                       stop_when=hit, preloaded=preloaded)
     from core.config import TrainConfig
-    default_every = TrainConfig().quality_every
+    from core.train import quality_due
+    default_run = TrainConfig(steps=max_steps)
     meter_seconds = 0.0
     curve = []
     for event in out["events"]:
@@ -143,8 +144,9 @@ def time_to_digits(settings: dict, seed: int, max_steps: int = 4000, quality_eve
         curve.append((event["step"], event["time"], v))
         if recognizable(v):
             train_seconds = event["time"] - meter_seconds
-            # A default run measures every `default_every` steps: its meter time up to here counts.
-            default_meter = (event["step"] // default_every) * statistics.median(c["seconds"] for _, _, c in curve)
+            # A default run's measurements up to here (its early one and every quality_every steps) count.
+            measured = sum(quality_due(step, default_run) for step in range(1, event["step"] + 1))
+            default_meter = measured * statistics.median(c["seconds"] for _, _, c in curve)
             return {"seconds": out["startup_seconds"] + train_seconds + default_meter, "step": event["step"],
                     "startup_seconds": out["startup_seconds"], "train_seconds": train_seconds,
                     "meter_seconds": meter_seconds, "default_meter_seconds": default_meter, "values": v,

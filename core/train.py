@@ -296,8 +296,7 @@ class Loop:
                 self._after_log()
             if step % cfg.checkpoint_every == 0:
                 self.save_checkpoint()
-            if cfg.quality_every and (step % cfg.quality_every == 0 or step == cfg.steps
-                                      or step == min(EARLY_QUALITY_STEP, cfg.quality_every)):
+            if quality_due(step, cfg):
                 self._work("measuring quality", self._measure_quality)
             if chunk_over and self.step_count < cfg.steps:
                 raise SessionEnds("running", f"Chunk {self.report.chunk} ended at step {self.step_count} (checkpoint "
@@ -477,6 +476,12 @@ def grid_due(step: int, cfg: TrainConfig) -> bool:
     """Grids at step 1, every EARLY_GRID_EVERY steps at first, then every grid_every, and at the end."""
     early = step <= EARLY_GRID_STEPS and step % min(EARLY_GRID_EVERY, cfg.grid_every) == 0
     return step == 1 or early or step % cfg.grid_every == 0 or step == cfg.steps
+
+
+def quality_due(step: int, cfg: TrainConfig) -> bool:
+    """Quality measurements: one early (EARLY_QUALITY_STEP), then every quality_every steps, and at the end."""
+    return bool(cfg.quality_every) and (step % cfg.quality_every == 0 or step == cfg.steps
+                                        or step == min(EARLY_QUALITY_STEP, cfg.quality_every))
 
 
 def _as_tensor(step: int, like: dict):
