@@ -72,6 +72,14 @@ def grid_strip(run_dir: str, rows: list[dict], out: str) -> None:
     strip.save(out)
 
 
+def lab_trainer(variables: list[str]) -> dict:
+    """run_trainer's keywords for the lab's entry point with these KEY=VALUE variables; none: the CLI's."""
+    if not variables:
+        return {}
+    return {"command": [sys.executable, os.path.join(ROOT, "lab", "snapshot_trainer.py")],
+            "env": dict(item.split("=", 1) for item in variables)}
+
+
 def main() -> None:
     from bench_speed import run_trainer
     from core.config import TrainConfig
@@ -84,6 +92,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--every", type=int, default=100, help="steps between meter readings")
     ap.add_argument("--grids", help="a folder for each seed's grids at the minute marks")
+    ap.add_argument("--lab-env", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="train with lab/snapshot_trainer.py and these variables, e.g. BLINK_LAB_D_WIDTH=16")
     ap.add_argument("--set", nargs="*", default=[], metavar="FLAG=VALUE", help="more core.train flags, e.g. batch-size=64")
     args = ap.parse_args()
     if not os.path.isdir(args.data_path):
@@ -96,7 +106,7 @@ def main() -> None:
             result = run_trainer(["--dataset", "folder", "--data-path", args.data_path, "--seed", str(seed),
                                   "--steps", str(args.steps), "--quality-every", str(args.every), *extra],
                                  stop_when=lambda e: e.get("time", 0) >= args.minutes * 60,
-                                 timeout=args.minutes * 60 + 300, keep=run_dir)
+                                 timeout=args.minutes * 60 + 300, keep=run_dir, **lab_trainer(args.lab_env))
             status = result["status"]
             said = f"{status['preset']} model {status['resolution']}x{status['resolution']}, augmentation {status['augment']}"
             table[seed] = at_minutes(result["events"], args.at, status["gan"] or TrainConfig().gan, status["classes"] > 0)
