@@ -194,13 +194,16 @@ def matmul_peak(n: int = 2048, repeats: int = 7) -> float:
 def step_flops() -> tuple[int, dict]:
     """FLOPs of one default training step: the trainer's own setup and step (core/training.py) on
     bundled MNIST, its optimizer updates included (FlopCounterMode counts the convolutions and
-    matrix products, which are nearly all of it)."""
+    matrix products, which are nearly all of it); a step without a penalty (R1's steps are left out)."""
     from torch.utils.flop_counter import FlopCounterMode
     from core import devices, models
     from core.config import TrainConfig
     from core.training import build_training, planned
     training = build_training(*planned(TrainConfig(device="cpu"), devices.probe("cpu")))
     config = training.config
+    # An ordinary step is counted: the relativistic pairing's R1 falls on its first update (then one
+    # in 16), and FlopCounterMode's module hooks refuse the penalty's torch.autograd.grad.
+    training.step()
     with FlopCounterMode(display=False) as counter:
         training.step()
     info = {"preset": config.preset, "classes": training.classes, "width": models.PRESET_WIDTH[config.preset],
@@ -296,7 +299,7 @@ def main() -> None:
                  if "b" not in args.only and "d" not in args.only else pairs)
         steps_s = median([p["trainer"] for p in rates])
         achieved = steps_s * flops / 1e9
-        print(f"(c) one step: {flops / 1e9:.3f} GFLOP (fwd+bwd of D on real+fake and G; {info}); "
+        print(f"(c) one step: {flops / 1e9:.3f} GFLOP (an ordinary step's passes of G and D, the optimizers' updates; {info}); "
               f"trainer {steps_s:.2f} steps/s -> {achieved:.1f} GFLOP/s achieved; fp32 mm 2048 peak {peak:.1f} GFLOP/s "
               f"(runs {[round(p, 1) for p in peaks]}) -> {achieved / peak:.1%} of peak", flush=True)
 
