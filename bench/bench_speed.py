@@ -134,7 +134,7 @@ def time_to_digits(settings: dict, seed: int, max_steps: int = 4000, quality_eve
                       stop_when=hit, preloaded=preloaded)
     from core.config import TrainConfig
     from core.train import quality_due
-    default_run = TrainConfig(steps=max_steps)
+    default_run = TrainConfig()
     meter_seconds = 0.0
     curve = []
     for event in out["events"]:

@@ -2,7 +2,7 @@
 
     BLINK_LAB_SNAPSHOTS=DIR [BLINK_LAB_WIDTH=48] [BLINK_LAB_D_WIDTH=16] python lab/snapshot_trainer.py ARGS
 
-The real CLI trainer, with two additions made here, in an experiment's own entry point (the
+The real CLI trainer, with additions made here, in an experiment's own entry point (the
 product has no hook for them): G's weights at every grid step (DIR/G_<step>.safetensors) and the
 generator the run saved at every checkpoint (DIR/checkpoint_<step>/); BLINK_LAB_WIDTH sets the
 'fast' preset's width for the candidate being tried, BLINK_LAB_D_WIDTH D's alone (G keeps the
@@ -47,15 +47,15 @@ def keep_snapshots(folder: str) -> None:
     train.Loop.save_grid, train.Loop._write_checkpoint = save_grid_and_g, write_checkpoint_and_copy
 
 
-def narrow_discriminator(width: int) -> None:
+def set_discriminator_width(width: int) -> None:
     """Build every discriminator `width` wide, whatever the preset's width (G keeps it)."""
     from core import models
     build = models.Discriminator.__init__
 
-    def narrower(self, channels, resolution, _width, *rest, **keywords):
+    def at_width(self, channels, resolution, _preset_width, *rest, **keywords):
         build(self, channels, resolution, width, *rest, **keywords)
 
-    models.Discriminator.__init__ = narrower
+    models.Discriminator.__init__ = at_width
 
 
 if __name__ == "__main__":
@@ -65,7 +65,7 @@ if __name__ == "__main__":
     if os.environ.get("BLINK_LAB_WIDTH"):
         architecture.PRESET_WIDTH["fast"] = int(os.environ["BLINK_LAB_WIDTH"])
     if os.environ.get("BLINK_LAB_D_WIDTH"):
-        narrow_discriminator(int(os.environ["BLINK_LAB_D_WIDTH"]))
+        set_discriminator_width(int(os.environ["BLINK_LAB_D_WIDTH"]))
     if os.environ.get("BLINK_LAB_SNAPSHOTS"):
         keep_snapshots(os.environ["BLINK_LAB_SNAPSHOTS"])
     sys.exit(train.main(sys.argv[1:]))
