@@ -231,6 +231,11 @@ class Job:
                 return f"Stopping already: {action.capitalize()} comes too late."
             if kept == "step":
                 return "Still stepping: the grid after the last Step comes first."
+            if action != "stop" and run.read_status().state in FINAL_STATES:
+                # The run ended between the check above and this write (a trainer writes its end, then
+                # clears the requests, a Stop's too): the press came too late, and is not left behind.
+                run.clear_request(action)
+                return "No run is training."
             if action == "stop":
                 trainer.watch_stop()   # ended by force if it never answers (a wedged device)
         return {"stop": "Stopping... the trainer saves a checkpoint and the final grid, then ends.",
