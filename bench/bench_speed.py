@@ -191,21 +191,29 @@ def matmul_peak(n: int = 2048, repeats: int = 7) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
+def counted_step(training):
+    """One ordinary step of `training` under FlopCounterMode (returned, its counts read): steps first
+    past a penalised one, the relativistic pairing's R1 (its first update, then one in R1_EVERY),
+    whose torch.autograd.grad FlopCounterMode's module hooks refuse."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from core.losses import R1_EVERY
+    while getattr(training.gan_step.loss, "updates", 1) % R1_EVERY == 0:
+        training.step()
+    with FlopCounterMode(display=False) as counter:
+        training.step()
+    return counter
+
+
 def step_flops() -> tuple[int, dict]:
     """FLOPs of one default training step: the trainer's own setup and step (core/training.py) on
     bundled MNIST, its optimizer updates included (FlopCounterMode counts the convolutions and
     matrix products, which are nearly all of it); a step without a penalty (R1's steps are left out)."""
-    from torch.utils.flop_counter import FlopCounterMode
     from core import devices, models
     from core.config import TrainConfig
     from core.training import build_training, planned
     training = build_training(*planned(TrainConfig(device="cpu"), devices.probe("cpu")))
     config = training.config
-    # An ordinary step is counted: the relativistic pairing's R1 falls on its first update (then one
-    # in 16), and FlopCounterMode's module hooks refuse the penalty's torch.autograd.grad.
-    training.step()
-    with FlopCounterMode(display=False) as counter:
-        training.step()
+    counter = counted_step(training)
     info = {"preset": config.preset, "classes": training.classes, "width": models.PRESET_WIDTH[config.preset],
             "batch": config.batch_size, "G_params": models.count_parameters(training.G),
             "D_params": models.count_parameters(training.D)}

@@ -72,16 +72,9 @@ def grid_strip(run_dir: str, rows: list[dict], out: str) -> None:
     strip.save(out)
 
 
-def lab_trainer(variables: list[str]) -> dict:
-    """run_trainer's keywords for the lab's entry point with these KEY=VALUE variables; none: the CLI's."""
-    if not variables:
-        return {}
-    return {"command": [sys.executable, os.path.join(ROOT, "lab", "snapshot_trainer.py")],
-            "env": dict(item.split("=", 1) for item in variables)}
-
-
 def main() -> None:
     from bench_speed import run_trainer
+    from snapshot_trainer import trainer_keywords
     from core.config import TrainConfig
     from core.rundir import RunDir
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -98,6 +91,8 @@ def main() -> None:
     args = ap.parse_args()
     if not os.path.isdir(args.data_path):
         sys.exit(f"{args.data_path} is missing: python tools/build_benchmark_set.py --limit 1000")
+    # The lab's entry point where a variable of its is asked for, else the CLI's.
+    trainer = trainer_keywords(**dict(item.split("=", 1) for item in args.lab_env)) if args.lab_env else {}
     extra = [part for item in args.set for part in (f"--{item.split('=', 1)[0]}", item.split("=", 1)[1])]
     table, said = {}, ""
     for seed in args.seeds:
@@ -106,7 +101,7 @@ def main() -> None:
             result = run_trainer(["--dataset", "folder", "--data-path", args.data_path, "--seed", str(seed),
                                   "--steps", str(args.steps), "--quality-every", str(args.every), *extra],
                                  stop_when=lambda e: e.get("time", 0) >= args.minutes * 60,
-                                 timeout=args.minutes * 60 + 300, keep=run_dir, **lab_trainer(args.lab_env))
+                                 timeout=args.minutes * 60 + 300, keep=run_dir, **trainer)
             status = result["status"]
             said = f"{status['preset']} model {status['resolution']}x{status['resolution']}, augmentation {status['augment']}"
             table[seed] = at_minutes(result["events"], args.at, status["gan"] or TrainConfig().gan, status["classes"] > 0)

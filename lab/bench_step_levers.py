@@ -87,11 +87,9 @@ def profile_child() -> None:
     50 steps, its FLOPs counted, then timed unprofiled; prints one PROFILE line."""
     import torch
     from torch.profiler import profile
-    from torch.utils.flop_counter import FlopCounterMode
-    from bench_speed import matmul_peak
+    from bench_speed import counted_step, matmul_peak
     from core import devices
     from core.config import TrainConfig
-    from core.losses import R1_EVERY
     from core.training import build_training, planned
     torch.set_num_threads(2)
     training = build_training(*planned(TrainConfig(device="cpu"), devices.probe("cpu")))
@@ -106,11 +104,7 @@ def profile_child() -> None:
     for event in prof.key_averages():
         kind = kinds.get(event.key, "everything else")
         ms[kind] = ms.get(kind, 0.0) + event.self_cpu_time_total / 1e3 / 50
-    # The pairing's R1 update is not counted: FlopCounterMode's module hooks refuse its autograd.grad.
-    while getattr(training.gan_step.loss, "updates", 1) % R1_EVERY == 0:
-        training.step()
-    with FlopCounterMode(display=False) as counter:
-        training.step()
+    counter = counted_step(training)   # an ordinary step: FlopCounterMode cannot count the pairing's R1
     flops: dict[str, int] = {}
     for op, count in counter.get_flop_counts()["Global"].items():
         name = str(op).split(".")[1]

@@ -16,11 +16,13 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def trainer_keywords(folder: str, width: int | None = None) -> dict:
+def trainer_keywords(folder: str | None = None, width: int | None = None, **variables: str) -> dict:
     """bench_speed.run_trainer's keywords for this entry point: G at every grid step and the saved
-    generator at every checkpoint kept in `folder`, optionally another width of the 'fast' preset."""
-    return {"command": [sys.executable, os.path.abspath(__file__)],
-            "env": {"BLINK_LAB_SNAPSHOTS": folder, **({"BLINK_LAB_WIDTH": str(width)} if width else {})}}
+    generator at every checkpoint kept in `folder` (None: nothing kept), optionally another width
+    of the 'fast' preset, and any more of its variables (BLINK_LAB_D_WIDTH="16")."""
+    env = {**({"BLINK_LAB_SNAPSHOTS": folder} if folder else {}),
+           **({"BLINK_LAB_WIDTH": str(width)} if width else {}), **variables}
+    return {"command": [sys.executable, os.path.abspath(__file__)], "env": env}
 
 
 def keep_snapshots(folder: str) -> None:
