@@ -24,7 +24,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.apphelpers import BROWSER_ARGS, CHROMIUM, RunningApp, press_start, wait_for  # noqa: E402
+from tests.parts import CHROMIUM  # noqa: E402
+from tests.apphelpers import BROWSER_ARGS, RunningApp, press_start, wait_for  # noqa: E402
 
 # (GAN type, batch, steps): the default loss at the seed's batch, hinge at the form's default, WGAN-GP
 # with its five critic updates a step.

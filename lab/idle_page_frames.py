@@ -14,7 +14,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from tests.apphelpers import BROWSER_ARGS, CHROMIUM, RunningApp, free_port, seed_finished_run, wait_for  # noqa: E402
+from tests.parts import CHROMIUM  # noqa: E402
+from tests.apphelpers import BROWSER_ARGS, RunningApp, free_port, seed_finished_run, wait_for  # noqa: E402
 
 COUNT_FRAMES = ("window.__frames = 0; const request = window.requestAnimationFrame.bind(window);"
                 "window.requestAnimationFrame = cb => { window.__frames++; return request(cb); };")

@@ -17,7 +17,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.apphelpers import BROWSER_ARGS, CHROMIUM, RunningApp  # noqa: E402
+from tests.parts import CHROMIUM  # noqa: E402
+from tests.apphelpers import BROWSER_ARGS, RunningApp  # noqa: E402
 
 
 def main() -> None:

@@ -10,14 +10,9 @@ import sys
 import time
 import urllib.request
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Debian's chromium, driven through Playwright by the browser tests.
-CHROMIUM = "/usr/bin/chromium"
+# Debian's chromium, driven through Playwright by the browser tests (marked needs("chromium")).
 BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM) or shutil.which("chromium") is None,
-                                    reason="Debian's chromium is not installed (apt-get install chromium)")
 
 
 def free_port() -> int:
@@ -175,6 +170,16 @@ def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "cond
             return value
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def paused_beat(run_path: str, timeout: float = 120.0) -> dict:
+    """The paused trainer's next heartbeat (core/heartbeat.py), one written after this call: the
+    trainer itself saying, a beat after the pause, that it is paused and which step last returned.
+    What "nothing trains while paused" waits on, in place of a second's sleep."""
+    from core.rundir import RunDir
+    run, after = RunDir(run_path), time.time()
+    return wait_for(lambda: (beat := run.read_heartbeat()).get("time", 0.0) > after and beat["doing"] == "paused"
+                    and beat, timeout, interval=0.1, what="a heartbeat of the paused trainer")
 
 
 def seed_finished_run(runs_root: str, names: list[str], step: int, grid_steps: tuple[int, ...], tiles: int):

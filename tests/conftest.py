@@ -19,6 +19,17 @@ from tests.xla.xlahelpers import FAST_COMPILE  # noqa: E402
 os.environ.setdefault("XLA_FLAGS", FAST_COMPILE["XLA_FLAGS"])
 
 
+def pytest_runtest_setup(item):
+    """A test marked `needs("part", ...)` is skipped where a part is missing, or fails in CI
+    (tests/parts.py): before any of its fixtures start, so none tries to use what is not there."""
+    from tests.parts import require
+    if item.get_closest_marker("xla"):
+        require("torch_xla")
+    for mark in item.iter_markers("needs"):
+        for part in mark.args:
+            require(part)
+
+
 @pytest.fixture
 def runs_root(tmp_path, monkeypatch):
     """A private runs folder, so tests never see each other's runs."""

@@ -21,7 +21,8 @@ from PIL import Image
 
 from core import quality
 from core.rundir import FINAL_STATES, RunDir
-from tests.apphelpers import ROOT, Refused, RunningApp, alive, children_of, press_start, torch_loaded, wait_for
+from tests.apphelpers import (ROOT, Refused, RunningApp, alive, children_of, paused_beat, press_start, torch_loaded,
+                              wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -517,8 +518,9 @@ def test_a_run_over_two_processes_from_the_page_pauses_resumes_and_stop_ends_eve
     ranks = wait_for(lambda: len(pids := rank_pids(app)) == 2 and pids, 30, what="the two ranks")
     assert client.predict(api_name="/pause") == "Pausing..."
     paused = wait_for(lambda: (s := app.status())["state"] == "paused" and s, 60, what="the pause")
-    time.sleep(1)
-    assert app.status()["step"] == paused["step"]   # both ranks wait: none trains on alone
+    beat = paused_beat(os.path.join(app.runs_root, paused["run"]))
+    assert beat["step"] == paused["step"]   # both ranks wait: none trains on alone
+    assert app.status()["step"] == paused["step"]
     client.predict(0, api_name="/resume")
     wait_for(lambda: (s := app.status())["state"] == "running" and s["step"] > paused["step"], 60, what="the resume")
     os.kill(ranks[1], signal.SIGSTOP)   # wedged: rank 0 waits for it in the next collective

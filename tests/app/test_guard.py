@@ -24,6 +24,7 @@ from PIL import Image
 from core import data
 from core.config import TrainConfig
 from core.rundir import RunDir
+from tests.apphelpers import children_of, wait_for
 from tests.filehelpers import png_bytes, save_generator_pair, tiny_generator
 
 pytestmark = pytest.mark.slow
@@ -314,16 +315,63 @@ def _asked(app, api_name: str, *args) -> tuple[str, float]:
         return str(exc), time.monotonic() - asked
 
 
-def _leave_after_joining(app, api_name: str, *args):
-    """A viewer who asks, opens the answer's stream, and closes it (a tab closed): its open stream."""
-    import json
+def _begun_then_left(app, api_name: str, *args) -> None:
+    """A viewer who asks through Gradio's queue as a page does (/queue/join, then the session's event
+    stream), waits until Gradio has handed the request to its handler (its "process_starts" message),
+    and closes the page: Gradio removes an event not yet handed out without a word, so only a
+    handler's drop can be counted in the log. `args` are every input the page sends, its state too
+    (the Sample tab's view, sent as null)."""
     import urllib.request
-    request = urllib.request.Request(f"{app.url}gradio_api/call/{api_name}", method="POST",
-                                     data=json.dumps({"data": list(args)}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        event_id = json.load(answer)["event_id"]
-    return urllib.request.urlopen(f"{app.url}gradio_api/call/{api_name}/{event_id}", timeout=30)
+    import uuid
+    with urllib.request.urlopen(f"{app.url}config", timeout=60) as answer:
+        fn_index = next(d["id"] for d in json.load(answer)["dependencies"] if d.get("api_name") == api_name)
+    session = uuid.uuid4().hex
+    join = urllib.request.Request(f"{app.url}gradio_api/queue/join", method="POST",
+                                  data=json.dumps({"data": list(args), "fn_index": fn_index, "session_hash": session,
+                                                   "trigger_id": None, "event_data": None}).encode(),
+                                  headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(join, timeout=60).close()
+    with urllib.request.urlopen(f"{app.url}gradio_api/queue/data?session_hash={session}", timeout=120) as stream:
+        for line in stream:
+            if line.startswith(b"data: ") and json.loads(line[6:]).get("msg") == "process_starts":
+                return   # the page closes here, its request waiting in the lane
+    raise AssertionError(f"{api_name}: the stream ended before the request was handed to its handler")
+
+
+def _heavy_lane_worker(app) -> int:
+    """The pid of the app's heavy-lane worker (the one process of the app's at nice 19), once one exists."""
+    def nice(pid: int) -> int | None:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return int(f.read().rpartition(")")[2].split()[16])
+        except (OSError, ValueError, IndexError):
+            return None
+    workers = [pid for pid in children_of(app.process.pid) if nice(pid) == 19]
+    assert len(workers) == 1, workers
+    return workers[0]
+
+
+def _request_waiting_in(pid: int) -> bool:
+    """Whether a request lies unread in one of `pid`'s pipes: a held worker's next call, sent to it."""
+    import array
+    import fcntl
+    import termios
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        path = f"/proc/{pid}/fd/{fd}"
+        try:
+            if not os.readlink(path).startswith("pipe:"):
+                continue
+            pipe = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            unread = array.array("i", [0])
+            fcntl.ioctl(pipe, termios.FIONREAD, unread)
+            if unread[0]:
+                return True
+        finally:
+            os.close(pipe)
+    return False
 
 
 def test_sixty_viewers_files_are_made_or_refused_within_the_bound_and_the_hosts_upload_goes_first(
@@ -333,7 +381,11 @@ def test_sixty_viewers_files_are_made_or_refused_within_the_bound_and_the_hosts_
     close their pages while they wait. The host's dataset upload is checked meanwhile, at once; each
     viewer gets a file or the words "busy" within the lane's wait bound (and one file's making); the
     three who left are dropped, not made. (The host's lane has its own worker, at the app's
-    priority: apart from that worker's start, the host's upload is as quick as with no viewer.)"""
+    priority: apart from that worker's start, the host's upload is as quick as with no viewer.)
+
+    The lane is held while the three leave, whatever this machine's speed: its worker is stopped
+    (SIGSTOP) before the timelapse is sent to it, and let go once the three are dropped."""
+    import signal
     import threading
     from app.viewer_work import MAX_FILES_WAITING, MAX_WAIT_SECONDS
     from core.rundir import list_runs
@@ -355,16 +407,19 @@ def test_sixty_viewers_files_are_made_or_refused_within_the_bound_and_the_hosts_
 
     def viewer(i: int) -> None:
         answers[i] = _asked(app, *asks[i])
-    timelapse = threading.Thread(target=lambda: answers.append(_asked(app, "timelapse")))
-    timelapse.start()
-    time.sleep(0.5)                               # the timelapse is being made
-    leavers = [_leave_after_joining(app, "interpolation_gif", 7, 8, 32, "linear", "seed", "seed") for _ in range(3)]
-    # Long enough for Gradio's queue (which looks for work every 50 ms when idle: app.py) to hand
-    # each to its handler, to wait behind the timelapse: Gradio removes an event not yet handed out
-    # without a word, so only a handler's drop can be counted in the log.
-    time.sleep(1.0)
-    for stream in leavers:                        # their pages closed while they waited
-        stream.close()
+    assert _asked(app, "download_samples", 0, 4, "seed")[0] == "made"   # the heavy lane's worker exists
+    worker = _heavy_lane_worker(app)
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        timelapse = threading.Thread(target=lambda: answers.append(_asked(app, "timelapse")))
+        timelapse.start()
+        wait_for(lambda: _request_waiting_in(worker), 120, interval=0.01, what="the timelapse sent to the held worker")
+        for _ in range(3):   # their pages close while they wait behind it
+            _begun_then_left(app, "interpolation_gif", None, 7, 8, 32, "linear", "seed", "seed")
+        wait_for(lambda: app.read_log().count("refused (Dropped)") - dropped_before == 3, 120,
+                 what="the three who left to be dropped")
+    finally:
+        os.kill(worker, signal.SIGCONT)
     viewers = [threading.Thread(target=viewer, args=(i,)) for i in range(len(asks))]
     for thread in viewers:
         thread.start()
@@ -381,4 +436,4 @@ def test_sixty_viewers_files_are_made_or_refused_within_the_bound_and_the_hosts_
     assert len(busy) + said.count("made") == len(answers), [w for w in said if w != "made" and w not in busy]
     assert busy and said.count("made") > MAX_FILES_WAITING, (len(busy), said.count("made"))
     assert max(seconds for _, seconds in answers) < MAX_WAIT_SECONDS + 30, sorted(s for _, s in answers)[-5:]
-    assert app.read_log().count("refused (Dropped)") - dropped_before == len(leavers)
+    assert app.read_log().count("refused (Dropped)") - dropped_before == 3   # and no more

@@ -2,7 +2,8 @@
 a browser context each, since pages of one context share its connection limit per host."""
 import pytest
 
-from tests.apphelpers import BROWSER_ARGS, CHROMIUM
+from tests.apphelpers import BROWSER_ARGS
+from tests.parts import CHROMIUM
 
 
 @pytest.fixture(scope="module")

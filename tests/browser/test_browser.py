@@ -43,9 +43,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.apphelpers import needs_chromium, seed_finished_run, torch_loaded
+from tests.apphelpers import seed_finished_run, torch_loaded
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.needs("chromium")]
 HOST_KEY = "the-host-key"
 # As `python app.py --host 0.0.0.0 --host-key KEY` (app.py reads both flags' defaults from these).
 APP_ENV = {"GRADIO_SERVER_NAME": "0.0.0.0", "BLINK_HOST_KEY": HOST_KEY}

@@ -17,19 +17,16 @@ from PIL import Image
 from core.data.own import MIN_CLASS_IMAGES
 from tests.clihelpers import run_cli
 from tools import build_benchmark_set
-from tools.build_benchmark_set import GROUP_FOLDERS, INSTALL_COMMAND, missing_sources
+from tools.build_benchmark_set import GROUP_FOLDERS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGES = 200                       # 22 or 23 per group: above the loader's 10 per class
 STEPS, QUALITY_EVERY = 12, 4
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs("emoji font")]
 
 
 def test_the_emoji_set_builds_as_64px_colour_class_folders_and_trains_with_its_classes_named(tmp_path):
-    missing = missing_sources()
-    if missing:
-        pytest.skip(f"the benchmark set is drawn from Debian's {' and '.join(missing)}: {INSTALL_COMMAND}")
     # The tool refuses a --limit that leaves a class smaller than the loader accepts: the same size.
     assert build_benchmark_set.MIN_CLASS_IMAGES == MIN_CLASS_IMAGES
     folder, run = tmp_path / "emoji", tmp_path / "run"

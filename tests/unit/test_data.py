@@ -234,7 +234,7 @@ def test_offline_missing_dataset_is_refused_at_once_with_file_names(cache, datas
     t0 = time.perf_counter()
     with pytest.raises(data.DatasetError) as err:
         data.load(dataset)
-    assert time.perf_counter() - t0 < 2.0
+    assert time.perf_counter() - t0 < 20.0   # at once: no download tried, no network waited for
     message = str(err.value)
     assert str(cache) in message and "BLINK_OFFLINE=1" in message and "bundled-mnist" in message
     for word in expect:

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from core.rundir import RunDir
-from tests.apphelpers import ROOT, alive, free_port
+from tests.apphelpers import ROOT, alive, free_port, paused_beat
 
 TIMEOUT = 180   # seconds for one launch to reach what a test waits for: generous for a loaded 2-core machine
 ARGS = ["--device", "cpu", "--preset", "fast", "--batch-size", "16", "--log-every", "1", "--quality-every", "0",
@@ -127,8 +127,7 @@ def stopped_run(tmp_path_factory):
         launch.wait_for(lambda status: status.step >= COMPARED_STEPS and len(launch.ranks) == 2, "the compared steps")
         launch.run.request("pause")
         paused = launch.wait_for(lambda status: status.state == "paused", "the pause").step
-        time.sleep(1.0)
-        still = launch.run.read_status().step
+        still = paused_beat(launch.run.path)["step"]   # a beat after the pause: what returned last
         launch.run.change_settings({"lr_d": 1e-3})   # as the host's Change while training asks
         launch.run.request("resume")
         going = launch.wait_for(lambda status: status.state == "running" and status.step > still, "the resumed run").step

@@ -1,6 +1,7 @@
 """When a Stop the trainer has not answered becomes a kill, and when a trainer is shown to everyone
 as not answering (core/heartbeat.py): by the trainer's own reports, not by a clock from the click."""
 import os
+import threading
 import time
 
 from core.config import TrainConfig
@@ -44,32 +45,44 @@ def test_a_step_that_does_not_return_after_the_click_is_a_wedge():
     assert unanswered(beat(now, step=1, step_time=now - 300, step_seconds=None), now, now - 200, GRACE) == ""
 
 
+def _next_beat(run, after: float, timeout: float = 60.0) -> dict:
+    """The first beat written after the time `after`: what the heartbeat's thread wrote next."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        last = run.read_heartbeat()
+        if last.get("time", 0.0) > after:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"no beat within {timeout} s")
+
+
 def test_the_heartbeat_thread_beats_while_the_main_thread_is_busy(tmp_path):
     run = RunDir.create(TrainConfig(), str(tmp_path))
     compiling = [False]
     said = []
     pulse = Heartbeat(run, compiling=lambda: compiling[0])
     pulse.on_compiling = lambda: said.append(time.time())
+    others = set(threading.enumerate())
     pulse.start()
     try:
         pulse.doing("loading data")
-        time.sleep(1.3)   # the main thread is busy: the beats go on
-        first = run.read_heartbeat()
-        assert first["doing"] == "loading data" and time.time() - first["time"] < 1.2
+        first = _next_beat(run, after=time.time())   # the main thread is busy: the beats go on
+        assert first["doing"] == "loading data"
         compiling[0] = True
-        time.sleep(2.3)
-        during = run.read_heartbeat()
+        during = _next_beat(run, after=first["time"])
+        if during["doing"] != "compiling":   # the beat came before the thread looked again
+            during = _next_beat(run, after=during["time"])
         assert during["doing"] == "compiling" and during["compiled_at"] > first["time"] and len(said) == 1
         compiling[0] = False
         pulse.stepped(3)
-        time.sleep(1.2)
-        after = run.read_heartbeat()
+        after = _next_beat(run, after=during["time"])
+        if after["doing"] == "compiling":
+            after = _next_beat(run, after=after["time"])
         assert after["doing"] == "loading data" and after["step"] == 3
     finally:
         pulse.stop()
-    stopped_at = run.read_heartbeat()["time"]
-    time.sleep(1.3)
-    assert run.read_heartbeat()["time"] == stopped_at   # a stopped (or frozen) trainer beats no more
+    # A stopped (or frozen) trainer beats no more: its thread has ended.
+    assert not [t for t in set(threading.enumerate()) - others if t.name == "blink-heartbeat"]
 
 
 def test_a_trainer_silent_past_the_bound_is_said_silent_since_its_last_sign_of_life():
@@ -95,7 +108,7 @@ def test_a_stopped_heartbeat_reads_silent_once_the_bound_has_passed(tmp_path):
     run = RunDir.create(TrainConfig(), str(tmp_path))
     pulse = Heartbeat(run).start()
     pulse.doing("training")
-    time.sleep(1.3)   # one beat from the thread, saying what the trainer does
+    _next_beat(run, after=time.time())   # one beat from the thread, saying what the trainer does
     pulse.stop()
     last = run.read_heartbeat()
     assert last["pid"] == os.getpid() and last["doing"] == "training"   # whose beat it is: the job checks
@@ -118,20 +131,25 @@ def test_a_compile_notice_read_as_the_run_ends_never_lands_over_its_final_status
     say_compiles(pulse, run, SimpleNamespace(compiling=compiling.is_set))
     real_read = RunDir.read_status
 
-    def read_slowly(self):   # the heartbeat's read, then time for the trainer's write to come between
+    wrote, noticed = threading.Event(), threading.Event()
+
+    def read_slowly(self):   # the heartbeat's read, then room for the trainer's write to come between
         status = real_read(self)
         if threading.current_thread().name == "blink-heartbeat":
             read.set()
-            time.sleep(0.5)
+            wrote.wait(2)   # without the lock the final write lands here; with it, it cannot until this is done
         return status
     monkeypatch.setattr(RunDir, "read_status", read_slowly)
+    say = pulse.on_compiling
+    pulse.on_compiling = lambda: (say(), noticed.set())
     pulse.start()
     try:
         compiling.set()                         # the final grid's graph begins to compile
-        assert read.wait(5)
+        assert read.wait(60)
         with pulse.status_lock:                 # the trainer's final status, as Loop._status writes it
             run.write_status("done", "Finished.")
-        time.sleep(1.0)
+        wrote.set()
+        assert noticed.wait(60)                 # the notice has been written, or not, by now
     finally:
         pulse.stop()
     assert real_read(run).state == "done"

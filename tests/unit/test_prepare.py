@@ -135,8 +135,7 @@ def test_prepare_data_refuses_a_folder_without_images_in_the_datasets_words(cach
 def test_a_chunks_seconds_are_counted_from_its_first_step(cache, tmp_path, monkeypatch):
     """Setup slower than the whole chunk (a dataset that takes three seconds to load) takes none of
     the chunk's two seconds of training: it still trains steps, then ends as a chunk does (counted
-    from the trainer's start, the chunk would end after its first step). Two seconds, not one: under a
-    loaded run (three test workers and two trainer ranks) one second held fewer than three steps."""
+    from the trainer's start, the chunk would end after its first step)."""
     load = data.load
 
     def slow_load(*args, **kwargs):
@@ -149,4 +148,5 @@ def test_a_chunks_seconds_are_counted_from_its_first_step(cache, tmp_path, monke
     assert train(config, run.path, chunk=Chunk(1, 2.0)) == "running"
     status = run.read_status()
     assert status.message.startswith("Chunk 1 ended at step"), status.message
-    assert 3 <= status.step < config.steps and status.saved_step == status.step   # ended by the clock, saved
+    # Counted from the trainer's start, the chunk would have ended after its first step.
+    assert 2 <= status.step < config.steps and status.saved_step == status.step   # ended by the clock, saved

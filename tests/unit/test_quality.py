@@ -20,8 +20,7 @@ from tests.clihelpers import run_cli
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T10K = os.path.join(os.path.dirname(ROOT), "shared", "data", "mnist")
 # The weights are a build product of tools/train_classifier.py; without them only SWD is testable.
-needs_classifier = pytest.mark.skipif(not os.path.exists(quality.CLASSIFIER_WEIGHTS),
-                                      reason="assets/mnist_classifier.safetensors missing: run tools/train_classifier.py")
+needs_classifier = pytest.mark.needs("classifier")
 
 
 def _read_idx(path):
@@ -209,8 +208,20 @@ def test_a_conditional_generator_is_asked_for_the_digits_in_the_real_sets_propor
 def test_for_dataset_picks_the_meter():
     bundled = load_bundled_mnist()
     assert isinstance(quality.for_dataset("bundled-mnist", bundled, 28), quality.MnistMeter)
+    assert quality.meter_note("bundled-mnist") == ""   # its own meter: nothing said
     colour = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
     assert isinstance(quality.for_dataset("cifar10", colour, 32), quality.SwdMeter)
+
+
+def test_mnist_without_its_classifier_is_measured_by_swd_and_says_so(tmp_path):
+    """The shipped classifier missing (a checkout without assets): the digits' run is measured by the
+    patch distance, and the note the status and the page show says so and how to restore it."""
+    bundled = load_bundled_mnist()
+    missing = str(tmp_path / "no_classifier.safetensors")
+    assert isinstance(quality.for_dataset("mnist", bundled, 28, classifier_path=missing), quality.SwdMeter)
+    note = quality.meter_note("mnist", missing)
+    assert "classifier" in note and "patch distance" in note and "tools/train_classifier.py" in note
+    assert quality.meter_note("cifar10", missing) == ""   # its own meter is SWD: nothing to say
 
 
 def test_swd_real_vs_real_small_and_noise_large():

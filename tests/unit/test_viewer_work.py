@@ -54,7 +54,13 @@ def test_a_worker_killed_between_requests_costs_no_request(pool):
     import time
     worker = viewer_work.run(os.getpid)
     os.kill(worker, signal.SIGKILL)
-    time.sleep(2)   # the pool's manager thread sees the death and marks the pool broken
+    # Once the pool's manager thread has seen the death and marked the pool broken (the state the
+    # next request finds): between requests, however long that takes on this machine.
+    pool = viewer_work._pools[viewer_work.HEAVY]
+    deadline = time.monotonic() + 60
+    while not pool._broken and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pool._broken
     assert viewer_work.run(os.getpid) not in (worker, os.getpid())
 
 
@@ -69,25 +75,23 @@ def test_a_lane_takes_turns_in_order_rests_for_its_share_and_refuses_too_many_at
         turns.take()
         order.append((name, time.monotonic()))
         turns.done(cpu_seconds=0.1)              # each took 0.1 s of CPU: the lane rests 0.3 s
-    for name in ("a", "b", "c"):
+    for count, name in enumerate(("a", "b", "c"), start=1):
         threads.append(threading.Thread(target=ask, args=(name,)))
         threads[-1].start()
-        time.sleep(0.02)                         # in this order
+        _waiting(turns, count)                   # in this order
     turns.done(cpu_seconds=0.0)
     for thread in threads:
-        thread.join(5)
+        thread.join(60)
     assert [name for name, _ in order] == ["a", "b", "c"]
     gaps = [later - earlier for (_, earlier), (_, later) in zip(order, order[1:])]
-    assert all(0.25 < gap < 1.0 for gap in gaps), gaps   # 0.1 s of CPU in 0.4 s: a quarter of a core
+    assert all(gap >= 0.3 for gap in gaps), gaps   # 0.1 s of CPU, then 0.3 s of rest: a quarter of a core
 
     idle = viewer_work._Turns()
     idle.take()
     waiting = [threading.Thread(target=idle.take, daemon=True) for _ in range(viewer_work.MAX_WAITING)]
     for thread in waiting:
         thread.start()
-    deadline = time.monotonic() + 5
-    while len(idle._waiting) < viewer_work.MAX_WAITING and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _waiting(idle, viewer_work.MAX_WAITING)
     with pytest.raises(viewer_work.Busy):
         idle.take()
 
@@ -103,8 +107,9 @@ def test_a_busy_worker_refuses_in_the_projects_words(pool, monkeypatch):
 
 
 def _waiting(turns, count: int) -> None:
+    """Until `count` requests wait in the lane's line (each a thread that reached take())."""
     import time
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while len(turns._waiting) != count and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(turns._waiting) == count
@@ -130,11 +135,11 @@ def test_a_request_not_served_within_its_deadline_is_told_how_many_are_ahead():
     waiter.start()
     _waiting(turns, 1)
     later.start()
-    waiter.join(5)
-    assert told and told[0][0] == 1 and 0.3 <= told[0][1] < 2.0, told   # the one being made is ahead
+    waiter.join(60)
+    assert told and told[0][0] == 1 and told[0][1] >= 0.3, told   # the one being made is ahead
     assert len(turns._waiting) == 1
     turns.done()
-    later.join(5)
+    later.join(60)
     assert not later.is_alive() and turns._serving is not None and not turns._waiting
 
 
@@ -159,11 +164,11 @@ def test_a_request_whose_client_left_is_dropped_before_its_turn():
     threads[-1].start()
     _waiting(turns, 2)
     left.set()                                    # its page closed while it waited
-    _waiting(turns, 1)
-    assert dropped == ["leaver"]
+    threads[0].join(60)
+    assert dropped == ["leaver"] and len(turns._waiting) == 1
     turns.done()
     for thread in threads:
-        thread.join(5)
+        thread.join(60)
     assert served == ["stays"]
 
 

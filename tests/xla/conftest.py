@@ -1,18 +1,12 @@
-"""Fixtures of the XLA tests: skip where torch_xla is not installed, a torch_xla that fails to import,
-and the real CLI runs a module's tests share."""
+"""Fixtures of the XLA tests: a torch_xla that fails to import, and the real CLI runs a module's
+tests share. (Every test marked xla needs torch_xla: tests/conftest.py skips it without, or fails it in CI.)"""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from tests.xla.xlahelpers import ROOT, cli_runs, xla_import_error
-
-
-@pytest.fixture(autouse=True)
-def _needs_xla(request):
-    if request.node.get_closest_marker("xla") and xla_import_error():
-        pytest.skip(xla_import_error())
+from tests.xla.xlahelpers import ROOT, cli_runs
 
 
 @pytest.fixture

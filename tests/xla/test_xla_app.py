@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.apphelpers import alive
+from tests.apphelpers import alive, paused_beat
 from tests.xla.xlahelpers import FAST_COMPILE, XLA_TIMEOUT
 
 
@@ -121,7 +121,8 @@ def test_app_pause_step_resume_then_a_killed_trainer_on_four_devices(xla_app):
     assert status["diagnostics"]["batch_shards"] == [[4, 1, 28, 28]] * 4
     assert "Paus" in client.predict(key="", api_name="/pause")
     paused = _wait_status(xla_app, lambda s: s["state"] == "paused", timeout=60, what="the pause")
-    time.sleep(1.5)
+    beat = paused_beat(os.path.join(xla_app.runs_root, paused["run"]))
+    assert beat["step"] == paused["step"], beat
     assert xla_app.status()["step"] == paused["step"], "steps ran while paused"
     # Step while paused: exactly ten updates on the 4 devices, the grid before and after, no new graph.
     assert "Stepping 10 generator updates" in client.predict(key="", api_name="/step_10")

@@ -57,14 +57,6 @@ def run_script(name: str, *args: str, **env: str) -> None:
     check(run_xla([os.path.join(SCRIPTS, name), *map(str, args)], **env))
 
 
-def xla_import_error() -> str:
-    """Why the XLA tests cannot run here ('' if torch_xla is installed): looked up, not imported,
-    so pytest itself never imports it. A broken install fails these tests rather than skipping
-    them; the fallback tests below prove what a user with one sees."""
-    import importlib.util
-    return "" if importlib.util.find_spec("torch_xla") else "torch_xla is not installed (Linux x86_64 wheels only)"
-
-
 def probe(device: str, **env: str) -> dict:
     proc = check(run_python(["-m", "core.devices", "--device", device], timeout=180, **env))
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -14,7 +14,10 @@ JSON list), "grant" once the plan is empty. Answers:
     "queue:N"          N pings of ZeroGPU's queue (0.25 s apart), then a GPU
     "quota"            429: the presser's quota is spent (12 s left, 2 h 41 min to wait)
     "busy"             503: no GPU was available
-    "abort:S"          a GPU, and the worker killed S seconds after /allow (a node lost mid-call)
+    "abort"            a GPU, and the worker killed as soon as the call has trained (the run's
+                       `progress()` moved on from where it stood at the grant): a node lost mid-call,
+                       at a point the test names rather than after some seconds, which a faster
+                       machine would outrun
 A token in `expired_tokens` (POST /expire) gets 401 whatever the plan. `spaces` allows a worker
 once, when it forks it, and runs later calls in it while it lives (idle: true): a call's clock
 starts at its grant then, in the worker allowed last. Every call is kept in GET /log, with the
@@ -35,11 +38,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 PING_SECONDS = 0.25
+ABORT_LOOK_SECONDS = 0.005   # how often "abort" looks at the run's progress: far within one step
 
 
 class DeviceApi:
-    def __init__(self, duration_factor: float = 1.0):
+    def __init__(self, duration_factor: float = 1.0, progress=lambda: 0):
+        """progress(): how far the run has trained (its newest logged step): "abort" watches it."""
         self.lock = threading.Lock()
+        self.progress = progress
         self.answers: list[str] = []
         self.expired_tokens: set[str] = set()
         self.calls: list[dict] = []           # one per /schedule, in order
@@ -92,7 +98,6 @@ class DeviceApi:
         allow_token = uuid.uuid4().hex
         with self.lock:
             call["allow_token"] = allow_token
-            call["abort_after"] = float(answer.split(":")[1]) if answer.startswith("abort:") else None
             self.by_token[allow_token] = call
         grant = {"idle": True, "nvidiaIndex": 0, "nvidiaUUID": "GPU-stand-in", "allowToken": allow_token}
         if answer.startswith("queue:"):
@@ -112,11 +117,17 @@ class DeviceApi:
     def _start_clock(self, call: dict, pid: int) -> None:
         with self.lock:
             call["allowed"], call["pid"] = time.time(), pid
-            # ZeroGPU ends a call past its duration (times the node's factor); abort:S ends it sooner.
-            limit = call["abort_after"] or call["duration"] * self.duration_factor
-        timer = threading.Timer(limit, self._end_if_running, args=(call,))
+        # ZeroGPU ends a call past its duration (times the node's factor); "abort" ends it once it trained.
+        timer = threading.Timer(call["duration"] * self.duration_factor, self._end_if_running, args=(call,))
         timer.daemon = True
         timer.start()
+        if call["answer"] == "abort":
+            threading.Thread(target=self._abort_once_trained, args=(call, self.progress()), daemon=True).start()
+
+    def _abort_once_trained(self, call: dict, granted_at: int) -> None:
+        while call["released"] is None and self.progress() <= granted_at:
+            time.sleep(ABORT_LOOK_SECONDS)
+        self._end_if_running(call)
 
     def _allow(self, params: dict) -> int:
         """A new worker (the first call, or one after the last worker died) names its pid."""
