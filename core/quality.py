@@ -433,14 +433,24 @@ class SwdMeter:
         return values
 
 
-def for_dataset(dataset_name: str, imageset, resolution: int):
-    """The meter for a dataset: the digit classifier for MNIST, SWD for everything else.
+def meter_note(dataset_name: str, classifier_path: str = CLASSIFIER_WEIGHTS) -> str:
+    """Why a run of this dataset is measured by another meter than its own ('' when it is not): the
+    page and the status say it, so a class comparing runs knows its curve is not the digits' one."""
+    if dataset_name in MNIST_FAMILY and not os.path.exists(classifier_path):
+        return ("The digit classifier (assets/mnist_classifier.safetensors) is missing, so quality is measured "
+                "as the patch distance, not the digits' Frechet distance: run tools/train_classifier.py to restore it.")
+    return ""
+
+
+def for_dataset(dataset_name: str, imageset, resolution: int, classifier_path: str = CLASSIFIER_WEIGHTS):
+    """The meter for a dataset: the digit classifier for MNIST (SWD, said by meter_note, where the
+    classifier is missing), SWD for everything else.
 
     imageset is a core.data.ImageSet (uint8 images at native size); resolution is the model's.
     """
     images = imageset.images if hasattr(imageset, "images") else imageset
-    if dataset_name in MNIST_FAMILY and os.path.exists(CLASSIFIER_WEIGHTS):
-        return MnistMeter(images, real_labels=getattr(imageset, "labels", None))
+    if dataset_name in MNIST_FAMILY and not meter_note(dataset_name, classifier_path):
+        return MnistMeter(images, classifier_path=classifier_path, real_labels=getattr(imageset, "labels", None))
     return SwdMeter(images, resolution, real_labels=getattr(imageset, "labels", None))
 
 

@@ -65,6 +65,11 @@ class Reporter:
         # Each device's piece of a batch, read from the batch's sharding once it exists (the loop sets it).
         self.batch_shards: list[list[int]] | None = None
         self.elapsed_before = 0.0   # training seconds of earlier sessions: a resumed run's checkpoint says
+        from core.quality import meter_note
+        # What the page says beside the run: the device's notice, and a meter not the dataset's own.
+        measured = self.config.quality_every > 0
+        self.notice = " ".join(note for note in (self.rt.info.notice, measured and meter_note(self.config.dataset))
+                               if note)
         self.start()
 
     def start(self) -> None:
@@ -138,5 +143,5 @@ class Reporter:
             images_per_second=round(speed * images_per_step, 1) if speed else None,
             seconds_left=round(remaining, 1) if remaining is not None else None,
             elapsed=round(self.elapsed(), 2), warning=warning, diagnostics=diagnostics,
-            saved_step=saved_step, notice=rt.info.notice, chunk=self.chunk, stepped_from=stepped_from,
+            saved_step=saved_step, notice=self.notice, chunk=self.chunk, stepped_from=stepped_from,
             phase=phase)
