@@ -154,8 +154,7 @@ class Job:
                 self.comparison.forget()   # a new run is shown alone (a comparison's start says what it is beside)
                 self.prune(reserve=1)   # the folder stays bounded: old runs go before a new one comes
             run = resume_run or RunDir.create(config, self.runs_root)
-            if resume_run is not None:   # prepare_resume has checked it and made it ready
-                run.write_config(config)
+            if resume_run is not None:   # prepare_resume has checked it, made it ready and written its plan
                 run.write_status("starting", "Resuming...")
             self._attach(run)
             seconds = chunk_seconds(config.device)
@@ -183,8 +182,9 @@ class Job:
             self._trainer.start((config.to_dict(), run.path, False, None), run)
             return run
 
-    def resume(self, steps: int | None = None, config: TrainConfig | None = None) -> RunDir:
-        """Continue the current (stopped, finished or failed) run from its checkpoint.
+    def resume(self, steps: int | None = None, config: TrainConfig | None = None) -> tuple[RunDir, str]:
+        """Continue the current (stopped, finished or failed) run from its checkpoint; the run, and
+        what the presser is told beyond "resuming" (core.resume.prepare_resume's note).
 
         steps: the new total (more than the run has done); None keeps the run's own. config:
         what the caller wants the run to be; any difference other than steps is refused. The
@@ -197,8 +197,8 @@ class Job:
             self._trainer.settle()
             if self.is_active():
                 raise JobBusy(self.busy_message())
-            new_config = prepare_resume(run, steps, config.to_dict() if config is not None else None)
-            return self.start(new_config, resume_run=run)
+            new_config, note = prepare_resume(run, steps, config.to_dict() if config is not None else None)
+            return self.start(new_config, resume_run=run), note
 
     def request(self, action: str, count: int = 0, updates: str = "both") -> str:
         """stop | pause | resume | step (count updates, while paused; of both nets, or "d" / "g"

@@ -520,12 +520,12 @@ class TrainTab:
             return "The run is training already (Resume continues a paused or stopped run)."
         try:
             steps = whole_number(resume_steps or 0, "Resume to step", 0, spec("steps")["range"][1])
-            run = self.job.resume(steps or None)
+            run, note = self.job.resume(steps or None)
         except (ConfigError, ResumeRefused) as exc:
             raise refused(str(exc), title="Cannot resume")
         except JobBusy as exc:
             raise refused(str(exc), title="A run is going")
-        return f"Resuming run `{run.name}` from its checkpoint."
+        return f"Resuming run `{run.name}` from its checkpoint." + (f" {note}" if note else "")
 
     def check_upload(self, path, key="") -> dict:
         """Check an uploaded zip on the server (size, entries, images) and train from it. Only the

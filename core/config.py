@@ -205,6 +205,7 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 # step reads, while a beta and n_critic (the critic updates the graph holds) are part of the step's
 # graph, so a new value compiles it once (tests/xla/test_xla_facts.py).
 LIVE_FIELDS = ("lr_g", "lr_d", "beta1", "beta2", "n_critic")
+MAX_BETA = 0.9999   # Adam's slowest averages in use; past it 1 - beta is lost to float precision
 
 
 def live_change(cfg: TrainConfig, values: dict) -> TrainConfig:
@@ -270,8 +271,9 @@ def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dic
             raise ConfigError(f"{name} {lr} is out of range; use a value in (0, 0.1], e.g. 2e-4.")
     for name in ("beta1", "beta2"):
         b = getattr(resolved, name)
-        if not (0 <= b < 1):
-            raise ConfigError(f"{name} {b} must be in [0, 1).")
+        if not (0 <= b <= MAX_BETA):
+            raise ConfigError(f"{name} {b} must be in [0, {MAX_BETA}]: nearer 1, Adam's averages of the "
+                              "gradients never start (1 - beta rounds to 0) and the run cannot train.")
     if not (0 <= resolved.ema < 1):
         raise ConfigError(f"ema {resolved.ema} is out of range; use a value in [0, 1), e.g. 0.99 (0: off).")
     if not (0 <= resolved.lr_decay_start <= 1):

@@ -92,6 +92,9 @@ def log_traceback(run: RunDir, header: str) -> None:
 
 
 
+DIVERGED = "Training diverged at step"   # how a diverged run's message begins: resume reads it
+
+
 def divergence_message(values: dict, step: int, saved_step: int, precision: str) -> str | None:
     """What a student reads when a logged value is NaN or infinite (None while all are finite):
     which values, what is kept, what to change."""
@@ -101,6 +104,6 @@ def divergence_message(values: dict, step: int, saved_step: int, precision: str)
     kept = (f"The last good checkpoint (step {saved_step}) is kept." if saved_step
             else "No checkpoint had been saved yet.")
     advice = "fp16 overflowed: train in fp32 or bf16. " if precision == "fp16" else ""
-    return (f"Training diverged at step {step}: {bad} became NaN or infinite. {kept} "
+    return (f"{DIVERGED} {step}: {bad} became NaN or infinite. {kept} "
             f"{advice}Try a lower learning rate, or WGAN-GP, which is more stable.")
 

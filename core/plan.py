@@ -19,7 +19,7 @@ from typing import Any
 
 from core import gans
 from core.architecture import model_resolution, resolve_preset
-from core.config import ConfigError, TrainConfig, augments, validate
+from core.config import LIVE_FIELDS, ConfigError, TrainConfig, augments, validate
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,10 @@ class Plan:
     augment: bool | None            # D sees augmented images
     augment_reason: str
     batch_reason: str = ""          # why the batch is not the one asked for ("": it is)
+    # The host's settings changes, in order, each with the step it took effect after:
+    # {"step": 45, "settings": {"lr_d": 0.002}, "before": {"lr_d": 0.0002}}. `config` holds the
+    # newest values; a checkpoint's plan holds those of its own step (core/resume.py rolls back).
+    changes: tuple[dict, ...] = ()
 
     @property
     def gan(self) -> gans.GanType:
@@ -86,7 +90,8 @@ class Plan:
         return {"format": PLAN_FORMAT, "config": self.config.to_dict(), "preset_reason": self.preset_reason,
                 "device": self.device.to_dict(), "data": dataclasses.asdict(self.data),
                 "resolution": self.resolution, "classes": self.classes, "class_names": list(self.class_names),
-                "augment": self.augment, "augment_reason": self.augment_reason, "batch_reason": self.batch_reason}
+                "augment": self.augment, "augment_reason": self.augment_reason, "batch_reason": self.batch_reason,
+                "changes": list(self.changes)}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Plan":
@@ -95,15 +100,36 @@ class Plan:
         return cls(config=TrainConfig.from_dict(values["config"]), preset_reason=values["preset_reason"],
                    device=DeviceInfo(**values["device"]), data=DataFacts(**data), resolution=values["resolution"],
                    classes=values["classes"], class_names=tuple(values["class_names"]), augment=values["augment"],
-                   augment_reason=values["augment_reason"], batch_reason=values.get("batch_reason", ""))
+                   augment_reason=values["augment_reason"], batch_reason=values.get("batch_reason", ""),
+                   changes=tuple(values.get("changes") or ()))
 
     def differences(self, other: "Plan") -> list[str]:
-        """What differs between two plans of one run but its length: a checkpoint of the one cannot
-        continue as the other (its weights have other shapes, or its optimizer other settings)."""
+        """What differs between two plans of one run but its length and the settings the host may
+        change while it trains (their history is `changes`): a checkpoint of the one cannot continue
+        as the other (its weights have other shapes, or its optimizer other settings)."""
         built = [name for name in ("resolution", "classes") if getattr(self, name) != getattr(other, name)]
         if self.data.channels != other.data.channels:
             built.append("channels")
-        return self.config.differences(other.config) + built
+        return self.config.differences(other.config, ignore=("steps", "processes", *LIVE_FIELDS)) + built
+
+    def changed(self, step: int, settings: dict) -> "Plan":
+        """This plan with the host's change of `settings` (core.config.live_change's checks passed)
+        taking effect after `step`, kept in its history."""
+        before = {name: getattr(self.config, name) for name in settings}
+        change = {"step": step, "settings": dict(settings), "before": before}
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, **settings),
+                                   changes=(*self.changes, change))
+
+    def at_step(self, step: int, keep_later: bool = True) -> "Plan":
+        """This plan as it trained at `step` (a checkpoint's): the settings changed after it rolled
+        back. keep_later: the later changes stay in the history, to take effect again at their steps
+        (core/train.py); else they are dropped."""
+        later = [c for c in self.changes if c["step"] > step]
+        config = self.config
+        for change in reversed(later):
+            config = dataclasses.replace(config, **change["before"])
+        kept = self.changes if keep_later else tuple(c for c in self.changes if c["step"] <= step)
+        return dataclasses.replace(self, config=config, changes=kept)
 
     def describe(self) -> str:
         """What will train, in words."""

@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass, fields
 
 from core import gans
-from core.config import ConfigError, TrainConfig, live_change, validate
+from core.config import LIVE_FIELDS, ConfigError, TrainConfig, live_change, validate
 from core.control import Control, paused_message, stepped_words, stopped_message
 from core.failures import describe, divergence_message, failure_message, log_traceback
 from core.heartbeat import Heartbeat
@@ -108,6 +108,8 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
             plan = dataclasses.replace(plan, preset_reason=previous.preset_reason)
         if previous is not None and previous.config.batch_size == plan.config.batch_size and not plan.batch_reason:
             plan = dataclasses.replace(plan, batch_reason=previous.batch_reason)
+        if previous is not None:   # the host's settings changes: those after the checkpoint take effect again
+            plan = dataclasses.replace(plan, changes=previous.changes)
         # From here on, config.json is the plan the run trains with: what resume, the Sample tab and
         # every reader of the run see is what the checkpoint and the generator hold.
         if leads:
@@ -224,6 +226,10 @@ class Loop:
             training.load_checkpoint_state(state)
             self.saved_step = training.step_count
             report.elapsed_before = state.get("elapsed", 0.0)
+            # The settings the checkpoint was trained with; the host's later changes at their own steps.
+            own = {name: state["config"][name] for name in LIVE_FIELDS if state["config"].get(name) is not None}
+            training.change_config(dataclasses.replace(training.config, **own))
+        self.later_changes = [c for c in training.plan.changes if c["step"] > training.step_count]
         self.last_values: dict = {}
         self.values_finite = True
         # The phase line and the warnings (D has won, mode collapse): core/phase.py's rules over the
@@ -276,6 +282,8 @@ class Loop:
         self._status("compiling" if rt.is_xla else "running",
                      "XLA is compiling the graph..." if rt.is_xla else "Training...")
         while self.step_count < cfg.steps:
+            while self.later_changes and self.later_changes[0]["step"] <= self.step_count:
+                self._change(self.later_changes.pop(0)["settings"], record=False)
             tensors = training.step()
             step = self.step_count
             # A request seen between log steps makes this step a log step: the curve gets the
@@ -378,14 +386,18 @@ class Loop:
         checkpoints and the generator's description train on and say the changed values. A change
         that no longer passes the config's checks (asked of another Blink) is refused in the status."""
         asked = self.control.settings()
-        if not asked:
-            return
+        if asked:
+            self._change(asked, record=True)
+
+    def _change(self, asked: dict, record: bool) -> None:
+        """Train on with the settings `asked` from the next step; record: kept in the plan's history
+        (else the history holds it already: a resumed run's change taking effect again at its step)."""
         try:
             config = live_change(self.config, asked)
         except ConfigError as exc:
             self.warning = f"Settings not changed: {exc}"
             return
-        changed = self.training.change_config(config)
+        changed = self.training.change_config(config, self.step_count if record else None)
         if not changed:
             return
         event = {"step": self.step_count, "time": round(self.report.elapsed(), 3), "settings": changed}
@@ -581,10 +593,12 @@ def _prepare_run(args: dict, argv: list[str]) -> tuple[str | None, TrainConfig |
         # Flags given explicitly must match the run's config; only --steps may change.
         given = {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
         try:
-            config = prepare_resume(run, args["steps"] if "steps" in given else None,
-                                    {name: args[name] for name in given if name in args})
+            config, note = prepare_resume(run, args["steps"] if "steps" in given else None,
+                                          {name: args[name] for name in given if name in args})
         except ResumeRefused as exc:
             return str(exc), None, None, True
+        if note:
+            print(note, flush=True)
         return None, config, run.path, True
     config = TrainConfig(**args)
     try:

@@ -109,13 +109,15 @@ class Training:
             for group in optimizer.param_groups:
                 group["lr"] = lr * factor
 
-    def change_config(self, config) -> dict:
+    def change_config(self, config, step: int | None = None) -> dict:
         """Train on with `config` (core.config.live_change's: only LIVE_FIELDS differ): the rates
         from the next step (set_learning_rates reads the plan's config every step), the betas in
-        both optimizers, the critic updates in the step. Returns what changed, {field: new value}."""
+        both optimizers, the critic updates in the step. step: the change is kept in the plan's
+        history as taking effect after it (None: not kept). Returns what changed, {field: new value}."""
         changed = {name: getattr(config, name) for name in LIVE_FIELDS
                    if getattr(config, name) != getattr(self.config, name)}
-        self.plan = dataclasses.replace(self.plan, config=config)
+        self.plan = (self.plan.changed(step, changed) if step is not None and changed
+                     else dataclasses.replace(self.plan, config=config))
         for optimizer in (self.opt_g, self.opt_d):
             for group in optimizer.param_groups:
                 group["betas"] = (config.beta1, config.beta2)

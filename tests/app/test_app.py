@@ -534,6 +534,14 @@ def test_a_run_over_two_processes_from_the_page_pauses_resumes_and_stop_ends_eve
     finally:
         for pid in rank_pids(app):
             os.kill(pid, signal.SIGKILL)
+    # Resumed from the page, both ranks go on from the checkpoint to the end asked for (each rank's own
+    # resume check knows the trainer that forked it).
+    target = ended["saved_step"] + 4
+    assert "Resuming" in client.predict(target, api_name="/resume")
+    done = wait_for(lambda: (s := app.status())["state"] in FINAL_STATES and s["step"] > ended["step"] and s, 180,
+                    interval=0.2, what="the resumed two-process run to end")
+    assert (done["state"], done["step"]) == ("done", target), done
+    assert done["layout"].startswith("2 processes (DDP, gloo)"), done["layout"]
 
 
 # A long CPU run that logs (and checkpoints) every other step, so a checkpoint exists before the wedge.

@@ -76,7 +76,8 @@ def test_a_resumed_run_trains_on_with_the_changed_settings(changed_run):
 
 @pytest.mark.parametrize("values, message", [
     ({"lr_d": 5.0}, "lr_d 5.0 is out of range"),
-    ({"beta2": 1.0}, "beta2 1.0 must be in [0, 1)"),
+    ({"beta2": 1.0}, "beta2 1.0 must be in [0, 0.9999]"),
+    ({"beta1": 0.9999999999999999}, "beta1 0.9999999999999999 must be in [0, 0.9999]"),   # 1 in float32
     ({"n_critic": 0}, "between 1 and 20"),
     ({"batch_size": 8}, "batch_size cannot change while a run trains; these can: lr_g, lr_d, beta1, beta2, n_critic."),
 ])
