@@ -21,7 +21,7 @@ from tests.apphelpers import ROOT, RunningApp, alive, children_of, wait_for
 from tests.clihelpers import run_cli
 
 # Long enough never to finish during a test: every run here ends by Stop, a kill or a NaN.
-FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
+FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto", batch_size=16, precision="fp32",
             device="cpu", steps=5000, log_every=5, grid_every=10, checkpoint_every=20)
 STEP_TIMEOUT = 240      # seconds for a few steps on a machine shared with other engineers
 
@@ -190,6 +190,8 @@ def test_classroom_one_run_many_viewers_stop_resume_crashes_and_a_restarted_ui(r
         assert "Resuming" in host.predict(resume_steps=stop_step + 5000, key=key, api_name="/resume")
         resumed = wait_state(host, ("running",), min_step=stop_step + 5)
         assert resumed["run"] == first["run"] and len(runs(runs_root)) == 1
+        # Its plan is its first session's: why 'auto' became its preset is still said.
+        assert resumed["preset_reason"] == stopped["preset_reason"] and stopped["preset_reason"].startswith("auto: ")
         after = events(run_path)
         new_steps = [e["step"] for e in after[len(before):] if "loss_d" in e]
         assert new_steps and min(new_steps) > stop_step, (stop_step, new_steps)   # no reset to step 1
