@@ -366,25 +366,8 @@ class TrainTab:
     def config_from_form(self, **form) -> TrainConfig:
         """The form's values by field name (FORM_FIELDS; one left out keeps TrainConfig's default) as
         a TrainConfig, validated once against the dataset's size and the device's caps."""
-        unknown = sorted(set(form) - set(FORM_FIELDS))
-        if unknown:
-            raise TypeError(f"not fields of the form: {', '.join(unknown)}")
         try:
-            # A whole number is checked against its range and named by its label; a choice goes on as
-            # text for validate to check; the path only for 'My images', through its guard.
-            values: dict = {}
-            for name in FORM_FIELDS:
-                value = form.get(name, getattr(TrainConfig, name))
-                if name == "data_path":
-                    values[name] = check_data_path(values["dataset"], value)
-                else:
-                    values[name] = form_number(value, name) if spec(name)["range"] else str(value)
-            config = TrainConfig(**values)
-            # The only check before the plan's is the one its input needs: the probe would run for
-            # any string. A probe is kept (DeviceCache), so this is the one probe of this Start.
-            if config.device not in DEVICES:
-                raise ConfigError(f"Device '{config.device}' is not supported; choose one of: {', '.join(DEVICES)}.")
-            plan = make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
+            config, plan = self.plan_from_form(**form)
         except ConfigError as exc:
             raise refused(in_page_words(str(exc)), title="Check the settings")
         except (TypeError, ValueError) as exc:
@@ -392,6 +375,28 @@ class TrainTab:
         # The processes as the plan counted them (0: one per GPU): the trainer process starts that many ranks.
         # The GAN type as it chose it: the run's folder and a comparison's words name the type, not "auto".
         return dataclasses.replace(config, processes=plan.config.processes, gan=plan.config.gan)
+
+    def plan_from_form(self, **form) -> tuple[TrainConfig, Plan]:
+        """The config the form asks for and the plan Start makes of it (what the estimate shows):
+        ConfigError naming the field, TypeError or ValueError for a value of the wrong kind."""
+        unknown = sorted(set(form) - set(FORM_FIELDS))
+        if unknown:
+            raise TypeError(f"not fields of the form: {', '.join(unknown)}")
+        # A whole number is checked against its range and named by its label; a choice goes on as
+        # text for validate to check; the path only for 'My images', through its guard.
+        values: dict = {}
+        for name in FORM_FIELDS:
+            value = form.get(name, getattr(TrainConfig, name))
+            if name == "data_path":
+                values[name] = check_data_path(values["dataset"], value)
+            else:
+                values[name] = form_number(value, name) if spec(name)["range"] else str(value)
+        config = TrainConfig(**values)
+        # The only check before the plan's is the one its input needs: the probe would run for
+        # any string. A probe is kept (DeviceCache), so this is the one probe of this Start.
+        if config.device not in DEVICES:
+            raise ConfigError(f"Device '{config.device}' is not supported; choose one of: {', '.join(DEVICES)}.")
+        return config, make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
 
     def start(self, key="", **form):
         """Start a run of the form's settings, given by field name (FORM_FIELDS), for the host."""
@@ -409,20 +414,14 @@ class TrainTab:
             raise refused(str(exc), title="Cannot start")
         return f"Started run `{run.name}`."
 
-    def estimate(self, gan, preset, batch_size, device, steps, dataset=TrainConfig.dataset,
-                 data_path=TrainConfig.data_path) -> str:
-        """Before Start: what the chosen run will train (its plan), how long it takes here, and
-        whether it will crawl."""
+    def estimate(self, **form) -> str:
+        """Before Start: what the form's run will train (the plan Start makes, from every field), how
+        long it takes here, and whether it will crawl; or why Start would refuse it."""
         try:
-            config = TrainConfig(gan=str(gan), preset=str(preset), device=str(device), dataset=str(dataset),
-                                 data_path=check_data_path(str(dataset), data_path),
-                                 batch_size=form_number(batch_size, "batch_size"), steps=form_number(steps, "steps"))
-            if device not in DEVICES:
-                return ""
-            plan = make_plan(config, self.devices.get(device), data_facts(config.dataset, config.data_path))
-            return estimate_note(plan, self.job.runs_root)
-        except (ConfigError, ValueError):
-            return ""    # Start says what to change; an estimate of invalid settings means nothing
+            _, plan = self.plan_from_form(**form)
+        except (ConfigError, TypeError, ValueError) as exc:
+            return f"What will train: nothing yet. {in_page_words(str(exc))}"
+        return estimate_note(plan, self.job.runs_root)
 
     def stop(self, key=""):
         self.require_host(key)
@@ -712,14 +711,13 @@ class TrainTab:
                                 api_name="start").success(
             lambda: gr.Accordion(open=False), None, self.settings, api_visibility="private", show_progress="hidden")
         blocks.load(self.settings_on_open, None, self.settings, api_visibility="private", show_progress="hidden")
-        estimate_inputs = [self.gan, self.preset, self.batch_size, self.device, self.steps, self.dataset,
-                           self.data_path]
-        # A typed path counts once submitted (as for the dataset's note), not at each keystroke.
-        triggers = [blocks.load, self.data_path.submit] + [c.change for c in estimate_inputs[:-1]]
+        # From every field, as Start plans; a typed path counts once submitted (as for the dataset's
+        # note), not at each keystroke.
+        triggers = [blocks.load, self.data_path.submit] + [c.change for n, c in self.form.items() if n != "data_path"]
         # always_last: a slow estimate (a dataset's first look can probe the network) never lands
         # after the one for the settings changed since.
-        gr.on(triggers, self.estimate, estimate_inputs, self.estimate_text, trigger_mode="always_last",
-              api_visibility="private", show_progress="hidden")
+        gr.on(triggers, self.estimate, inputs_kwargs=dict(self.form), outputs=self.estimate_text,
+              trigger_mode="always_last", api_visibility="private", show_progress="hidden")
         # The live panel says "stopping..." / "pausing..." on the click (live.js); refused, it says the run's status again.
         status_again = "() => document.querySelector('#live .live').dispatchEvent(new Event('blink-refused'))"
         self.stop_button.click(self.stop, self.key, self.message, api_name="stop", concurrency_limit=None).failure(

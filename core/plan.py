@@ -42,7 +42,8 @@ class DataFacts:
     @classmethod
     def from_info(cls, info: dict) -> "DataFacts":
         """The facts core.data.dataset_info reports before any decoding."""
-        return cls(info.get("size"), info.get("resolution"), info.get("channels"))
+        return cls(info.get("size"), info.get("resolution"), info.get("channels"), info.get("classes"),
+                   tuple(info.get("class_names") or ()))
 
 
 def resolved_for(config: TrainConfig, device_kind: str, processes: int = 1) -> tuple[TrainConfig, str]:

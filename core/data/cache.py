@@ -24,10 +24,12 @@ class DatasetError(ValueError):
 
 
 def availability(available: bool, size: int | None, channels: int | None, resolution: int | None,
-                 message: str, cached: bool = False) -> dict:
-    """What dataset_info reports for one dataset (every source answers in this shape)."""
+                 message: str, cached: bool = False, classes: int | None = None,
+                 class_names: tuple[str, ...] = ()) -> dict:
+    """What dataset_info reports for one dataset (every source answers in this shape). classes: its
+    labelled classes (0: none), None where not known before decoding; class_names where it names them."""
     return dict(available=available, size=size, channels=channels, resolution=resolution,
-                message=message, cached=cached)
+                message=message, cached=cached, classes=classes, class_names=tuple(class_names))
 
 
 def cache_dir() -> str:

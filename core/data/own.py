@@ -517,16 +517,18 @@ def own_info(path: str, max_mb: int = DEFAULT_MAX_MB) -> dict:
     else:
         classes_note = ""
     meta = _cached_meta(listing)
+    names = () if classes.loose else tuple(classes.names)
+    labelled = dict(classes=len(names), class_names=names)
     if meta:
         return availability(True, meta["size"], meta["channels"], meta["resolution"],
                             f"{meta['size']} images ready ({meta['skipped']} unreadable skipped, "
-                            f"{meta['ignored']} other files ignored).{classes_note}", True)
+                            f"{meta['ignored']} other files ignored).{classes_note}", True, **labelled)
     if not listing.names:
         return availability(False, 0, None, OWN_RESOLUTION, str(_nothing_usable(listing, 0)))
     return availability(True, len(listing.names), None, OWN_RESOLUTION,
                         f"{len(listing.names)} PNG/JPEG files found ({listing.ignored} other files ignored); "
                         f"they are resized and centre-cropped to 64x64 once, unreadable ones are skipped."
-                        f"{classes_note}")
+                        f"{classes_note}", **labelled)
 
 
 def preview_own(path: str, n: int, rng: random.Random, max_mb: int = DEFAULT_MAX_MB) -> np.ndarray:

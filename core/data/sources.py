@@ -119,7 +119,8 @@ class BundledMnist(Source):
         return ImageSet(images, self.label, labels)
 
     def info(self, data_path: str = "", max_mb: int = DEFAULT_MAX_MB) -> dict:
-        return availability(True, self.size, self.channels, self.resolution, f"{self.label}: always available.", True)
+        return availability(True, self.size, self.channels, self.resolution, f"{self.label}: always available.", True,
+                            classes=DIGITS)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ class TorchvisionSource(Source):
     download_mb: int
     host: tuple[str, int]           # probed before any download attempt
     tv_class: str                   # the torchvision.datasets class that reads the files
+    classes: int = 10               # its labelled classes (0: its labels are not used)
 
     # ---- what a format changes
     def has(self, root: str, name: str) -> bool:
@@ -268,20 +270,23 @@ class TorchvisionSource(Source):
         meta = read_meta(self.cache_path())
         if meta and os.path.exists(self.cache_path()):
             return availability(True, meta["size"], meta["channels"], meta["resolution"],
-                                f"{self.label}: {meta['size']:,} images, ready.", True)
+                                f"{self.label}: {meta['size']:,} images, ready.", True, classes=self.classes,
+                                class_names=tuple(meta.get("class_names") or ()))
         root = cache_dir()
         missing = self.missing(root)
         if missing and self.found_in(data_path):
             missing = []
         if not missing:
             return availability(True, self.size, self.channels, self.resolution,
-                                f"{self.label}: files found; decoded once into the cache when training starts.")
+                                f"{self.label}: files found; decoded once into the cache when training starts.",
+                                classes=self.classes)
         reason = self.offline_reason()
         if reason:
             return availability(False, None, self.channels, self.resolution,
                                 self.missing_message(root, missing, reason))
         return availability(True, self.size, self.channels, self.resolution,
-                            f"{self.label} will be downloaded once (~{self.download_mb} MB) into {root} when training starts.")
+                            f"{self.label} will be downloaded once (~{self.download_mb} MB) into {root} when training starts.",
+                            classes=self.classes)
 
 
 def _idx_file(folder: str, name: str) -> str | None:
@@ -422,6 +427,7 @@ _CIFAR_FILES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", 
 _CELEBA_TEXT = ("list_attr_celeba.txt", "identity_CelebA.txt", "list_bbox_celeba.txt",
                 "list_landmarks_align_celeba.txt", "list_eval_partition.txt")
 
+DIGITS = 10
 BUNDLED = BundledMnist("bundled-mnist", "MNIST (bundled, offline)", 1, 28, size=10_000)
 # Every dataset, in the order the page lists them: a new dataset is one row here, and its key in
 # core/config.py DATASETS (tests/unit/test_shape.py holds the two together).
@@ -439,7 +445,7 @@ SOURCES: dict[str, Source] = {source.key: source for source in (
     CelebASource("celeba", "CelebA 64x64", 3, OWN_RESOLUTION, "celeba",
                  ("img_align_celeba/ (or img_align_celeba.zip)",) + _CELEBA_TEXT, 162_770,
                  "https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (Align&Cropped images)", 1_400,
-                 ("drive.google.com", 443), tv_class="CelebA"),
+                 ("drive.google.com", 443), tv_class="CelebA", classes=0),
     OwnImages("folder", "My images (folder or zip)", 3, OWN_RESOLUTION),
 )}
 

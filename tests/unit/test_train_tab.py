@@ -91,7 +91,7 @@ def test_a_batch_larger_than_my_images_starts_lowered_to_the_set_and_the_page_sa
     folder = _images(tmp_path / "mine", 3)
     # Start takes the form's batch; the run's plan (the page's before Start, the trainer's) lowers it.
     assert tab.config_from_form(**{**FORM, "dataset": "folder", "data_path": folder, "batch_size": 128}).batch_size == 128
-    note = tab.estimate("dcgan", "auto", 128, "cpu", 50, dataset="folder", data_path=folder)
+    note = tab.estimate(**{**FORM, "dataset": "folder", "data_path": folder, "batch_size": 128})
     assert "batch 3 (lowered from 128: the set has 3 images)" in note, note
 
 
@@ -138,17 +138,19 @@ def test_the_share_link_points_at_this_page_and_reads_back_as_the_same_setup(tab
 
 def test_the_estimate_warns_that_a_huge_batch_on_a_cpu_will_crawl(tab):
     low, high = spec("batch_size")["range"]
-    crawling = tab.estimate("dcgan", "auto", high, "cpu", 1000)
+    crawling = tab.estimate(**{**FORM, "batch_size": high, "steps": 1000})
     assert "will crawl" in crawling and f"at batch {high}" in crawling
-    quick = tab.estimate("dcgan", "auto", low, "cpu", 1000)
+    quick = tab.estimate(**{**FORM, "batch_size": low, "steps": 1000})
     what, when = quick.split("  \n")
     assert when.startswith("About") and "crawl" not in quick
     # What will train, before Start: the run's plan in words (core/plan.py), worked out for this CPU.
     assert what == ("What will train: DCGAN (non-saturating), model size fast at 28x28 (auto: a small DCGAN at "
-                    "the data's size (at most 32x32) trains in minutes on a CPU); augmentation off: 10,000 images "
-                    "is at least 500; batch 1, fp32, 1,000 steps on " + tab.info.name + "."), what
-    assert tab.estimate("dcgan", "auto", -1, "cpu", 1000) == ""     # invalid settings: Start says what to change
-    assert tab.estimate("dcgan", "auto", low, "quantum", 1000) == ""
+                    "the data's size (at most 32x32) trains in minutes on a CPU); class-conditional on 10 classes; "
+                    "augmentation off: 1,000 images a class is at least 500; batch 1, fp32, 1,000 steps on " + tab.info.name + "."), what
+    # Invalid settings: what Start would say.
+    assert tab.estimate(**{**FORM, "batch_size": -1}) == (f"What will train: nothing yet. {spec('batch_size')['label']} "
+                                                          f"must be between {low} and {high:,} (got -1).")
+    assert tab.estimate(**{**FORM, "device": "quantum"}).startswith("What will train: nothing yet. Device 'quantum' is not")
 
 
 def test_the_estimate_takes_the_speed_of_a_run_of_the_same_settings_and_says_what_it_assumes(tab, tmp_path):
@@ -183,14 +185,14 @@ def suggested_batches(warning: str) -> list[int]:
 def test_a_crawl_warning_offers_a_batch_that_does_not_crawl(tab, gan, batch):
     """The walk saw a batch-128 WGAN-GP run told to "use batch 128": the batch it offers must be
     smaller than the one chosen, and must itself get no warning."""
-    warning = tab.estimate(gan, "auto", batch, "cpu", 1000)
+    warning = tab.estimate(**{**FORM, "gan": gan, "batch_size": batch, "steps": 1000})
     assert f"at batch {batch}" in warning and "will crawl" in warning, warning
     offered = suggested_batches(warning)
     assert len(offered) == 1 and offered[0] < batch, warning
-    assert "crawl" not in tab.estimate(gan, "auto", offered[0], "cpu", 1000)
+    assert "crawl" not in tab.estimate(**{**FORM, "gan": gan, "batch_size": offered[0], "steps": 1000})
     if gan == "wgan-gp":   # its five critic updates a step are what crawl: the one-update types are named
         assert "5 critic updates of" in warning and "one critic update a step (DCGAN" in warning, warning
-    assert "crawl" not in tab.estimate("dcgan", "auto", 128, "cpu", 1000)   # the default run does not crawl
+    assert "crawl" not in tab.estimate(**{**FORM, "batch_size": 128, "steps": 1000})   # the default run does not crawl
 
 
 def test_the_preview_comes_back_from_the_viewer_work_process_as_plain_values(tab):
@@ -241,5 +243,40 @@ def test_the_forms_auto_type_and_empty_batch_start_what_the_plan_gives_for_the_i
                     DataFacts(1000, 64, 3, 9))
     assert (digits.config.gan, digits.config.batch_size) == ("rpgan", 64)
     assert (own.config.gan, own.config.batch_size) == ("dcgan", 128)
-    assert "Relativistic + R1 (R3GAN)" in tab.estimate("auto", "auto", None, "cpu", 1000)
-    assert "batch 64" in tab.estimate("auto", "auto", 0, "cpu", 1000)   # the page sends an empty box as 0
+    assert "Relativistic + R1 (R3GAN)" in tab.estimate(**{**FORM, "gan": "auto", "batch_size": None, "steps": 1000})
+    assert "batch 64" in tab.estimate(**{**FORM, "gan": "auto", "batch_size": 0, "steps": 1000})   # the page sends an empty box as 0
+
+
+def _classes(folder, classes: int, each: int) -> str:
+    """A folder of `classes` subfolders of `each` small images, a colour each."""
+    for c in range(classes):
+        (folder / f"class{c}").mkdir(parents=True)
+        for i in range(each):
+            Image.fromarray(np.full((8, 8, 3), (80 * c, 10 * i, 0), np.uint8)).save(folder / f"class{c}" / f"{i}.png")
+    return str(folder)
+
+
+@pytest.mark.parametrize("form", [
+    dict(dataset="folder", batch_size=16),            # own images in class subfolders
+    dict(gan="auto", batch_size=0, precision="bf16"),  # the type and batch left to the plan, another precision
+    dict(processes=2, batch_size=16),                 # two trainer processes (DDP over gloo)
+])
+def test_what_will_train_is_the_plan_the_trainer_writes(tab, tmp_path, monkeypatch, form):
+    """The page's "What will train" is the plan Start uses, word for word, from every field: the
+    plan the trainer writes once it has loaded the data, Start's road (the job's trainer process)."""
+    from core.rundir import FINAL_STATES
+    from tests.apphelpers import wait_for
+    monkeypatch.setenv("BLINK_DATA_ROOTS", str(tmp_path))
+    monkeypatch.setenv("BLINK_DATA_DIR", str(tmp_path / "cache"))
+    if form.get("dataset") == "folder":
+        form = {**form, "data_path": _classes(tmp_path / "pets", 3, 10)}
+    asked = {**FORM, "steps": 2, **form}
+    _, page = tab.plan_from_form(**asked)
+    run = tab.job.start(tab.config_from_form(**asked))
+    ended = wait_for(lambda: (s := run.read_status()).state in FINAL_STATES and s, 180, interval=0.1,
+                     what="the run to end")
+    assert ended.state == "done", ended.message
+    written = run.read_plan()
+    assert written.describe() == page.describe()
+    assert written.config == page.config and (written.classes, written.augment) == (page.classes, page.augment)
+    assert tab.estimate(**asked).startswith(f"What will train: {page.describe()}")
