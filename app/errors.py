@@ -7,9 +7,19 @@ import sys
 import gradio as gr
 
 
+# The most of a refusal's words one log line keeps: a caller's value never fills the log.
+LOGGED_CHARACTERS = 500
+# The longest text a field takes: a path's (PATH_MAX); a choice's (a class name, at most
+# MAX_CLASS_NAME characters, is the longest choice). A longer value is refused where it enters.
+MAX_TEXT = 4096
+
+
 def log_refusal(title: str, message: str) -> None:
     """A refused input is not a server fault: one line says what was refused."""
-    print(f"refused ({title}): {one_line(message)}", file=sys.stderr, flush=True)
+    line = one_line(message)
+    if len(line) > LOGGED_CHARACTERS:
+        line = line[:LOGGED_CHARACTERS - 3] + "..."
+    print(f"refused ({title}): {line}", file=sys.stderr, flush=True)
 
 
 def one_line(text: str) -> str:
@@ -58,8 +68,18 @@ def _expected(component) -> str:
     return "a value this field takes (a file it can read, for a file field)"
 
 
+def _label(component) -> str:
+    return component.label or component.elem_id or component.get_block_name()
+
+
+def text_bound(component) -> int:
+    """The most characters a text value of this field may have."""
+    from core.architecture import MAX_CLASS_NAME
+    return MAX_CLASS_NAME if getattr(component, "choices", None) is not None else MAX_TEXT
+
+
 def bad_value_message(component, payload) -> str:
-    label = component.label or component.elem_id or component.get_block_name()
+    label = _label(component)
     shown = repr(payload)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return f"{label}: {shown} is not {_expected(component)}. Change this value and try again."
@@ -70,6 +90,9 @@ def _checked_class(cls: type) -> type:
     the page draws it as cls; a class (not a patched method) so per-session copies keep it."""
     if cls not in _checked_classes:
         def preprocess(self, payload):
+            if isinstance(payload, str) and len(payload) > text_bound(self):
+                raise refused(f"{_label(self)}: {len(payload):,} characters, more than the {text_bound(self):,} this "
+                              "field takes. Change this value and try again.", title="Check the value")
             if isinstance(self, gr.Checkbox) and not isinstance(payload, (bool, type(None))):
                 raise refused(bad_value_message(self, payload), title="Check the value")   # Gradio takes any truthy thing
             if isinstance(self, gr.Number) and payload is not None and not isinstance(payload, (int, float)):

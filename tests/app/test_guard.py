@@ -304,6 +304,20 @@ def test_calls_gradio_refuses_are_one_line_each_in_the_log_and_name_no_server_pa
     assert len(lines) == len(calls) and all(words in " ".join(lines) for _, words in calls), lines
 
 
+def test_a_huge_text_value_is_refused_where_it_enters_never_echoed_or_logged_whole(app):
+    """A keyless call with a megabyte in a class field or a path field: refused naming the field and
+    its bound, the answer and the log a line each, not the value twice over."""
+    from core.architecture import MAX_CLASS_NAME
+    for api_name, args, bound in (("sample", (0, 4, "7" * 1_000_000), MAX_CLASS_NAME),
+                                  ("preview_dataset", ("folder", "/" + "p" * 1_000_000), 4096)):
+        logged = len(app.read_log())
+        with pytest.raises(RuntimeError) as refused:
+            app.call(api_name, *args)
+        answer = str(refused.value)
+        assert "1,000,00" in answer and f"more than the {bound:,} this field takes" in answer, answer[:300]
+        assert len(answer) < 1000 and len(app.read_log()) - logged < 1000
+
+
 # ==== issue 45: a room's files wait with a bound; the host never waits behind them ==================
 def _asked(app, api_name: str, *args) -> tuple[str, float]:
     """One viewer's request through the REST road: ("made" or the refusal's words, seconds to the answer)."""
