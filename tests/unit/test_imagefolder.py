@@ -150,7 +150,7 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     # not a changed config, and its status still says why the batch is 30.
     from core.resume import prepare_resume
     from core.train import train
-    resumed_config = prepare_resume(RunDir(str(run)), steps=6, given={"batch_size": 128})
+    resumed_config, _ = prepare_resume(RunDir(str(run)), steps=6, given={"batch_size": 128})
     assert resumed_config.batch_size == 30
     assert train(resumed_config, str(run), resume=True) == "done"
     status = json.loads((run / "status.json").read_text())

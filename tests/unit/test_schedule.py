@@ -75,7 +75,7 @@ def test_the_first_step_after_a_resume_sets_the_rates_the_checkpoint_brought(tmp
     run_path = tmp_path / "run"
     assert train.main(["--steps", "10", *SMALL_RUN, "--run-dir", str(run_path)]) == 0
     run = RunDir(str(run_path))
-    training = build_training(*planned(prepare_resume(run, steps=40), devices.probe("cpu")))
+    training = build_training(*planned(prepare_resume(run, steps=40)[0], devices.probe("cpu")))
     training.load_checkpoint_state(run.load_checkpoint())
     assert training.opt_g.param_groups[0]["lr"] == pytest.approx(scaled(1 / 5)[0])   # as the checkpoint brought it
     training.step()
