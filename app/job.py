@@ -67,6 +67,7 @@ class Snapshot:
     events: list = field(default_factory=list)
     grid_path: str | None = None
     version: tuple = ()
+    events_file: int | None = None   # RunDir.events_identity of the file `events` were read from
 
 
 class Job:
@@ -378,15 +379,18 @@ class Job:
             if status.state not in FINAL_STATES:
                 # A pressed Stop or Pause shows at once, before the trainer acts on it.
                 status = replace(status, request=run.read_request(), silent_since=self._silent_since(run, status))
-            new_events, self._events_offset = run.read_events(self._events_offset)
-            grids = run.grids() if (new_events or not self._snapshot.grid_path
-                                    or status.updated != self._snapshot.status.updated) else None
             snapshot = self._snapshot
-            if new_events or status != snapshot.status or grids:
+            events_file, known = run.events_identity(), snapshot.events
+            if events_file != snapshot.events_file:   # rewritten (trimmed after an aborted chunk, or for a resume)
+                self._events_offset, known = 0, []
+            new_events, self._events_offset = run.read_events(self._events_offset)
+            grids = run.grids() if (new_events or not snapshot.grid_path
+                                    or status.updated != snapshot.status.updated) else None
+            if new_events or status != snapshot.status or grids or events_file != snapshot.events_file:
                 grid_path = grids[-1][1] if grids else snapshot.grid_path
-                self._snapshot = Snapshot(run.name, run.path, status, snapshot.events + new_events, grid_path,
-                                          (run.name, status.updated, self._events_offset, grid_path,
-                                           status.silent_since))
+                self._snapshot = Snapshot(run.name, run.path, status, known + new_events, grid_path,
+                                          (run.name, status.updated, events_file, self._events_offset, grid_path,
+                                           status.silent_since), events_file)
             return self._snapshot
 
     @staticmethod

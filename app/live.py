@@ -152,6 +152,7 @@ class LiveFeed:
         self._current: Rendered | None = None
         self._seen_key = None
         self._events_sent = 0            # events of the current run already in a message
+        self._events_file = None         # which events file they came from (Snapshot.events_file)
         self._changed: asyncio.Event | None = None
         self._watcher: asyncio.Task | None = None
         self._waiters = 0                # viewers plus waiting /live/status requests
@@ -186,9 +187,9 @@ class LiveFeed:
                self._compared(compared)["updated"] if compared else None, self.job.comparison.note)
         if key == self._seen_key and self._current is not None:
             return False
-        if self._current is None or snap.run_name != self._current.run \
-                or len(snap.events) < self._events_sent:
-            self._events_sent = 0        # another run, or a resumed run's trimmed events: start over
+        if self._current is None or snap.run_name != self._current.run or snap.events_file != self._events_file:
+            self._events_sent = 0        # another run, or its events trimmed (a resume, an aborted chunk): start over
+        self._events_file = snap.events_file
         status = snap.status
         gan = status.gan or "dcgan"
         new_events = snap.events[self._events_sent:]

@@ -310,6 +310,14 @@ class RunDir:
                 continue
         return events, offset + end
 
+    def events_identity(self) -> int | None:
+        """Which events file this is (its inode; None before the first event): trim_events writes
+        a new one, so a reader that follows the file by its offset knows to read it from the start."""
+        try:
+            return os.stat(self.file(self.EVENTS)).st_ino
+        except OSError:
+            return None
+
     def trim_events(self, step: int) -> None:
         """Before a resume from the checkpoint at `step`: drop events logged after it (a killed or
         diverged session logs past its last checkpoint), so the resumed curve continues without

@@ -32,6 +32,26 @@ def test_each_change_is_rendered_once_and_deltas_carry_only_new_points(runs_root
     assert full["grid"] == f"live/grid/{run.name}/25" and full["state"] == "running"
 
 
+def test_a_page_shows_what_the_run_holds_after_its_events_are_trimmed(runs_root):
+    """An aborted chunk's steps (or a killed session's, before a resume) are dropped from events.jsonl
+    (RunDir.trim_events); a page that had them starts over from the trimmed file, even once the run
+    has logged more events than it had before."""
+    run = RunDir.create(TrainConfig(), runs_root)
+    run.write_status("running", "Training...", step=30, steps=100, gan="dcgan")
+    for step in range(1, 31):
+        run.append_event({"step": step, "loss_d": 1.0, "loss_g": 2.0})
+    feed = LiveFeed(Job(runs_root))
+    assert feed.refresh()
+    run.trim_events(20)                                    # the checkpoint was at step 20
+    for step in range(21, 36):                             # the next chunk: 35 events, more than the 30 shown
+        run.append_event({"step": step, "loss_d": 0.5, "loss_g": 1.5})
+    run.write_status("running", "Training...", step=35, steps=100, gan="dcgan")
+    assert feed.refresh()
+    delta = message(feed.current.delta)
+    assert delta["reset"] and [p[0] for p in delta["points"]["loss_d"]] == list(range(1, 36))
+    assert [p[1] for p in delta["points"]["loss_d"] if p[0] > 20] == [0.5] * 15   # none of the dropped points
+
+
 def test_history_is_bounded_and_keeps_the_newest_point():
     points = [[i, float(i)] for i in range(10_000)]
     kept = downsample(points)
