@@ -21,6 +21,7 @@ from app import chunks
 from app.supervisor import TrainerSupervisor, alive, end_process_group, terminate
 from core.config import TrainConfig
 from core.control import Control, paused_message, stopped_message
+from core.devices import CPU_KINDS
 from core.failures import describe
 from core.rundir import FINAL_STATES, RunDir
 
@@ -62,7 +63,7 @@ class ChunkChain:
         from core.train import Chunk
         # The app's own closing is the "gone" here: the chain runs inside the app.
         control = Control(run, app_closing=lambda: self._trainer.closing)
-        on_gpu = self._runner is not None and config.device != "cpu"   # a CPU run needs no GPU call
+        on_gpu = self._runner is not None and config.device not in CPU_KINDS   # a CPU run needs no GPU call
         if on_gpu and not resume and not self._prepare_data(config, run, control):
             return
         number = run.read_status().chunk if resume else 0   # a resumed run's chunks count on
@@ -99,6 +100,8 @@ class ChunkChain:
             run.write_status("stopped", stopped_message(decision, step, "while waiting for a GPU: no GPU time "
                                                                         "was spent"), step=step, pid=None)
             run.clear_request()
+        elif decision == "pause":   # Pause while waiting: it left the queue too; Resume asks again
+            run.write_status("paused", chunks.paused_in_queue_message(number, run.read_status().saved_step), pid=None)
         else:
             run.write_status("paused", chunks.refused_message(number, run.read_status().saved_step, reason or ""),
                              pid=None)

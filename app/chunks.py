@@ -25,7 +25,7 @@ import math
 import os
 import time
 
-from core.devices import DeviceInfo, cuda_info
+from core.devices import CPU_KINDS, DeviceInfo, cuda_info
 from core.rundir import RunDir
 
 CHUNK_ENV = "BLINK_CHUNK_SECONDS"
@@ -66,7 +66,7 @@ def zero_gpu_device() -> DeviceInfo:
 
 def chunk_seconds(device: str) -> float | None:
     """How long each chunk of a run on `device` trains, or None to train in one piece.
-    BLINK_CHUNK_SECONDS wins; on ZeroGPU every run but a CPU one is chunked."""
+    BLINK_CHUNK_SECONDS wins; on ZeroGPU every run but one on the CPU (XLA:CPU too) is chunked."""
     value = os.environ.get(CHUNK_ENV, "").strip()
     if value:
         try:
@@ -76,7 +76,7 @@ def chunk_seconds(device: str) -> float | None:
         if not seconds > 0:
             raise ValueError(f"{CHUNK_ENV}={value!r}: give the seconds each chunk trains, e.g. 45.")
         return seconds
-    if on_zero_gpu() and device != "cpu":
+    if on_zero_gpu() and device not in CPU_KINDS:
         return float(ZERO_GPU_CHUNK_SECONDS)
     return None
 
@@ -89,6 +89,11 @@ def outcome(run: RunDir, number: int) -> str:
     if status.chunk_ended >= number:
         return "ended"
     return "aborted" if status.chunk >= number else "never began"
+
+
+def paused_in_queue_message(number: int, step: int) -> str:
+    return (f"Paused at step {step} while chunk {number} waited for a GPU: it left ZeroGPU's queue, so no GPU "
+            "time was spent. Press Resume to queue for one again.")
 
 
 def refused_message(number: int, step: int, reason: str) -> str:
@@ -158,8 +163,8 @@ class ChunkCall:
     A chunk is no Gradio event of its own (it runs long after the Start press returned), so this
     stands in for one, through the names `spaces` 0.51 reads (zero/gradio.py get_event,
     get_server_port; gradio.helpers.log_message): its messages ("Waiting for a GPU...") become the
-    run's status, and it is no longer `alive` once Stop is pressed, which makes `spaces` leave
-    ZeroGPU's queue without taking a GPU."""
+    run's status, and it is no longer `alive` once Stop or Pause is pressed, which makes `spaces`
+    leave ZeroGPU's queue without taking a GPU (a paused run holds none: Resume asks again)."""
 
     def __init__(self, blocks, run: RunDir, number: int):
         self._id = f"blink-chunk-{number}"
@@ -170,7 +175,7 @@ class ChunkCall:
 
     @property
     def alive(self) -> bool:
-        return self.run.read_request() != "stop"
+        return self.run.read_request() not in ("stop", "pause")
 
     def log_message(self, event_id=None, log="", title="", level="info", duration=None, visible=True) -> None:
         if log.startswith("Waiting for a GPU") and self.run.read_status().state != "waiting":

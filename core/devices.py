@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 KINDS = ("tpu", "xla-cpu", "cuda", "cpu")
+# The kinds that train on this machine's own CPU: on ZeroGPU no GPU call is asked for them.
+CPU_KINDS = ("xla-cpu", "cpu")
 
 # The seed's fp16 scaler for GANs: a lower initial scale than torch's 65536 (GAN losses spike,
 # and every overflow costs a skipped step), gentler growth, update after every step.

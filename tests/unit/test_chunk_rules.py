@@ -55,6 +55,8 @@ def test_on_zero_gpu_the_page_describes_the_gpu_a_chunk_gets(tmp_path, monkeypat
     assert (info.kind, info.name) == ("cuda", "NVIDIA H200 MIG 3g.71gb (ZeroGPU)")
     assert {value for label, value in precision_choices(info) if label == value} == {"fp32", "fp16", "bf16"}
     assert DeviceCache().get("cpu").kind == "cpu"   # Device: cpu trains on the Space's CPU, in one piece
+    # Only a GPU run trains in GPU calls: the Space's CPU, XLA:CPU too, trains in one piece.
+    assert [chunks.chunk_seconds(device) for device in ("auto", "cuda", "cpu", "xla-cpu")] == [45.0, 45.0, None, None]
     config = TrainConfig(steps=2000, batch_size=128)
     plan = make_plan(config, info, DataFacts(6000, 28, 1))
     assert time_note(plan, str(tmp_path)).startswith(

@@ -148,11 +148,19 @@ def test_chunks_on_zero_gpu_prepare_first_wait_abort_refuse_and_charge_the_press
     api.expire(token("helper"))
     assert "Resuming" in helper.predict(api_name="/resume")
     wait_for(lambda: "Expired ZeroGPU proxy token" in status()["message"], timeout=60, what="the expired token")
-    api.plan(["grant", "queue:200"])
+    api.plan(["grant", "queue:200", "queue:200"])
     assert "Resuming" in host.predict(api_name="/resume")
     wait_for(lambda: status()["chunk_ended"] >= 3, timeout=120, interval=0.1, what="chunk 3")
     granted = [c for c in api.log() if c["answer"] == "grant"][-1]
     assert granted["token"] == token("host") and granted["allowed"]
+
+    # Pause while chunk 4 waits in ZeroGPU's queue leaves it as Stop does: no GPU held while paused.
+    wait_for(lambda: status()["state"] == "waiting", timeout=120, interval=0.1, what="a wait in the queue")
+    assert "Pausing" in host.predict(api_name="/pause")
+    left = wait_for(lambda: (s := status())["state"] == "paused" and s, timeout=30, interval=0.1, what="the pause")
+    assert "while chunk 4 waited for a GPU: it left ZeroGPU's queue, so no GPU time was spent" in left["message"]
+    assert api.log()[-1]["answer"] == "queue:200" and api.log()[-1]["allowed"] is None
+    assert "Resuming" in host.predict(api_name="/resume")   # queues for chunk 4 again
 
     # Stop while chunk 4 waits in ZeroGPU's queue leaves it: no GPU taken, nothing spent.
     wait_for(lambda: status()["state"] == "waiting", timeout=120, interval=0.1, what="a wait in the queue")
