@@ -196,6 +196,29 @@ def tpu_generation(pci_ids: list[str], accelerator_type: str = "") -> str:
     return TPU_PCI_GENERATIONS.get(pci_ids[0], "?") if pci_ids else "?"
 
 
+def slice_hosts(env=os.environ) -> int:
+    """How many hosts this TPU slice spans, from what torch_xla's TPU set-up reads
+    (torch_xla/_internal/tpu.py: TPU_WORKER_HOSTNAMES; TPU_PROCESS_BOUNDS, or TPU_HOST_BOUNDS), so a
+    run is refused before the runtime starts: once started on one host of a slice, it waits for the
+    others. 1 where none of them says more."""
+    import math
+    import re
+    names = [name for name in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if name.strip()]
+    bounds = env.get("TPU_PROCESS_BOUNDS") or env.get("TPU_HOST_BOUNDS") or ""
+    processes = math.prod(int(b) for b in bounds.split(",")) if re.fullmatch(r"\d+(,\d+)*", bounds) else 1
+    return max(len(names), processes, 1)
+
+
+def multi_host_refusal(hosts: int) -> str | None:
+    """Why a run on `hosts` hosts cannot train, or None. Each host's trainer would decide Stop and
+    Pause by itself, and the hosts that went on would wait forever in the next step's collective."""
+    if hosts <= 1:
+        return None
+    return (f"A multi-host TPU slice is not supported yet: this run spans {hosts} hosts, and each would "
+            "decide Stop and Pause on its own, so the others would hang. Run on one host: a v5e-8 or "
+            "v6e-8 host trains on all 8 of its chips.")
+
+
 def _cpu_has_native_bf16() -> bool:
     try:
         flags = open("/proc/cpuinfo").read()
@@ -423,7 +446,7 @@ class Runtime:
                 xr.use_spmd()
                 import torch_xla.distributed.spmd as xs
                 # From the runtime's global count, not the probe's (which counts this host's chips);
-                # a run on several hosts is refused before it trains (train(), multi_host_refusal).
+                # a run on several hosts is refused before the runtime starts (train(), slice_hosts).
                 self.mesh = xs.get_1d_mesh("data")
                 self.device_count = xr.global_runtime_device_count()
             self.device = torch_xla.device()          # from the runtime, never a hard-coded "xla:0"
@@ -639,23 +662,6 @@ class Runtime:
         if not per_device:
             return None
         return max(per_device, key=lambda stats: stats[0] / stats[1] if stats[1] else 0.0)
-
-    def hosts(self) -> int:
-        """Processes in this run's runtime: one per host, so more than one is a multi-host slice."""
-        if not self.is_xla:
-            return 1
-        import torch_xla.runtime as xr
-        return xr.process_count()
-
-    @staticmethod
-    def multi_host_refusal(hosts: int) -> str | None:
-        """Why a run on `hosts` hosts cannot train, or None. Each host's trainer would decide Stop and
-        Pause by itself, and the hosts that went on would wait forever in the next step's collective."""
-        if hosts <= 1:
-            return None
-        return (f"A multi-host TPU slice is not supported yet: this run spans {hosts} hosts, and each would "
-                "decide Stop and Pause on its own, so the others would hang. Run on one host: a v5e-8 or "
-                "v6e-8 host trains on all 8 of its chips.")
 
     def set_matmul_precision(self, precision: str) -> str | None:
         """fp32 means fp32 on XLA: its default mat-mul precision multiplies fp32 operands in bf16 on

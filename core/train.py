@@ -93,10 +93,11 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     ended = "failed"   # what a rank other than 0 returns: it reads no status
     try:
         from core.training import build_training, planned
-        rt = devices.Runtime(info, ranks)
-        refusal = rt.multi_host_refusal(rt.hosts())   # one host decides Stop and Pause: not built yet
+        # One host decides Stop and Pause: a slice of several is refused before its runtime starts.
+        refusal = devices.multi_host_refusal(devices.slice_hosts()) if info.kind == "tpu" else None
         if refusal:
             raise SessionEnds("failed", refusal)
+        rt = devices.Runtime(info, ranks)
         beat.doing("loading data")
         try:
             plan, dataset = planned(config, info)

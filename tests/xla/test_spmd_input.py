@@ -119,24 +119,31 @@ def test_status_shows_the_fullest_device_each_device_and_warns_when_one_is_nearl
 
 
 def test_a_run_on_more_than_one_host_is_refused_with_what_to_do():
-    from core.devices import Runtime
-    assert Runtime.multi_host_refusal(1) is None
-    message = Runtime.multi_host_refusal(2)
+    from core.devices import multi_host_refusal, slice_hosts
+    assert multi_host_refusal(1) is None
+    message = multi_host_refusal(2)
     assert "multi-host TPU slice is not supported" in message and "one host" in message
     assert "v5e-8" in message and "8 of its chips" in message
+    # What torch_xla's TPU set-up reads, before its runtime starts (torch_xla/_internal/tpu.py).
+    assert slice_hosts({}) == 1 and slice_hosts({"TPU_PROCESS_BOUNDS": "1,1,1"}) == 1
+    assert slice_hosts({"TPU_WORKER_HOSTNAMES": "t1k-w-0,t1k-w-1,t1k-w-2,t1k-w-3"}) == 4
+    assert slice_hosts({"TPU_HOST_BOUNDS": "2,2,1"}) == 4 and slice_hosts({"TPU_PROCESS_BOUNDS": "1,2,1"}) == 2
 
 
-def test_train_writes_the_refusal_as_a_failed_status(tmp_path, monkeypatch):
+def test_train_refuses_a_slice_of_several_hosts_before_its_runtime_starts(tmp_path, monkeypatch):
+    """As one host of a v5e-32 (4 hosts of 8 chips) sees it: refused in words, never waiting for the others."""
     from core import devices
     from core.config import TrainConfig
     from core.rundir import RunDir
     from core.train import train
-    monkeypatch.setattr(devices.Runtime, "hosts", lambda self: 4)   # as on a v5e-32: 4 hosts of 8 chips
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "w-0,w-1,w-2,w-3")
+    monkeypatch.setattr(devices, "Runtime", None)   # the runtime is never reached: nothing to start it with
     run_path = str(tmp_path / "run")
     os.makedirs(os.path.join(run_path, "grids"))
-    assert train(TrainConfig(device="cpu", steps=1), run_path) == "failed"
+    tpu = devices.DeviceInfo("tpu", "TPU v5e (8 chips)", devices=8)
+    assert train(TrainConfig(device="tpu", steps=1), run_path, device_info=tpu) == "failed"
     status = RunDir(run_path).read_status()
-    assert status.state == "failed" and status.message == devices.Runtime.multi_host_refusal(4)
+    assert status.state == "failed" and status.message == devices.multi_host_refusal(4)
 
 
 if __name__ == "__main__":
