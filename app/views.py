@@ -7,6 +7,7 @@ import time
 
 from core import gans
 from core.config import spec
+from core.devices import cache_in_words
 from core.status import Status
 
 # The page's names for what the host may change while a run trains (core/config.py LIVE_FIELDS),
@@ -157,7 +158,8 @@ def status_line(status: Status, run_name: str = "", events: list[dict] | None = 
 DIAGNOSTIC_LABELS = {
     "compiles": "XLA graph compilations", "graph_executions": "XLA graph runs",
     "compile_seconds": "Time compiling XLA graphs (left out of the speed and the time left)",
-    "compile_cache": "Graphs loaded from the TPU's compilation cache (hits) and compiled anew (misses)",
+    "compile_cache": "Graphs loaded from the TPU's compilation cache (hits), compiled anew (misses), and found "
+                     "there but not loadable by this torch_xla (compiled again)",
     "fallback_ops": "Operations XLA ran on the host instead (CPU fallback)",
     "matmul_precision": "XLA's precision for fp32 matrix products",
     "batch_shards": "Each device's share of a batch", "data_wait_share": "Share of the time spent waiting for data",
@@ -203,7 +205,7 @@ def diagnostic_value(key: str, value) -> str:
     if key == "augment_p":
         return f"{value:.0%}"
     if key == "compile_cache":
-        return f"{value['hit']} hits, {value['miss']} misses"
+        return cache_in_words(value)
     if key.endswith("_seconds"):
         return f"{value} s"
     if isinstance(value, list):   # operation names

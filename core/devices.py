@@ -209,6 +209,15 @@ def slice_hosts(env=os.environ) -> int:
     return max(len(names), processes, 1)
 
 
+def cache_in_words(cache: dict) -> str:
+    """The compilation cache's counts, with what an unreadable one means for the next Start."""
+    said = f"{cache['hit']} hits, {cache['miss']} misses"
+    if cache.get("unreadable"):
+        said += (f", {cache['unreadable']} found but not loadable (this torch_xla cannot read its cache back on "
+                 "this runtime, so every Start compiles again)")
+    return said
+
+
 def multi_host_refusal(hosts: int) -> str | None:
     """Why a run on `hosts` hosts cannot train, or None. Each host's trainer would decide Stop and
     Pause by itself, and the hosts that went on would wait forever in the next step's collective."""
@@ -436,10 +445,10 @@ class Runtime:
             import torch_xla.runtime as xr
             self._xla = torch_xla
             if info.kind == "tpu" and not torch_xla._XLAC._xla_computation_cache_is_initialized():
-                # Compiled graphs kept on disk, so a second Start, a Resume or the doctor of the same
-                # configuration loads them instead of compiling again. Before any computation
-                # (torch_xla/runtime.py); XLA:CPU cannot read them back ("Deserializing serialized
-                # executable not supported"), so it compiles every time.
+                # Compiled graphs kept on disk, for a second Start, a Resume or the doctor of the same
+                # configuration. Before any computation (torch_xla/runtime.py). torch_xla 2.8 and 2.9
+                # cannot load them back on a TPU (pytorch/xla#9094), nor can XLA:CPU: compile_cache
+                # counts what it found and could not load, and the page and the doctor say so.
                 xr.initialize_cache(compile_cache_dir(), readonly=False)
             if info.devices > 1:
                 # Before any tensor reaches an XLA device (pytorch/xla's SPMD guide).
@@ -715,11 +724,18 @@ class Runtime:
         return (met.counter_value("UncachedCompile") or 0) > (self.compile_count() or 0)
 
     def compile_cache(self) -> dict | None:
-        """The persistent compilation cache's hits and misses (a TPU only; None elsewhere)."""
-        if self.kind != "tpu":
+        """The persistent compilation cache's hits, misses and graphs it found but could not load
+        ("unreadable": torch_xla 2.8 and 2.9 load through a call the TPU runtime does not implement,
+        pytorch/xla#9094, and compile those again); None where no cache is in use."""
+        if not self.is_xla:
+            return None
+        import torch_xla
+        if not torch_xla._XLAC._xla_computation_cache_is_initialized():
             return None
         import torch_xla.debug.metrics as met
-        return {name: met.counter_value(f"PersistentCache{name.title()}") or 0 for name in ("hit", "miss")}
+        return {name: met.counter_value(counter) or 0 for name, counter in (
+            ("hit", "PersistentCacheHit"), ("miss", "PersistentCacheMiss"),
+            ("unreadable", "PersistentCacheDeserializeFailure"))}
 
     def compile_count(self) -> int | None:
         """Graph compilations so far (XLA only): it must stop growing once steps repeat."""

@@ -117,6 +117,8 @@ def short_run(requested: str, steps: int, batch_size: int | None, ranks=None) ->
                                                                     for shape in diag["batch_shards"]))
         fallbacks = diag.get("fallback_ops") or []
         lines.append("  ops run on the host: " + (", ".join(fallbacks) if fallbacks else "none"))
+        if diag.get("compile_cache"):
+            lines.append(f"  compilation cache: {devices.cache_in_words(diag['compile_cache'])}")
     if diag.get("memory_total"):
         lines.append(f"  device memory: {diag['memory_used'] / 2**30:.2f} of {diag['memory_total'] / 2**30:.1f} GiB")
     shutil.rmtree(folder, ignore_errors=True)

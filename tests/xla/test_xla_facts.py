@@ -87,3 +87,20 @@ def test_a_compile_after_the_first_steps_is_said_in_the_status_while_it_lasts(fa
     said = facts["said"]
     assert said["state"] == "compiling", said
     assert said["message"] == "XLA is compiling a new graph after step 16 (later steps reuse it)...", said
+
+
+def test_a_cached_graph_that_cannot_be_loaded_is_counted_and_said(tmp_path):
+    """The second process finds its graph in the cache and cannot load it (torch_xla 2.8 and 2.9 on a
+    TPU, pytorch/xla#9094; XLA:CPU here): Diagnostics and the doctor say so, and that it compiles again."""
+    from core.devices import cache_in_words
+    counts = []
+    for session in ("first", "second"):
+        run_script("cache_reload.py", tmp_path / "cache", tmp_path / f"{session}.json", CPU_NUM_DEVICES="1")
+        with open(tmp_path / f"{session}.json") as f:
+            result = json.load(f)
+        assert result["total"] == 8 * 8 * 9
+        counts.append(result["cache"])
+    assert counts[0] == {"hit": 0, "miss": 1, "unreadable": 0}
+    assert counts[1]["unreadable"] >= 1 and counts[1]["hit"] == 0, counts
+    assert "found but not loadable" in cache_in_words(counts[1]) and "compiles again" in cache_in_words(counts[1])
+    assert cache_in_words(counts[0]) == "0 hits, 1 misses"
