@@ -437,6 +437,7 @@ class Runtime:
         self.kind = info.kind
         self.is_xla = info.kind in ("tpu", "xla-cpu")
         self.mesh = None
+        self._batch_shardings: dict[int, object] = {}   # shard_batch's, by the rank of the tensor
         self.ranks = ranks
         self.processes = ranks.world if ranks else 1
         self.device_count = self.processes
@@ -556,10 +557,15 @@ class Runtime:
         return self.shard_batch(self.random_rows(torch.randn, count, *shape))
 
     def shard_batch(self, tensor):
-        """Split a batch made on the device (the noise) over the mesh on its first dimension."""
+        """Split a batch made on the device (the noise) over the mesh on its first dimension, through
+        the annotation xs.mark_sharding ends in, with the mesh's sharding made once per rank of
+        tensor: xs.mark_sharding tries to import jax and torchax at every call, and torch_xla 2.8
+        logs "requires jax" each time it finds none, a line per critic update in a notebook."""
         if self.mesh is not None:
-            import torch_xla.distributed.spmd as xs
-            xs.mark_sharding(tensor, self.mesh, self._batch_spec(tensor))
+            import torch_xla
+            if tensor.dim() not in self._batch_shardings:
+                self._batch_shardings[tensor.dim()] = self.mesh.get_op_sharding(self._batch_spec(tensor))
+            torch_xla._XLAC._xla_mark_sharding(tensor, self._batch_shardings[tensor.dim()])
         return tensor
 
     def batch_shards(self, tensor) -> list[list[int]]:

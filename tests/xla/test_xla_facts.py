@@ -104,3 +104,13 @@ def test_a_cached_graph_that_cannot_be_loaded_is_counted_and_said(tmp_path):
     assert counts[1]["unreadable"] >= 1 and counts[1]["hit"] == 0, counts
     assert "found but not loadable" in cache_in_words(counts[1]) and "compiles again" in cache_in_words(counts[1])
     assert cache_in_words(counts[0]) == "0 hits, 1 misses"
+
+
+def test_a_batchs_noise_is_split_over_the_devices_without_probing_for_jax(tmp_path):
+    """On torch_xla 2.8 each xs.mark_sharding that finds no jax logs a warning: Kaggle's notebook got
+    one per critic update. The runtime marks each step's noise without trying to import jax or torchax."""
+    run_script("sharding_imports.py", tmp_path / "imports.json", CPU_NUM_DEVICES="4")
+    with open(tmp_path / "imports.json") as f:
+        result = json.load(f)
+    assert result["devices"] == 4
+    assert result["through_runtime"] == 0 and result["through_mark_sharding"] >= 5, result
