@@ -24,9 +24,10 @@ from core.versions import TORCH_FAMILY, installed_versions, major_minor, torchvi
 REQUIREMENTS = os.path.join(ROOT, "requirements.txt")
 # The oldest torch_xla with every API Blink calls (torch_xla.sync, torch_xla.backends' mat-mul precision).
 OLDEST_XLA = (2, 8)
-# torch_xla[tpu] 2.9.0 pins libtpu 0.0.21, which has no Python 3.13 wheel, so pip cannot install it
-# there; torch_xla[tpu] 2.8.1's libtpu (0.0.17) is built for any Python 3.
-PY313_SET = ["torch==2.8.0", "torchvision==0.23.0", "torch_xla[tpu]==2.8.1"]
+# torch_xla[tpu] 2.9.0 pins libtpu 0.0.21, which has no Python 3.13 wheel, so the extra cannot install
+# there; libtpu 0.0.21.1 has one (and is what Colab's 3.13 TPU image ships beside torch_xla 2.9.0), so
+# on 3.13 the same pair is installed with that libtpu and the extra's tpu-info named one by one.
+PY313_SET = ["torch==2.9.1", "torchvision==0.24.1", "torch_xla==2.9.0", "libtpu==0.0.21.1", "tpu-info"]
 
 
 @dataclass
@@ -70,8 +71,8 @@ def decide(python_version: tuple, installed: dict) -> Plan:
         pins = [line.split(";")[0].strip() for line in pins]
         return Plan(f"{why}: install {' '.join(pins)} (requirements.txt's set, Python {py})", pins, True)
     if py == "3.13":
-        return Plan(f"{why}: install {' '.join(PY313_SET)} (torch_xla[tpu] 2.9.0 cannot install on Python 3.13: "
-                    "its libtpu 0.0.21 has no Python 3.13 wheel)", list(PY313_SET), True)
+        return Plan(f"{why}: install {' '.join(PY313_SET)} (Python 3.13: the libtpu 0.0.21 that torch_xla[tpu] "
+                    "2.9.0 pins has no Python 3.13 wheel, 0.0.21.1 has)", list(PY313_SET), True)
     pins = [line.split(";")[0].strip() for line in pins if _name(line) != "torch_xla"]
     return Plan(f"no torch_xla wheel for Python {py}: the TPU cannot be used, Blink runs on the CPU "
                 f"(install {' '.join(pins)})", pins, False)

@@ -41,11 +41,18 @@ def test_a_kept_torch_gets_the_torchvision_built_for_it():
     assert plan.install == ["torch==2.8.0+cpu", "torch_xla==2.8.0", "torchvision==0.23.*"]
 
 
-def test_colab_on_python_313_gets_the_28_set_because_libtpu_0021_has_no_313_wheel():
+def test_python_313_without_torch_xla_gets_the_29_pair_with_the_libtpu_that_has_a_313_wheel():
     plan = decide((3, 13), {"torch": "2.10.0", "torchvision": "0.25.0"})
-    assert plan.install == ["torch==2.8.0", "torchvision==0.23.0", "torch_xla[tpu]==2.8.1"]
+    assert plan.install == ["torch==2.9.1", "torchvision==0.24.1", "torch_xla==2.9.0", "libtpu==0.0.21.1", "tpu-info"]
     assert plan.tpu
-    assert "no torch_xla installed" in plan.summary and "no Python 3.13 wheel" in plan.summary, plan.summary
+    assert "no torch_xla installed" in plan.summary and "0.0.21.1 has" in plan.summary, plan.summary
+
+
+def test_colabs_313_tpu_image_keeps_its_29_pair():
+    """Colab's TPU runtime ships torch 2.9.0 + torch_xla 2.9.0 on Python 3.13 (with libtpu 0.0.21.1)."""
+    plan = decide((3, 13), {"torch": "2.9.0", "torch_xla": "2.9.0", "torchvision": "0.24.0"})
+    assert plan.install == ["torch==2.9.0", "torch_xla==2.9.0", "torchvision==0.24.0"] and plan.tpu
+    assert plan.summary.startswith("keep the installed torch 2.9.0 + torch_xla 2.9.0"), plan.summary
 
 
 def test_a_mismatched_pair_is_replaced_by_one_that_matches():
