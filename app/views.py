@@ -176,7 +176,7 @@ NUMBER_FORMATS = {"fp32": "fp32 (32-bit floating point)", "bf16": "bf16 (16-bit 
 
 def devices_in_words(status: Status) -> str:
     """How many devices train, said so that "1 device" beside "CPU (2 cores)" is not a puzzle."""
-    if status.device_kind == "cpu":
+    if status.device_kind == "cpu" and (status.processes or 1) == 1:
         cores = re.search(r"\((\d+) cores?\)", status.device or "")
         count = int(cores.group(1)) if cores else 0
         spread = "both its cores" if count == 2 else f"all {count} of its cores" if count > 2 else "its core"

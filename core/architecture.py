@@ -36,7 +36,8 @@ def resolve_preset(preset: str, device_kind: str) -> tuple[str, str]:
         return preset, "chosen by the user"
     if device_kind in ("tpu", "cuda"):
         return "dcgan64", f"auto: a {device_kind.upper()} has the compute for the larger 64x64 network"
-    return "fast", f"auto: a small DCGAN at the data's size (at most 32x32) trains in minutes on a {device_kind.upper()}"
+    # The network, not the loss: every GAN type trains this small convolutional pair at this preset.
+    return "fast", f"auto: a small network at the data's size (at most 32x32) trains in minutes on a {device_kind.upper()}"
 
 
 # The most the CPU preset trains at. At 32x32 a 64x64 colour folder trains several times the steps

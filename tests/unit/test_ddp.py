@@ -176,6 +176,9 @@ def test_two_processes_train_what_one_process_trains_and_only_rank_0_writes(stop
         from app import views
         line = views.status_line(launch.run.read_status())
         assert "2 processes (DDP, gloo), batch 16 = 8 per process" in line and "one process" not in line, line
+        # And Diagnostics, as the status says it (not "1 device: the CPU").
+        rows = dict(views.diagnostics_rows(launch.run.read_status()))
+        assert rows["Devices"] == "2 processes (DDP, gloo), batch 16 = 8 per process", rows
 
 
 def test_a_stop_request_ends_every_rank_stopped_with_a_checkpoint(stopped_run):

@@ -144,7 +144,7 @@ def test_the_estimate_warns_that_a_huge_batch_on_a_cpu_will_crawl(tab):
     what, when = quick.split("  \n")
     assert when.startswith("About") and "crawl" not in quick
     # What will train, before Start: the run's plan in words (core/plan.py), worked out for this CPU.
-    assert what == ("What will train: DCGAN (non-saturating), model size fast at 28x28 (auto: a small DCGAN at "
+    assert what == ("What will train: DCGAN (non-saturating), model size fast at 28x28 (auto: a small network at "
                     "the data's size (at most 32x32) trains in minutes on a CPU); class-conditional on 10 classes; "
                     "augmentation off: 1,000 images a class is at least 500; batch 1, fp32, 1,000 steps on " + tab.info.name + "."), what
     # Invalid settings: what Start would say.
