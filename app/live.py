@@ -191,7 +191,7 @@ class LiveFeed:
             self._events_sent = 0        # another run, or its events trimmed (a resume, an aborted chunk): start over
         self._events_file = snap.events_file
         status = snap.status
-        gan = status.gan or "dcgan"
+        gan = status.gan   # "" before a run: the general primer and healthy lines, no type's own
         new_events = snap.events[self._events_sent:]
         reset = self._events_sent == 0
         self._events_sent = len(snap.events)

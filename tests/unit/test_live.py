@@ -182,3 +182,19 @@ def test_a_settings_change_is_a_mark_every_page_gets_and_not_a_point(runs_root):
     delta, full = message(feed.current.delta), message(feed.current.full)
     assert delta["marks"] == full["marks"] == [[20, "D's learning rate 0.001, D updates per G update 2"]]
     assert full["points"]["loss_d"] == [[20, 1.0], [25, 0.9]]   # no point of its own
+
+
+def test_before_a_run_the_page_says_nothing_of_a_gan_type_it_has_not_chosen(runs_root):
+    """No run yet: the primer's sections and the healthy ranges are no type's (the default is the
+    relativistic pairing on a CPU, not the DCGAN they once showed); a run's are its own type's."""
+    from app.views import healthy_lines
+    feed = LiveFeed(Job(runs_root))
+    feed.refresh()
+    first = message(feed.current.full)
+    assert first["gan"] == "" and set(first["healthy"]) == {"quality"}, first["healthy"]
+    run = RunDir.create(TrainConfig(gan="rpgan"), runs_root)
+    run.write_status("running", "Training...", step=1, steps=100, gan="rpgan")
+    feed = LiveFeed(Job(runs_root))
+    feed.refresh()
+    shown = message(feed.current.full)
+    assert shown["gan"] == "rpgan" and shown["healthy"] == healthy_lines("rpgan")
