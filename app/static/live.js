@@ -163,12 +163,13 @@ function drawChart(svg, name, keys, names) {
     html += `<polyline points="${drawn(bold[key])}" fill="none" stroke="${color}" stroke-width="2.5"/>`;
   }
   svg.innerHTML = html;
-  // The number is where the bold line ends; with smoothing on, the newest raw value stands beside it, named.
+  // The number is the newest reading, what the room compares with the phase line; with smoothing
+  // on, where the bold line ends stands beside it, named.
   legend.innerHTML = present.map((k) => {
-    const raw = line[k][line[k].length - 1][1], shown = bold[k][bold[k].length - 1][1];
+    const newest = line[k][line[k].length - 1][1], ends = bold[k][bold[k].length - 1][1];
     return `<span class="legend-item"><span style="color:${COLORS[keys.indexOf(k) % COLORS.length]}">&#9632; `
-      + `${names[k]}</span> <span class="shown">${fmt(shown)}</span>`
-      + (weight && line[k].length > 1 && !k.startsWith("frames_") ? ` <span class="raw">(smoothed; raw ${fmt(raw)})</span>` : "") + "</span>";
+      + `${names[k]}</span> <span class="shown">${fmt(newest)}</span>`
+      + (weight && line[k].length > 1 && !k.startsWith("frames_") ? ` <span class="smoothed">(line smoothed: ${fmt(ends)})</span>` : "") + "</span>";
   }).join(" ") + (beside.length ? ` <span class="legend-item compare-legend">dashed: run ${escapeText(lastMessage.compare.run)}</span>` : "");
 }
 

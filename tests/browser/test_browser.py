@@ -29,8 +29,8 @@ in file order, and the one run trained for real comes last.
   steps one update with the grid before it shown; Stop says "stopping..." on the click, is heard
   between log steps and leaves the room on the grid; D's learning rate changed while paused is
   marked on every page's loss chart; on the projector, the host's screen and a
-  phone the log-scale box shows its state, the legend's number is the line's (smoothed, the raw one
-  named), the step axis has round ticks, the diagnostics use words; a phone opens the primer on this
+  phone the log-scale box shows its state, the legend's number is the newest reading (where the smoothed
+  line ends named), the step axis has round ticks, the diagnostics use words; a phone opens the primer on this
   run's losses; the Sample tab names the stopped run's generator; resumed, the run ends and the host
   lands on the Sample tab, which draws the digit asked for."""
 import io
@@ -486,17 +486,17 @@ def check_the_charts_and_diagnostics(page, name: str, run_path: str, stopped: in
     expect(page.locator("#live svg[data-chart='losses'] .axis-name").last).to_contain_text("(log)")
     box.uncheck()
 
-    # The legend's number is where the bold (smoothed) line ends, with the raw value named beside it.
+    # The legend's number is the newest reading, with where the bold (smoothed) line ends named beside it.
     events = [json.loads(line) for line in open(os.path.join(run_path, "events.jsonl"))]
     loss_d = [round(e["loss_d"], 5) for e in events if "loss_d" in e and not e.get("stepped")]
     item = page.locator("#live .live-chart:has(svg[data-chart='losses']) .legend-item", has_text="D loss")
     weight = float(page.locator("#live .live-smoothing").input_value())
     assert weight > 0 and len(loss_d) > 1, (weight, loss_d)
     shown = float(item.locator(".shown").inner_text())
-    raw = float(re.fullmatch(r"\(smoothed; raw (\S+)\)", item.locator(".raw").inner_text()).group(1))
-    assert abs(shown - debiased_ema(loss_d, weight)) < 2e-3 and abs(raw - loss_d[-1]) < 2e-3, (name, shown, raw, loss_d)
+    ends = float(re.fullmatch(r"\(line smoothed: (\S+)\)", item.locator(".smoothed").inner_text()).group(1))
+    assert abs(ends - debiased_ema(loss_d, weight)) < 2e-3 and abs(shown - loss_d[-1]) < 2e-3, (name, shown, ends, loss_d)
     page.locator("#live .live-smoothing").fill("0")   # no smoothing: the line and its number are the raw values
-    expect(item.locator(".raw")).to_have_count(0)
+    expect(item.locator(".smoothed")).to_have_count(0)
     assert abs(float(item.locator(".shown").inner_text()) - loss_d[-1]) < 2e-3, name
 
     # The step axis has round-number ticks between the first and last step, apart and inside the chart.
