@@ -59,9 +59,13 @@ def read_weight_index(weights_path: str) -> dict[str, tuple[str, tuple[int, ...]
         if size > MAX_WEIGHTS_MB * 2**20:
             raise GeneratorFileError(f"The weights file is {size / 2**20:.1f} MB; the limit is {MAX_WEIGHTS_MB} MB.")
         with open(weights_path, "rb") as f:
-            head = f.read(2)
+            head = f.read(9)
+        # A safetensors file by its format: an 8-byte little-endian header length, then the JSON header.
+        # Its first byte is any length's lowest byte, so a pickle's opcode there says nothing alone.
+        header_length = int.from_bytes(head[:8], "little") if len(head) == 9 else 0
+        safetensors_like = 0 < header_length <= size - 8 and head[8:9] == b"{"
         # Sniffed only for the message: safetensors would refuse a pickle too, in less helpful words.
-        if head[:1] == bytes([PICKLE_OPCODE]) or head == b"PK":
+        if not safetensors_like and (head[:1] == bytes([PICKLE_OPCODE]) or head[:2] == b"PK"):
             raise GeneratorFileError("The weights file is a pickle / torch.save file, not safetensors. Blink never "
                                      "loads pickles (unpickling can run code): export with safetensors.")
         with safe_open(weights_path, "pt") as weights:

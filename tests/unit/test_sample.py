@@ -165,6 +165,23 @@ def test_pickle_disguised_as_safetensors_is_refused_without_running(tmp_path):
         S.load_generator(weights, meta)
 
 
+def test_a_safetensors_file_whose_header_length_begins_like_a_pickle_is_read_by_its_format(tmp_path):
+    """The first byte of a safetensors file is its header length's lowest: 0x80, a pickle's first
+    opcode, for one length in 256. Read by its format it is the generator's weights, not a pickle."""
+    generator = tiny_generator()
+    weights, meta = save_generator_pair(str(tmp_path / "g"), generator)
+    state = {k: v.contiguous() for k, v in generator.state_dict().items()}
+    for pad in range(0, 2048, 8):   # safetensors pads its header to 8 bytes: a length of k * 256 + 0x80 is one of these
+        save_file(state, weights, metadata={"pad": "x" * pad})
+        with open(weights, "rb") as f:
+            if f.read(1) == b"\x80":
+                break
+    else:
+        raise AssertionError("no header length ending in 0x80 was made")
+    assert set(S.read_weight_index(weights)) == set(state)
+    assert S.load_generator(weights, meta) is not None
+
+
 @pytest.mark.parametrize("spec_change, message", [
     ({"width": 100_000}, "spec.width=100000"),
     ({"z_dim": 10**9}, "spec.z_dim"),
