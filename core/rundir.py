@@ -421,8 +421,11 @@ class RunDir:
 
     def change_settings(self, values: dict) -> None:
         """Ask the trainer to train on with `values` (core.config.LIVE_FIELDS, checked by the
-        caller): it reads them between steps, as it reads a request, and applies each change once."""
-        self._write(SETTINGS_FILE, json.dumps({"values": values, "time": time.time()}).encode())
+        caller): it reads them between steps, as it reads a request, and applies each change once.
+        A change asked before the trainer took the last one joins it (a field asked twice: the newer
+        value), so two quick presses both take effect."""
+        pending = self.read_settings().get("values", {})
+        self._write(SETTINGS_FILE, json.dumps({"values": {**pending, **values}, "time": time.time()}).encode())
 
     def read_settings(self) -> dict:
         """The last settings change asked for: {"values": {...}, "time": t}, or {} if none."""
