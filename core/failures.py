@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import traceback
 
 from core.rundir import DiskRefused, RunDir
@@ -75,10 +76,14 @@ def failure_message(run: RunDir, message: str, saved_step: int | None = None) ->
 
 def describe(exc: BaseException) -> str:
     """An exception for the status: a write the disk refused in its plain words, else its type and
-    the first line of its text (an XLA or CUDA error's first line names it; the rest is in error.log)."""
+    the first line of its text (an XLA or CUDA error's first line names it; the rest is in error.log),
+    without the paths of the machine that built a library or runs the server (every viewer reads it):
+    a C++ source location goes, a file keeps its name."""
     if isinstance(exc, DiskRefused):
         return str(exc)
     first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    first = re.sub(r"\[[^\]]*/[^\]]*\]\s*", "", first)           # "[/pytorch/third_party/gloo/.../pair.cc:534] "
+    first = re.sub(r"(?<![\w.])/(?:[^\s/:'\"]+/)+([^\s/:'\"]+)", r"\1", first)   # /a/b/c.png -> c.png
     return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
 
 

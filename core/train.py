@@ -141,8 +141,8 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
             log_traceback(run, "trainer")
             why = describe(exc).strip()[:300]
             if ranks and ranks.lost_another(exc):
-                why = (f"another of this run's {ranks.world} processes ended or stopped answering (torchrun's output "
-                       f"says which), so this one could not go on ({why})")
+                why = (f"another of this run's {ranks.world} processes ended or stopped answering, so this one could "
+                       f"not go on ({why})")
             try:
                 run.write_status("failed", failure_message(run, f"Training failed: {why}."))
             except OSError:

@@ -390,6 +390,12 @@ def test_a_failure_says_its_first_line_and_blames_memory_only_for_memory():
     error = RuntimeError("Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error.\n"
                          "  Ran out of memory in memory space hbm.\n  (a long dump follows)")
     assert describe(error) == "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error."
+    # What every viewer reads names no machine's paths: a library's build path goes, a file keeps its name.
+    lost = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                        "[127.0.0.1]:29500")
+    assert describe(lost) == "RuntimeError: Connection closed by peer [127.0.0.1]:29500"
+    assert describe(FileNotFoundError("No such file: '/srv/blink/runs/x/grids/step_000100.png'")) == \
+        "FileNotFoundError: No such file: 'step_000100.png'"
     worker = "DataLoader worker (pid 4242) is killed by signal: Segmentation fault."
     assert hint_for(worker) == ""                     # a crash, not memory
     crashed = ended_by_signal("SIGSEGV", oom_kills())
