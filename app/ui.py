@@ -75,6 +75,7 @@ body.blink-presenting #blink-controls, body.blink-presenting #blink-message { or
 body.blink-presenting #join-link, body.blink-presenting #live { order: -1; }
 body.blink-presenting .blink-intro { display: none !important; }
 #blink-message.blink-stale { display: none; }
+#blink-controls .blink-cannot { opacity: 0.4; }
 """
 PAGE_CSS += sample_tab.SAMPLE_CSS   # the Sample tab's outputs, sized for a projector
 PAGE_CSS += REFUSAL_TOAST_CSS        # a refusal's toast is headed "Not done", not Gradio's "Error"

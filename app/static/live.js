@@ -378,13 +378,28 @@ function apply(message) {
   foldJoin();
   panel.dataset.version = message.version;       // what a page (or a browser test) can read
   panel.dataset.state = message.state;
-  if (message.run && message.gan) {   // the primer shows the watched run's GAN type alone (all before a run)
-    panel.dataset.gan = message.gan;
-    for (const section of panel.querySelectorAll(".primer-gan")) section.hidden = section.dataset.gan !== message.gan;
-  }
+  // The primer shows the watched run's GAN type alone; before a run, what every GAN shares alone.
+  panel.dataset.gan = message.run ? message.gan || "" : "";
+  for (const section of panel.querySelectorAll(".primer-gan")) section.hidden = section.dataset.gan !== panel.dataset.gan;
+  markControls(message.run ? message.state : "");
   panel.dataset.step = message.step;
   panel.dataset.points = Object.values(series).reduce((n, p) => n + p.length, 0);
   panel.dataset.grid = message.grid || "";
+}
+
+// The states in which each of the host's controls can act; in any other it looks it (live.css's
+// .blink-cannot) and says why on hover. A press is still answered, in words, by the server.
+const CAN_ACT = { "blink-pause": ["running", "compiling"], "blink-resume": ["paused", "stopped", "done", "failed"],
+                  "blink-step": ["paused"], "blink-step-10": ["paused"],
+                  "blink-stop": ["starting", "preparing", "waiting", "running", "compiling", "paused"] };
+function markControls(state) {
+  for (const [id, states] of Object.entries(CAN_ACT)) {
+    const button = document.getElementById(id);
+    if (!button) continue;
+    const can = states.includes(state);
+    button.classList.toggle("blink-cannot", !can);
+    button.title = can ? "" : `Nothing to do now: ${state ? `the run is ${state}` : "no run yet"}.`;
+  }
 }
 
 smoothing.value = localStorage.getItem("blink-smoothing") ?? "0.6";

@@ -545,6 +545,10 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
         expect(page.locator("#live .live[data-version]")).to_have_count(1, timeout=60_000)
     earlier = shown_run(host)   # the seeded run
     type_the_host_key(host)
+    # The seeded run has finished: only Resume can act, and the others look it.
+    cannot = lambda page: page.evaluate("[...document.querySelectorAll('#blink-controls .blink-cannot')].map(b => b.id)")
+    expect(host.locator("#blink-resume")).not_to_have_class(re.compile("blink-cannot"))
+    assert sorted(cannot(host)) == ["blink-pause", "blink-step", "blink-step-10", "blink-stop"], cannot(host)
 
     # A refused zip is said in the dataset note; the Dataset dropdown stays a dropdown.
     host.get_by_text("Dataset: upload your images, preview real ones").click()
@@ -597,6 +601,7 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
     host.wait_for_function("/[/]([2-9]\\d|\\d{3,})$/.test(document.querySelector('#live .live').dataset.grid)",
                            timeout=240_000)
     # Pause, then Step: one generator update, the grid before it shown under the new one, both framed.
+    assert sorted(cannot(host)) == ["blink-resume", "blink-step", "blink-step-10"], cannot(host)   # training
     host.get_by_role("button", name="Pause", exact=True).click()
     expect(host.locator("#live .live[data-state='paused']")).to_have_count(1, timeout=120_000)
     # "Pausing..." goes once the run is paused: the status line says so.
