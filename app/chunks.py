@@ -64,6 +64,39 @@ def zero_gpu_device() -> DeviceInfo:
     return info
 
 
+# The header Gradio's browser client sends a press's ZeroGPU identity in (spaces/zero/client.py
+# TOKEN_HEADER, as the server's request holds it, lower case). The client sends one only from the
+# Space's huggingface.co page (client/js/src/helpers/zerogpu.ts posts its handshake only inside
+# that frame), never from the direct <name>.hf.space address.
+TOKEN_HEADER = "x-ip-token"
+ANONYMOUS_PRESS = ("This press is anonymous, so ZeroGPU would charge this network's shared quota (2 minutes a day), "
+                   "not yours: press it on the Space's huggingface.co page while signed in to use your own. "
+                   "The room watches on the direct address.")
+
+
+def anonymous_press() -> bool:
+    """Whether the press this thread serves carries no ZeroGPU identity: no token, or one whose
+    payload (decoded as `spaces` decodes it: spaces/zero/utils.py jwt_payload) says it fell back
+    to IP-based quotas. `spaces` would then schedule every chunk of the run on the network's quota."""
+    import base64
+    import json
+    from gradio.context import LocalContext
+    headers = getattr(LocalContext.request.get(None), "headers", None) or {}
+    token = headers.get(TOKEN_HEADER)
+    if not token:
+        return True
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    except (ValueError, IndexError):
+        return True
+    return not isinstance(payload, dict) or bool(payload.get("error"))
+
+
+def spends_gpu_quota(device: str) -> bool:
+    """Whether a run on `device` here trains in ZeroGPU calls, each charged to whoever pressed."""
+    return on_zero_gpu() and chunk_seconds(device) is not None
+
+
 def chunk_seconds(device: str) -> float | None:
     """How long each chunk of a run on `device` trains, or None to train in one piece.
     BLINK_CHUNK_SECONDS wins; on ZeroGPU every run but one on the CPU (XLA:CPU too) is chunked."""

@@ -407,6 +407,7 @@ class TrainTab:
         if self.job.is_active() and self.job.snapshot().status.state not in FINAL_STATES:
             raise refused(self.job.busy_message(), title="A run is going")
         config = self.config_from_form(**form)
+        self.refuse_anonymous_press(config.device)
         try:
             run = self.job.start(config)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
@@ -414,6 +415,13 @@ class TrainTab:
         except DiskRefused as exc:
             raise refused(str(exc), title="Cannot start")
         return f"Started run `{run.name}`."
+
+    @staticmethod
+    def refuse_anonymous_press(device: str) -> None:
+        """On ZeroGPU, a press whose GPU calls would spend the network's shared quota is refused,
+        before anything runs, saying whose quota it would have spent and where to press instead."""
+        if chunks.spends_gpu_quota(device) and chunks.anonymous_press():
+            raise refused(chunks.ANONYMOUS_PRESS, title="Whose quota")
 
     def estimate(self, **form) -> str:
         """Before Start: what the form's run will train (the plan Start makes, from every field), how
@@ -513,6 +521,8 @@ class TrainTab:
     def resume(self, resume_steps=0, key=""):
         """Resume a paused live run, or continue a stopped/finished/failed run from its checkpoint."""
         self.require_host(key)
+        if self.job.run is not None:
+            self.refuse_anonymous_press(self.job.run.read_config().device)
         state = self.job.snapshot().status.state
         if self.job.is_active() and state not in FINAL_STATES:
             if state == "paused":

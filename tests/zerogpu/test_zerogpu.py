@@ -179,3 +179,21 @@ def test_chunks_on_zero_gpu_prepare_first_wait_abort_refuse_and_charge_the_press
         logged = [e["step"] for e in map(json.loads, f) if "loss_d" in e]
     assert logged == sorted(set(logged)) and logged[-1] == STEPS
     assert all(c["fail"] is False for c in api.log() if c["answer"] == "grant" and c["released"])
+
+
+def test_an_anonymous_press_is_told_whose_quota_it_would_spend_before_anything_runs(space):
+    """From the direct address Gradio's client sends no ZeroGPU identity, and a token that fell back
+    to IP-based quotas names none either: Start is refused in words, no GPU call is asked for and
+    no run is made."""
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+    app, api, _ = space
+    runs_before, calls_before = sorted(os.listdir(app.runs_root)), len(api.log())
+    part = lambda value: base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+    fell_back = f"{part({'alg': 'none'})}.{part({'error': 'no user'})}.sig"
+    for headers in ({}, {"X-IP-Token": fell_back}):
+        with pytest.raises(AppError, match="This press is anonymous, so ZeroGPU would charge this network's shared "
+                                           "quota .* press it on the Space's huggingface.co page while signed in"):
+            Client(app.url, verbose=False, headers=headers).predict(
+                dataset="bundled-mnist", steps=50, api_name="/start")
+    assert len(api.log()) == calls_before and sorted(os.listdir(app.runs_root)) == runs_before
