@@ -69,6 +69,9 @@ def zero_gpu_device() -> DeviceInfo:
 # Space's huggingface.co page (client/js/src/helpers/zerogpu.ts posts its handshake only inside
 # that frame), never from the direct <name>.hf.space address.
 TOKEN_HEADER = "x-ip-token"
+# How often the host's open page hands a chunked run its fresh identity (the ZeroGPU token lasts a
+# few minutes: about 170 s in one report), so an unattended run's calls never carry an expired one.
+IDENTITY_SECONDS = 60
 ANONYMOUS_PRESS = ("This press is anonymous, so ZeroGPU would charge this network's shared quota (2 minutes a day), "
                    "not yours: press it on the Space's huggingface.co page while signed in to use your own. "
                    "The room watches on the direct address.")
@@ -130,6 +133,10 @@ def paused_in_queue_message(number: int, step: int) -> str:
 
 
 def refused_message(number: int, step: int, reason: str) -> str:
+    if "expired" in reason.lower():   # ZeroGPU's "Expired ZeroGPU proxy token"
+        return (f"Paused at step {step}: no GPU was given for chunk {number} ({_words(reason)}): the identity of the "
+                "last press has expired. Nothing trained is lost: press Resume on the Space's huggingface.co page, "
+                "where the page sends a fresh one (and keeps it fresh while it stays open).")
     return (f"Paused at step {step}: no GPU was given for chunk {number} ({_words(reason)}). "
             "Nothing trained is lost: press Resume to try again later, or start a run with Device: cpu "
             "to train on this machine's CPU.")

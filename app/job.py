@@ -243,6 +243,12 @@ class Job:
                 "pause": "Pausing...", "resume": "Resuming...",
                 "step": f"Stepping {stepped_words(count, updates)}..."}[action]
 
+    def charge_to_presser(self) -> None:
+        """The run's next GPU calls (ZeroGPU) carry the identity of the request this thread serves."""
+        with self._lock:
+            if self._chain.going():
+                self._chain.charge_to_presser()
+
     def change_settings(self, values: dict) -> str:
         """Train the current run on with `values` (core/config.py LIVE_FIELDS) from its next step;
         refused (ConfigError, naming the field) by the run's own config checks before the trainer

@@ -416,6 +416,13 @@ class TrainTab:
             raise refused(str(exc), title="Cannot start")
         return f"Started run `{run.name}`."
 
+    def refresh_identity(self, key="") -> None:
+        """The host's page, every IDENTITY_SECONDS on ZeroGPU: the run's next GPU calls carry this
+        request's ZeroGPU identity, fresher than the last press's (an anonymous one changes nothing)."""
+        self.require_host(key)
+        if not chunks.anonymous_press():
+            self.job.charge_to_presser()
+
     @staticmethod
     def refuse_anonymous_press(device: str) -> None:
         """On ZeroGPU, a press whose GPU calls would spend the network's shared quota is refused,
@@ -609,6 +616,9 @@ class TrainTab:
                 self.step_ten_button = gr.Button("10 steps", elem_id="blink-step-10")
                 self.stop_button = gr.Button("Stop", variant="stop", elem_id="blink-stop")
             self.message = gr.Markdown(elem_id="blink-message", elem_classes=["blink-host-only"])
+            # On ZeroGPU, the host's page hands the run a fresh identity while it is open (a press's
+            # expires within minutes, and each chunk's GPU call spends it): ticking on the host's page alone.
+            self.identity_timer = gr.Timer(chunks.IDENTITY_SECONDS, active=False) if chunks.on_zero_gpu() else None
             # Changed while the run trains or is paused, from its next step: the lesson's "what if D
             # learned ten times faster?" without a new run. Text boxes, as a blank one must mean "as
             # it is" (an empty number box is sent as 0); the values are checked as numbers on the server.
@@ -731,6 +741,12 @@ class TrainTab:
               trigger_mode="always_last", api_visibility="private", show_progress="hidden")
         # The live panel says "stopping..." / "pausing..." on the click (live.js); refused, it says the run's status again.
         status_again = "() => document.querySelector('#live .live').dispatchEvent(new Event('blink-refused'))"
+        if self.identity_timer is not None:
+            ticks = lambda key: gr.Timer(active=self.is_host(key))   # noqa: E731  (a page with the host key, or no key set)
+            gr.on([blocks.load, self.key.change], ticks, self.key, self.identity_timer, api_visibility="private",
+                  show_progress="hidden")
+            self.identity_timer.tick(self.refresh_identity, self.key, None, api_name="refresh_identity",
+                                     concurrency_limit=None, show_progress="hidden")
         self.stop_button.click(self.stop, self.key, self.message, api_name="stop", concurrency_limit=None).failure(
             None, None, None, js=status_again, api_visibility="private")
         self.pause_button.click(self.pause, self.key, self.message, api_name="pause", concurrency_limit=None).failure(

@@ -18,6 +18,8 @@ JSON list), "grant" once the plan is empty. Answers:
                        `progress()` moved on from where it stood at the grant): a node lost mid-call,
                        at a point the test names rather than after some seconds, which a faster
                        machine would outrun
+    "hold"             a GPU, and the worker stopped (SIGSTOP) as soon as the call has trained, until
+                       the test calls release(): a call that is still going when the test acts
 A token in `expired_tokens` (POST /expire) gets 401 whatever the plan. `spaces` allows a worker
 once, when it forks it, and runs later calls in it while it lives (idle: true): a call's clock
 starts at its grant then, in the worker allowed last. Every call is kept in GET /log, with the
@@ -46,6 +48,8 @@ class DeviceApi:
         """progress(): how far the run has trained (its newest logged step): "abort" watches it."""
         self.lock = threading.Lock()
         self.progress = progress
+        self.held = threading.Event()             # a "hold" call's worker is stopped
+        self._held_pid: int | None = None
         self.answers: list[str] = []
         self.expired_tokens: set[str] = set()
         self.calls: list[dict] = []           # one per /schedule, in order
@@ -73,6 +77,14 @@ class DeviceApi:
     def expire(self, token: str) -> None:
         with self.lock:
             self.expired_tokens.add(token)
+
+    def release(self) -> None:
+        """The held call's worker goes on (SIGCONT)."""
+        with self.lock:
+            pid, self._held_pid = self._held_pid, None
+        self.held.clear()
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
 
     def log(self) -> list[dict]:
         with self.lock:
@@ -121,13 +133,21 @@ class DeviceApi:
         timer = threading.Timer(call["duration"] * self.duration_factor, self._end_if_running, args=(call,))
         timer.daemon = True
         timer.start()
-        if call["answer"] == "abort":
-            threading.Thread(target=self._abort_once_trained, args=(call, self.progress()), daemon=True).start()
+        if call["answer"] in ("abort", "hold"):
+            threading.Thread(target=self._act_once_trained, args=(call, self.progress()), daemon=True).start()
 
-    def _abort_once_trained(self, call: dict, granted_at: int) -> None:
+    def _act_once_trained(self, call: dict, granted_at: int) -> None:
         while call["released"] is None and self.progress() <= granted_at:
             time.sleep(ABORT_LOOK_SECONDS)
-        self._end_if_running(call)
+        if call["answer"] == "abort":
+            self._end_if_running(call)
+            return
+        with self.lock:
+            if call["released"] is not None:
+                return
+            self._held_pid = call["pid"]
+        os.kill(call["pid"], signal.SIGSTOP)
+        self.held.set()
 
     def _allow(self, params: dict) -> int:
         """A new worker (the first call, or one after the last worker died) names its pid."""

@@ -147,11 +147,18 @@ def test_chunks_on_zero_gpu_prepare_first_wait_abort_refuse_and_charge_the_press
     # An expired token pauses too; Resume by someone else goes on with their own token.
     api.expire(token("helper"))
     assert "Resuming" in helper.predict(api_name="/resume")
-    wait_for(lambda: "Expired ZeroGPU proxy token" in status()["message"], timeout=60, what="the expired token")
-    api.plan(["grant", "queue:200", "queue:200"])
+    expired = wait_for(lambda: "Expired ZeroGPU proxy token" in (s := status())["message"] and s, timeout=60,
+                       what="the expired token")
+    assert "press Resume on the Space's huggingface.co page" in expired["message"], expired["message"]
+    api.plan(["hold", "queue:200", "queue:200"])
     assert "Resuming" in host.predict(api_name="/resume")
+    # While chunk 3 trains, the host's open page hands the run its fresh identity (its timer's
+    # request): the next call carries it, not the press's, which expires within minutes.
+    assert api.held.wait(120), "chunk 3 never trained"
+    client(app, "host, a minute later").predict("", api_name="/refresh_identity")
+    api.release()
     wait_for(lambda: status()["chunk_ended"] >= 3, timeout=120, interval=0.1, what="chunk 3")
-    granted = [c for c in api.log() if c["answer"] == "grant"][-1]
+    granted = [c for c in api.log() if c["answer"] == "hold"][-1]
     assert granted["token"] == token("host") and granted["allowed"]
 
     # Pause while chunk 4 waits in ZeroGPU's queue leaves it as Stop does: no GPU held while paused.
@@ -160,6 +167,7 @@ def test_chunks_on_zero_gpu_prepare_first_wait_abort_refuse_and_charge_the_press
     left = wait_for(lambda: (s := status())["state"] == "paused" and s, timeout=30, interval=0.1, what="the pause")
     assert "while chunk 4 waited for a GPU: it left ZeroGPU's queue, so no GPU time was spent" in left["message"]
     assert api.log()[-1]["answer"] == "queue:200" and api.log()[-1]["allowed"] is None
+    assert api.log()[-1]["token"] == token("host, a minute later")
     assert "Resuming" in host.predict(api_name="/resume")   # queues for chunk 4 again
 
     # Stop while chunk 4 waits in ZeroGPU's queue leaves it: no GPU taken, nothing spent.
