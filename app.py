@@ -184,7 +184,7 @@ def main() -> None:
                 app_kwargs={"routes": demo.blink_feed.routes(),   # the live view's push routes (/live/...)
                             # Outermost first: answers name Gradio's files by a handle, not their server folder.
                             "middleware": [file_handles(os.environ["GRADIO_TEMP_DIR"]),
-                                           upload_limits(TrainConfig.max_image_mb, behind_proxy())]})
+                                           upload_limits(TrainConfig.max_image_mb, behind_proxy(), host_key)]})
 
 
 if __name__ == "__main__":   # required: each trainer process re-imports the main module

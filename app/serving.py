@@ -34,6 +34,7 @@ import asyncio
 import atexit
 import collections
 import hashlib
+import hmac
 import json
 import os
 import shutil
@@ -57,9 +58,16 @@ UPLOADS_AT_ONCE = 2
 UPLOAD_FILES_PER_CLIENT = 40
 UPLOAD_WINDOW_SECONDS = 600.0
 # How long Gradio's copy of an upload is kept for the event that uses it (Gradio's own cache
-# keeps it an hour): longer than an event waits in a busy queue, or a host takes between choosing
-# a generator's files and pressing Upload.
+# keeps it an hour): the host's, longer than an event waits in a busy queue or a host takes between
+# choosing a generator's files and pressing Upload; anyone else's, a minute, so that a keyless
+# flood of unused uploads does not hold the room's share of the bound for long.
 UPLOAD_KEEP_SECONDS = 600.0
+ROOM_UPLOAD_KEEP_SECONDS = 60.0
+# The host's own share of the bound, on top of the room's UPLOADS_AT_ONCE: the room's uploads never
+# use it, so the host's dataset goes in beside any flood. The host's page says so with a cookie
+# holding the host key (set when the key is typed: app/ui.py).
+HOST_UPLOADS_AT_ONCE = 1
+HOST_COOKIE = "blink-host-key"
 # The file in each of the app's temp folders that names the process that made it.
 OWNER_FILE = "app.pid"
 
@@ -149,11 +157,13 @@ def _touched(path: str) -> bool:
 
 
 # ---- Gradio's upload route, bounded -----------------------------------------------------------------
-def upload_limits(max_file_mb: float, trust_forwarded: bool):
-    """The middleware for FastAPI's `middleware=` (Gradio's launch app_kwargs)."""
+def upload_limits(max_file_mb: float, trust_forwarded: bool, host_key: str = ""):
+    """The middleware for FastAPI's `middleware=` (Gradio's launch app_kwargs). host_key: the page's
+    ('' where it has none: everyone is the host)."""
     from starlette.middleware import Middleware
     return Middleware(UploadLimits, max_bytes=int(UPLOADS_AT_ONCE * max_file_mb * 2**20),
-                      trust_forwarded=trust_forwarded)
+                      host_bytes=int(HOST_UPLOADS_AT_ONCE * max_file_mb * 2**20), trust_forwarded=trust_forwarded,
+                      host_key=host_key)
 
 
 class UploadLimits:
@@ -166,9 +176,10 @@ class UploadLimits:
     removed UPLOAD_KEEP_SECONDS after its last upload (a handler that checks it may remove it
     sooner: app/ui.py _forget_upload). A refusal is a short text and one line in the log."""
 
-    def __init__(self, app, max_bytes: int, trust_forwarded: bool = False):
+    def __init__(self, app, max_bytes: int, host_bytes: int = 0, trust_forwarded: bool = False, host_key: str = ""):
+        """max_bytes: what the room's uploads may hold at once; host_bytes: the host's share beyond it."""
         self.app = app
-        self.max_bytes = max_bytes
+        self.max_bytes, self.host_bytes, self.host_key = max_bytes, host_bytes, host_key
         self.trust_forwarded = trust_forwarded
         self._in_flight = 0                                   # bytes declared by uploads being read
         self._held: dict[str, tuple[int, float]] = {}         # copy -> (its size, when last uploaded)
@@ -183,9 +194,10 @@ class UploadLimits:
         declared = _content_length(scope)
         if declared is None:
             return await self._refuse(send, 411, "Upload refused: an upload must state its size (Content-Length).")
-        held = self._held_bytes()
-        if held + self._in_flight + declared > self.max_bytes:
-            return await self._refuse(send, 413, self._too_big(declared, held + self._in_flight))
+        held, host = self._held_bytes(), self._from_host(scope)
+        cap = self.max_bytes + (self.host_bytes if host else 0)
+        if held + self._in_flight + declared > cap:
+            return await self._refuse(send, 413, self._too_big(declared, held + self._in_flight, cap, host))
         self._in_flight += declared
         answer: list[dict] = []
 
@@ -195,7 +207,7 @@ class UploadLimits:
             await self.app(scope, receive, keep)
         finally:
             self._in_flight -= declared
-        await self._answer(send, answer, client)
+        await self._answer(send, answer, client, UPLOAD_KEEP_SECONDS if host else ROOM_UPLOAD_KEEP_SECONDS)
 
     def _client(self, scope) -> str:
         """The sender's address; behind a proxy the first of X-Forwarded-For, as the proxy says
@@ -222,7 +234,23 @@ class UploadLimits:
             _remove_empty_folder(os.path.dirname(path))
         return sum(size for size, _ in self._held.values())
 
-    async def _answer(self, send, answer: list[dict], client: str) -> None:
+    def _from_host(self, scope) -> bool:
+        """Whether the upload comes from the host's page: its cookie holds the host key."""
+        if not self.host_key:
+            return True
+        from http.cookies import SimpleCookie
+        from urllib.parse import unquote
+        cookie = SimpleCookie()
+        for name, value in scope.get("headers", ()):
+            if name == b"cookie":
+                try:
+                    cookie.load(value.decode("latin-1"))
+                except Exception:   # a malformed cookie header: no host's cookie in it
+                    return False
+        sent = cookie.get(HOST_COOKIE)
+        return sent is not None and hmac.compare_digest(unquote(sent.value).encode(), self.host_key.encode())
+
+    async def _answer(self, send, answer: list[dict], client: str, keep_seconds: float) -> None:
         start = next((m for m in answer if m["type"] == "http.response.start"), None)
         paths = _uploaded_paths(answer) if start is not None and start["status"] == 200 else []
         now = time.monotonic()
@@ -239,7 +267,7 @@ class UploadLimits:
                     self._held[path] = (os.path.getsize(path), now)
                 except OSError:
                     continue
-                loop.call_later(UPLOAD_KEEP_SECONDS, self._expire, path, now)
+                loop.call_later(keep_seconds, self._expire, path, now)
         for message in answer:
             await send(message)
 
@@ -253,12 +281,13 @@ class UploadLimits:
         return (f"Upload refused: at most {UPLOAD_FILES_PER_CLIENT} files per address every "
                 f"{UPLOAD_WINDOW_SECONDS / 60:.0f} minutes. Try again later.")
 
-    def _too_big(self, declared: int, used: int) -> str:
-        cap_mb = self.max_bytes / 2**20
-        if declared > self.max_bytes:
+    def _too_big(self, declared: int, used: int, cap: int, host: bool) -> str:
+        cap_mb = cap / 2**20
+        if declared > cap:
             return f"Upload refused: larger than the {cap_mb:.0f} MB this server takes at once."
+        wait = "in a few minutes" if host else "in a minute (the host's uploads have a share of their own)"
         return (f"Upload refused: this server holds at most {cap_mb:.0f} MB of uploads waiting to be used "
-                f"({used / 2**20:.0f} MB now). Try again in a few minutes.")
+                f"({used / 2**20:.0f} MB now). Try again {wait}.")
 
     @staticmethod
     async def _refuse(send, status: int, text: str) -> None:

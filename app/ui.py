@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
-from app import chunks, dataset_work, forkserver, sample_tab, viewer_work, views
+from app import chunks, dataset_work, forkserver, sample_tab, serving, viewer_work, views
 from app.dataset_work import check_data_path
 from app.errors import REFUSAL_TOAST_CSS, log_refusal, name_bad_values, refused
 from app.compare import ComparisonRefused
@@ -741,6 +741,11 @@ class TrainTab:
               trigger_mode="always_last", api_visibility="private", show_progress="hidden")
         # The live panel says "stopping..." / "pausing..." on the click (live.js); refused, it says the run's status again.
         status_again = "() => document.querySelector('#live .live').dispatchEvent(new Event('blink-refused'))"
+        # The host's uploads have a share of the bound of their own (app/serving.py UploadLimits): the
+        # page says it is the host's by a cookie holding the key, sent with each upload.
+        self.key.change(None, self.key, None, js=f"(key) => {{ document.cookie = '{serving.HOST_COOKIE}=' + "
+                        "encodeURIComponent(key) + '; path=/; SameSite=Strict'; }", api_visibility="private",
+                        show_progress="hidden")
         if self.identity_timer is not None:
             ticks = lambda key: gr.Timer(active=self.is_host(key))   # noqa: E731  (a page with the host key, or no key set)
             gr.on([blocks.load, self.key.change], ticks, self.key, self.identity_timer, api_visibility="private",

@@ -545,6 +545,8 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
         expect(page.locator("#live .live[data-version]")).to_have_count(1, timeout=60_000)
     earlier = shown_run(host)   # the seeded run
     type_the_host_key(host)
+    # The host's page tells the upload route it is the host's (its uploads have a share of their own).
+    host.wait_for_function(f"document.cookie.includes('blink-host-key={HOST_KEY}')", timeout=30_000)
     # The seeded run has finished: only Resume can act, and the others look it.
     cannot = lambda page: page.evaluate("[...document.querySelectorAll('#blink-controls .blink-cannot')].map(b => b.id)")
     expect(host.locator("#blink-resume")).not_to_have_class(re.compile("blink-cannot"))
