@@ -349,8 +349,10 @@ class TrainTab:
     def require_host(self, key) -> None:
         """Checked on the server: hiding the buttons would not stop a script.
 
-        A right key passes at once. Each wrong one waits WRONG_KEY_SECONDS, one at a time for the
-        whole server, so guessing runs at two keys a second at most however many requests come."""
+        A right key passes at once, and so is no key refused: it guesses nothing, and a room of
+        keyless presses must not hold the server's threads before the host's. Each wrong one waits
+        WRONG_KEY_SECONDS, one at a time for the whole server, so guessing runs at two keys a second
+        at most however many requests come."""
         if not self.is_host(key):
             raise refused("Only the host can start, stop, pause or resume runs, or change the generator everyone "
                           "samples from, on this page (enter the host key). Everyone else watches the run live.",
@@ -360,6 +362,8 @@ class TrainTab:
         """Whether `key` is the host's (always, on a page with no host key); a wrong key waits its turn."""
         if not self.host_key or hmac.compare_digest(str(key or "").encode(), self.host_key.encode()):
             return True
+        if not str(key or ""):
+            return False
         with self.wrong_keys:
             time.sleep(WRONG_KEY_SECONDS)
         return False
