@@ -160,8 +160,8 @@ def data_facts(dataset: str, data_path: str) -> DataFacts:
 
 
 # The form: TrainConfig fields (their labels, choices and ranges are TrainConfig's), each shown by
-# the TrainTab component of its name, in the order of the named API's /start parameters (scripts
-# pass them by position, the host key last).
+# the TrainTab component of its name: the named API's /start parameters, which scripts and the tests
+# pass by name (the host key as `key`).
 FORM_FIELDS = ("dataset", "data_path", "gan", "preset", "batch_size", "precision", "device", "steps",
                "log_every", "grid_every", "checkpoint_every", "conditional", "augment", "seed", "processes")
 # URL query parameters that may preset the form (a teacher's "Share this setup" link).

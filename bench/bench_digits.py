@@ -41,7 +41,8 @@ def press_start(client, seed: int, gan: str, batch_size: int, steps: int) -> flo
     from tests.apphelpers import press_start as press
     d = TrainConfig()
     precision = devices.default_precision(devices.probe(d.device).kind)   # the form's: it offers no "auto"
-    _, pressed = press(client, d.dataset, "", gan, d.preset, batch_size, precision, d.device, steps, seed=seed)
+    _, pressed = press(client, dataset=d.dataset, data_path="", gan=gan, preset=d.preset, batch_size=batch_size,
+                       precision=precision, device=d.device, steps=steps, seed=seed)
     return pressed
 
 

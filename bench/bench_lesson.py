@@ -64,8 +64,9 @@ def main() -> int:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
             for gan, batch, steps in SETTINGS:
-                form = ("bundled-mnist", "", gan, "fast", batch, "fp32", "cpu", steps)
-                press_start(client, *form)    # measures these settings' speed here
+                form = dict(dataset="bundled-mnist", data_path="", gan=gan, preset="fast", batch_size=batch, precision="fp32",
+                            device="cpu", steps=steps)
+                press_start(client, **form)    # measures these settings' speed here
                 wait_for(lambda: app.status()["state"] == "done", 600, what=f"the {gan} run that measures")
                 page = browser.new_page(viewport=PROJECTOR)
                 page.goto(app.url + f"?gan={gan}&preset=fast&batch_size={batch}&steps={steps}&device=cpu")

@@ -24,13 +24,14 @@ sys.path.insert(0, ROOT)
 from core.rundir import FINAL_STATES, RunDir  # noqa: E402
 from tests.apphelpers import RunningApp, press_start, wait_for  # noqa: E402
 
-FORM = ("bundled-mnist", "", "dcgan", "fast", 16, "fp32", "cpu", 100000)
+FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
+            device="cpu", steps=100000)
 # A Stop heard takes a second or two; a try whose run has not ended by then lost its Stop.
 END_SECONDS = 60
 
 
 def one_try(app, client) -> dict:
-    press_start(client, *FORM, log_every=5, checkpoint_every=5)
+    press_start(client, **FORM, log_every=5, checkpoint_every=5)
     running = wait_for(lambda: (s := app.status())["state"] == "running" and s["step"] >= 5 and s, 120,
                        interval=0.1, what="the run")
     run = RunDir(os.path.join(app.runs_root, running["run"]))

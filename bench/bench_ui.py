@@ -38,7 +38,8 @@ def vm_hwm_mb(pid: int) -> float | None:
 def one_run(client, steps: int) -> tuple[float, float | None]:
     """(seconds to the first loss point, trainer peak RSS MB sampled while it runs)."""
     from tests.apphelpers import press_start
-    _, t0 = press_start(client, "bundled-mnist", "", "dcgan", "auto", 64, "fp32", "auto", steps)
+    _, t0 = press_start(client, dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto", batch_size=64,
+                                precision="fp32", device="auto", steps=steps)
     first = None
     trainer_peak = None
     while True:

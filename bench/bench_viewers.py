@@ -320,7 +320,8 @@ def main() -> None:
             return
         from gradio_client import Client
         if not args.replay:
-            Client(url, verbose=False).predict("bundled-mnist", "", "dcgan", "auto", 128, "fp32", "auto", 1_000_000,
+            Client(url, verbose=False).predict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto",
+                                               batch_size=128, precision="fp32", device="auto", steps=1_000_000,
                                                api_name="/start")
         while status(url).get("state") != "running":
             time.sleep(0.5)

@@ -60,8 +60,8 @@ def main() -> None:
             client = app.client()
             statuses = []
             started = time.perf_counter()
-            client.predict("bundled-mnist", "", "dcgan", "fast", 64, "fp32", "auto", 100000,
-                           api_name="/start")
+            client.predict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=64,
+                           precision="fp32", device="auto", steps=100000, api_name="/start")
 
             def status():
                 statuses.append((time.perf_counter() - started, client.predict(api_name="/status")))

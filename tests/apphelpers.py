@@ -146,7 +146,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def press_start(client, *form, timeout: float = 60.0, **options) -> tuple[str, float]:
+def press_start(client, timeout: float = 60.0, **form) -> tuple[str, float]:
     """Press Start through the named API; (its message, time.perf_counter() when the accepted
     press was sent). Refused as "already training" it is pressed again: the last run's trainer
     writes its final status a moment before it exits."""
@@ -155,7 +155,7 @@ def press_start(client, *form, timeout: float = 60.0, **options) -> tuple[str, f
     def pressed():
         sent = time.perf_counter()
         try:
-            return client.predict(*form, **options, api_name="/start"), sent
+            return client.predict(**form, api_name="/start"), sent
         except AppError as exc:
             if "already training" not in str(exc):
                 raise

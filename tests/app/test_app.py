@@ -49,9 +49,11 @@ def test_bad_settings_are_refused_before_any_process_starts(app):
     # The project's own checks answer, naming the field (the number boxes have no limits of their own;
     # each rule of the form is checked on the Train tab itself in tests/unit/test_train_tab.py).
     with pytest.raises(AppError, match=r"Batch size must be between 1 and 4,096 \(got -1\)"):   # 0: the type's
-        client.predict("bundled-mnist", "", "dcgan", "auto", -1, "fp32", "auto", 50, api_name="/start")
+        client.predict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto", batch_size=-1,
+                       precision="fp32", device="auto", steps=50, api_name="/start")
     with pytest.raises(AppError, match="fp16"):   # refused on every CPU (bf16 depends on the CPU: AMX has it)
-        client.predict("bundled-mnist", "", "dcgan", "auto", 64, "fp16", "cpu", 50, api_name="/start")
+        client.predict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto", batch_size=64,
+                       precision="fp16", device="cpu", steps=50, api_name="/start")
     assert client.predict(api_name="/status")["run"] == ""   # no run directory was created
 
 
@@ -106,7 +108,8 @@ def test_previews_and_samples_are_drawn_without_torch_in_the_ui_process(app):
 
 def test_a_short_run_streams_events_and_grids_then_samples(app):
     client = app.client()
-    message = client.predict("bundled-mnist", "", "dcgan", "auto", 32, "fp32", "auto", 120, seed=7, api_name="/start")
+    message = client.predict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto", batch_size=32,
+                             precision="fp32", device="auto", steps=120, seed=7, api_name="/start")
     assert "Started run" in message
     seen_events, seen_grids = [], set()
 
@@ -287,8 +290,9 @@ def test_the_caption_names_the_generator_and_follows_the_live_run(app):
     client = app.client()
     # Paused at once (through the REST road, milliseconds after Start: long before its first checkpoint
     # at step 100 on any machine), the run has no generator yet: the shipped one is shown, and said so.
-    message, _ = press_start(client, "bundled-mnist", "", "dcgan", "auto", 32, "fp32", "cpu", 400, 10, 250, 100,
-                             "auto")
+    message, _ = press_start(client, dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto",
+                                     batch_size=32, precision="fp32", device="cpu", steps=400, log_every=10,
+                                     grid_every=250, checkpoint_every=100, conditional="auto")
     assert "Started run" in message
     app.call("pause", "")
     name = client.predict(api_name="/status")["run"]
@@ -384,7 +388,8 @@ def test_an_earlier_run_can_be_picked_by_one_viewer_only(app):
 # - Stop always ends a run: a trainer that cannot answer Stop is shown to every viewer as not
 #   answering before anyone presses Stop, is ended by the app, Start works again, and the app's
 #   processes all exit with it (last of the module's app: it stops the app).
-FORM = ("bundled-mnist", "", "dcgan", "fast", 16, "fp32", "cpu", 100000)
+FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
+            device="cpu", steps=100000)
 
 
 def test_step_and_ten_steps_while_paused_train_exactly_that_and_show_before_and_after(app):
@@ -393,7 +398,7 @@ def test_step_and_ten_steps_while_paused_train_exactly_that_and_show_before_and_
     status = app.status
 
     assert client.predict(api_name="/step") == "No run is training."
-    press_start(client, *FORM, log_every=5)
+    press_start(client, **FORM, log_every=5)
     wait_for(lambda: status()["state"] == "running" and status()["step"] >= 5, 120, what="the run")
     assert "Pause first" in client.predict(api_name="/step")   # a running run is not stepped
     client.predict(api_name="/pause")
@@ -461,7 +466,7 @@ def test_a_pause_pressed_just_after_stop_never_replaces_it(app):
 
     outcomes = []
     for _ in range(TRIES):   # one app, a new run each time
-        press_start(client, *FORM, log_every=5, checkpoint_every=5)
+        press_start(client, **FORM, log_every=5, checkpoint_every=5)
         # Past the trainer's warm-up steps: the watchdog then times its step (core/heartbeat.py).
         running = wait_for(lambda: (s := status())["state"] == "running" and s["step"] >= 5 and s, 120,
                            interval=0.1, what="the run")
@@ -513,7 +518,7 @@ def test_a_run_over_two_processes_from_the_page_pauses_resumes_and_stop_ends_eve
     trainer's process group. The status says how each batch is split; Pause and Resume reach both;
     with one rank wedged (SIGSTOP), Stop still ends the run, every rank with it, the checkpoint kept."""
     client = app.client()
-    press_start(client, *FORM, log_every=2, checkpoint_every=4, processes=2)
+    press_start(client, **FORM, log_every=2, checkpoint_every=4, processes=2)
     running = wait_for(lambda: (s := app.status())["state"] == "running" and s["saved_step"] >= 4 and s, 180,
                        interval=0.2, what="the two-process run's first checkpoint")
     assert running["layout"] == "2 processes (DDP, gloo), batch 16 = 8 per process", running["layout"]
@@ -547,7 +552,8 @@ def test_a_run_over_two_processes_from_the_page_pauses_resumes_and_stop_ends_eve
 
 
 # A long CPU run that logs (and checkpoints) every other step, so a checkpoint exists before the wedge.
-WEDGE_FORM = ("bundled-mnist", "", "dcgan", "fast", 8, "fp32", "cpu", 100000)
+WEDGE_FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=8, precision="fp32",
+                  device="cpu", steps=100000)
 WEDGE_OPTIONS = {"log_every": 1, "checkpoint_every": 2}
 
 
@@ -569,7 +575,7 @@ def live_message(app) -> dict:
 def test_stop_ends_a_wedged_trainer_by_force_and_start_works_again(app):
     try:
         client = app.client()
-        press_start(client, *WEDGE_FORM, **WEDGE_OPTIONS)
+        press_start(client, **WEDGE_FORM, **WEDGE_OPTIONS)
         status = wait_for(lambda: _running(app, min_step=2), timeout=300, what="a checkpoint")
         trainer = status["pid"]
         # A real wedge, from outside: a stopped process reads no request and answers nothing.
@@ -593,7 +599,7 @@ def test_stop_ends_a_wedged_trainer_by_force_and_start_works_again(app):
         assert not alive(trainer)   # SIGKILL reaches a stopped process
 
         # Start works again without restarting the app: a new trainer, which stops normally.
-        press_start(client, *WEDGE_FORM, **WEDGE_OPTIONS)
+        press_start(client, **WEDGE_FORM, **WEDGE_OPTIONS)
         second = wait_for(lambda: _running(app, min_step=2), timeout=300, what="the second run's checkpoint")
         assert second["pid"] != trainer and second["run"] != stopped["run"]
 
@@ -666,7 +672,8 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
         assert (others["live", "uploads"] / "abc" / "left.zip").exists() and (others["live", "sample"] / "abc").exists()
         client = app.client()
         _, first, _ = client.predict(handle_file(zips[0]), key, api_name="/upload_dataset")
-        client.predict("folder", first, "dcgan", "fast", 8, "fp32", "cpu", 5, key=key, api_name="/start")
+        client.predict(dataset="folder", data_path=first, gan="dcgan", preset="fast", batch_size=8, precision="fp32",
+                       device="cpu", steps=5, key=key, api_name="/start")
         wait_for(lambda: app.status().get("state") == "done", timeout=300, what="the run on it")
         kept = [client.predict(handle_file(z), key, api_name="/upload_dataset")[1] for z in zips[1:5]]
         # An upload is named to the page by its name, never by where the server keeps it.
@@ -700,7 +707,8 @@ def test_uploads_and_sample_outputs_are_bounded_and_removed_when_the_app_exits(t
         assert len(list((root / "uploaded").iterdir())) == 1     # the one in use
 
         # Two runs at once as the app exits: both stop with a checkpoint, and no trainer is left.
-        client.predict("folder", first, "dcgan", "fast", 8, "fp32", "cpu", 100_000, key=key, api_name="/start")
+        client.predict(dataset="folder", data_path=first, gan="dcgan", preset="fast", batch_size=8, precision="fp32",
+                       device="cpu", steps=100_000, key=key, api_name="/start")
         wait_for(lambda: app.status().get("step", 0) > 0, timeout=120, what="a long run")
         answer = client.predict("lr_d", "at once", key, api_name="/start_comparison")
         names = [app.status()["run"]]

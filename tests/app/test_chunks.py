@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 CHUNK_SECONDS = 1.5
 STEPS = 160
-FORM = ("bundled-mnist", "", "dcgan", "fast", 16, "fp32", "cpu", STEPS)
+FORM = dict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="fast", batch_size=16, precision="fp32",
+            device="cpu", steps=STEPS)
 OPTIONS = {"log_every": 5, "checkpoint_every": 1000, "grid_every": 40}
 # One thread in both runs: CPU kernels split over threads round differently, which a GAN amplifies.
 ENV = {"OMP_NUM_THREADS": "1", "BLINK_CHUNK_SECONDS": str(CHUNK_SECONDS)}
@@ -50,7 +51,7 @@ def test_a_run_in_chunks_from_the_page_pauses_survives_a_kill_and_equals_an_unbr
             seen.append(app.status())
             return seen[-1]
 
-        press_start(client, *FORM, **OPTIONS)
+        press_start(client, **FORM, **OPTIONS)
         # Two chunks ended: the next one is a new trainer that continued from the checkpoint.
         wait_for(lambda: status()["chunk"] >= 3, timeout=120, interval=0.1, what="the third chunk")
         pids = {s["pid"] for s in seen if s["pid"] and s["chunk"]}

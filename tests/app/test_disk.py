@@ -75,14 +75,16 @@ def test_a_read_only_runs_folder_is_refused_then_one_filling_up_mid_run_fails_an
         assert len(warnings) == 1 and f"The runs folder {disk} " in warnings[0], app.read_log()
         client = app.client()
         with pytest.raises(AppError) as refused:
-            client.predict("bundled-mnist", "", "dcgan", "auto", 16, "fp32", "cpu", 50, api_name="/start")
+            client.predict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto", batch_size=16,
+                           precision="fp32", device="cpu", steps=50, api_name="/start")
         assert f"The runs folder {disk} is not writable" in str(refused.value)
         assert "Errno" not in str(refused.value)
         assert client.predict(api_name="/status")["run"] == ""   # no run began
 
         subprocess.run(["mount", "-o", "remount,rw", disk], check=True)   # the host fixes it: Start works
-        client.predict("bundled-mnist", "", "dcgan", "auto", 16, "fp32", "cpu", 100000, 5, 10, 1000,
-                       api_name="/start")
+        client.predict(dataset="bundled-mnist", data_path="", gan="dcgan", preset="auto", batch_size=16,
+                       precision="fp32", device="cpu", steps=100000, log_every=5, grid_every=10,
+                       checkpoint_every=1000, api_name="/start")
         wait_for(lambda: app.status().get("step", 0) >= 5, timeout=300, what="training")
         filler = os.path.join(disk, "filler")
         with open(filler, "wb", buffering=0) as f:   # fill the disk to its last byte

@@ -105,9 +105,10 @@ def test_chunks_on_zero_gpu_prepare_first_wait_abort_refuse_and_charge_the_press
         return seen[-1]
 
     api.plan(["queue:8", "abort"])
-    form = ("folder", folder, "dcgan", "fast", 16, "fp32", "auto", STEPS)
+    form = dict(dataset="folder", data_path=folder, gan="dcgan", preset="fast", batch_size=16, precision="fp32",
+                device="auto", steps=STEPS)
     # Every step logged: the stand-in aborts chunk 2 at its first step, however fast this machine trains.
-    assert "Started" in host.predict(*form, log_every=1, grid_every=1000, checkpoint_every=1000, seed=0,
+    assert "Started" in host.predict(**form, log_every=1, grid_every=1000, checkpoint_every=1000, seed=0,
                                      api_name="/start")
 
     # The data is decoded and resized on the CPU, with its progress, before any GPU is asked for.
