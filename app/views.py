@@ -8,6 +8,7 @@ import time
 from core import gans
 from core.config import spec
 from core.devices import cache_in_words
+from core.phase import percent
 from core.status import Status
 
 # The page's names for what the host may change while a run trains (core/config.py LIVE_FIELDS),
@@ -70,11 +71,11 @@ def quality_summary(events: list[dict]) -> str:
         return ""
     parts = []
     if "quality_confident" in last:
-        parts.append(f"{last['quality_confident']:.0%} of samples confidently digits")
+        parts.append(f"{percent(last['quality_confident'])} of samples confidently digits")
     if "quality_classes" in last:
         parts.append(f"{int(last['quality_classes'])}/10 digit classes")
     if "quality_label_match" in last:
-        parts.append(f"{last['quality_label_match']:.0%} drawn as the digit asked for")
+        parts.append(f"{percent(last['quality_label_match'])} drawn as the digit asked for")
     for key, label in (("quality_fd", "FD"), ("quality_swd", "patch distance")):
         if isinstance(last.get(key), (int, float)) and math.isfinite(last[key]):
             parts.append(f"{label} {last[key]:.1f}")

@@ -27,6 +27,10 @@ FD_STROKES = 150.0      # below: strokes; some samples read as digits
 FEW_DIGITS = 0.1        # at least blobs
 SOME_DIGITS = 0.2       # at least strokes
 # "digits": core.quality.RECOGNIZABLE, the product's one criterion (80% confident, all ten digits).
+# Once there, a run stays "digits" until fewer than this share read as digits (or a digit is
+# missing): a meter reading near 80% from one measurement to the next flipped the line digits,
+# strokes, digits in a default run.
+DIGITS_KEPT = 0.7
 
 # Any other dataset (the sliced Wasserstein distance): how far it has fallen from the run's first
 # measurement (step 50), since its scale depends on the images. In the recorded colour run (discs
@@ -83,13 +87,18 @@ def d_has_won(values: dict, gan: str) -> bool:
     return won is not None and "d_real" in values and values["d_real"] > won[0] and values["d_fake"] < won[1]
 
 
+def percent(share: float) -> str:
+    """A share as a whole percentage, rounded down: 0.796 is 79%, never the 80% of a rule it misses."""
+    return f"{int(share * 100 + 1e-9)}%"
+
+
 def samples_stage(quality: dict, first_swd: float | None) -> tuple[str, str]:
     """(stage, words) for the newest quality measurement: noise, blobs, strokes/shapes, digits."""
     from core.quality import RECOGNIZABLE
     if "quality_fd" in quality:
         fd, confident = quality["quality_fd"], quality.get("quality_confident", 0.0)
         if confident >= RECOGNIZABLE["confident"] and quality.get("quality_classes", 0) >= RECOGNIZABLE["classes"]:
-            return "digits", f"digits: {confident:.0%} of the samples read as digits, all ten of them"
+            return "digits", f"digits: {percent(confident)} of the samples read as digits, all ten of them"
         if fd < FD_STROKES or confident >= SOME_DIGITS:
             return "strokes", "strokes: the samples are taking shape, and some already read as digits"
         if fd < FD_BLOBS or confident >= FEW_DIGITS:
@@ -195,6 +204,10 @@ class Phase:
         stage, words = samples_stage(self.quality, self.first_swd)
         if stage == "noise" and self.furthest_stage > 0:
             return stage, NOISE_AGAIN_WORDS
+        confident = self.quality.get("quality_confident", 0.0)
+        if stage == "strokes" and self.furthest_stage == STAGES.index("digits") and confident >= DIGITS_KEPT \
+                and self.quality.get("quality_classes", 0) >= 10:
+            return "digits", f"digits: {percent(confident)} of the samples read as digits, all ten of them"
         return stage, words
 
     def line(self) -> str:

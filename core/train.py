@@ -307,6 +307,8 @@ class Loop:
                 self.save_checkpoint()
             if quality_due(step, cfg):
                 self._work("measuring quality", self._measure_quality)
+                # The phase line read from this measurement, with it: the page shows both at once.
+                self._status("running", "Training...")
             if chunk_over and self.step_count < cfg.steps:
                 raise SessionEnds("running", f"Chunk {self.report.chunk} ended at step {self.step_count} (checkpoint "
                                              "saved); the next chunk continues the run.")

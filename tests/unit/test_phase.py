@@ -150,3 +150,17 @@ def test_d_is_winning_for_the_relativistic_pairing_when_its_scores_stay_apart_wh
                 for s in range(1, 9)]
     assert phase.d_winning(climbing(3.5), "rpgan")
     assert not phase.d_winning(climbing(0.5), "rpgan")   # a healthy gap: the scores move together
+
+
+def test_digits_once_read_stay_digits_through_a_readings_wobble_and_no_share_is_rounded_up_past_a_rule():
+    """A meter reading near the 80% rule flipped the line digits, strokes, digits; now the line stays
+    "digits" until fewer than DIGITS_KEPT read as digits, and 0.796 is said 79%, not the rule's 80%."""
+    followed = Phase("dcgan", conditional=True)
+    readings = [(0.85, 10), (0.796, 10), (0.72, 10), (0.66, 10), (0.83, 10), (0.9, 9)]
+    stages = []
+    for step, (confident, classes) in enumerate(readings, start=1):
+        followed.add({"step": step * 100, "quality_fd": 20.0, "quality_confident": confident,
+                      "quality_classes": classes, "quality_spread": 0.9})
+        stages.append(followed.stage())
+    assert stages == ["digits", "digits", "digits", "strokes", "digits", "strokes"], stages
+    assert phase.percent(0.796) == "79%" and phase.percent(0.8) == "80%" and phase.percent(0.07) == "7%"
