@@ -19,6 +19,7 @@ import threading
 import time
 
 from app.supervisor import WATCH_SECONDS, TrainerSupervisor
+from core import devices
 from core.rundir import FINAL_STATES, RunDir
 
 
@@ -38,7 +39,7 @@ class BesideRun:
         """From here on this supervises `live`'s trainer (of `earlier`), which is free to start `new`.
         Each trainer's end is reaped as it comes (not at a viewer's next look), so the one left takes
         every thread at once."""
-        if earlier.read_status().device_kind == "cpu":
+        if devices.is_cpu(earlier.read_status().device_kind):
             half = max(1, len(os.sched_getaffinity(0)) // 2)
             for run in (earlier, new):   # written before `new` starts: its trainer reads it at its first step
                 run.share_cpu(half)

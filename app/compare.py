@@ -18,6 +18,7 @@ import threading
 import time
 
 from core.config import TrainConfig
+from core import devices
 from core.rundir import FINAL_STATES, RunDir, list_runs
 from core.status import Status
 
@@ -33,11 +34,11 @@ def at_once_problem(live: Status, cores: int) -> str:
     a CUDA GPU (two processes share it), or a CPU of at least two cores (each run takes half)."""
     if live.chunk:
         return "on ZeroGPU each run trains in GPU calls of its own"
-    if live.device_kind in ("tpu", "xla-cpu"):
+    if devices.is_xla(live.device_kind):
         return "one process holds the XLA devices (a TPU's chips)"
     if live.processes > 1:
         return "the live run trains in several processes"
-    if live.device_kind == "cpu" and cores < 2:
+    if devices.is_cpu(live.device_kind) and cores < 2:
         return "the CPU has one core"
     return ""
 

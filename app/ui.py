@@ -104,7 +104,7 @@ class DeviceCache:
         with self._lock:
             if requested not in self._infos:
                 # On ZeroGPU no process sees the GPU but a chunk's GPU call: the page describes that GPU.
-                on_gpu_call = chunks.on_zero_gpu() and requested in ("auto", "cuda")
+                on_gpu_call = chunks.on_zero_gpu() and (requested == "auto" or devices.is_cuda(requested))
                 self._infos[requested] = (chunks.zero_gpu_device() if on_gpu_call
                                           else devices.probe_in_child_process(requested, forkserver.context()))
             return self._infos[requested]
@@ -267,7 +267,7 @@ def time_note(plan: Plan, runs_root: str) -> str:
     preset, n_critic = config.preset, config.n_critic
     measured = measured_images_per_second(runs_root, plan)
     speed, source = measured, "as a run of these settings measured on this server"
-    if measured is None and info.kind == "cpu" and preset == "fast":
+    if measured is None and devices.is_cpu(info.kind) and preset == "fast":
         speed, source = (CPU_FAST_IMAGES_PER_SECOND / gans.get(config.gan).cpu_cost,
                          "rough: no run of these settings has trained here yet")
     turn = chunks.chunk_seconds(config.device) if chunks.on_zero_gpu() else None
@@ -303,7 +303,7 @@ def crawl_warning(config: TrainConfig, info: devices.DeviceInfo, preset: str, n_
     if n_critic > 1:
         quicker = [g.label for g in gans.GAN_TYPES if g.defaults.get("n_critic", 1) == 1]
         fixes.append(f"a GAN type with one critic update a step ({', '.join(quicker)})")
-    if info.kind == "cpu" and preset != "fast":
+    if devices.is_cpu(info.kind) and preset != "fast":
         fixes.append("the fast model size")
     if not fixes:
         return warning

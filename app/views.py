@@ -7,7 +7,7 @@ import time
 
 from core import gans
 from core.config import spec
-from core.devices import cache_in_words
+from core.devices import cache_in_words, is_cpu, is_xla
 from core.phase import percent
 from core.status import Status
 
@@ -177,7 +177,7 @@ NUMBER_FORMATS = {"fp32": "fp32 (32-bit floating point)", "bf16": "bf16 (16-bit 
 
 def devices_in_words(status: Status) -> str:
     """How many devices train, said so that "1 device" beside "CPU (2 cores)" is not a puzzle."""
-    if status.device_kind == "cpu" and (status.processes or 1) == 1:
+    if is_cpu(status.device_kind) and (status.processes or 1) == 1:
         cores = re.search(r"\((\d+) cores?\)", status.device or "")
         count = int(cores.group(1)) if cores else 0
         spread = "both its cores" if count == 2 else f"all {count} of its cores" if count > 2 else "its core"
@@ -233,7 +233,7 @@ def diagnostics_rows(status: Status) -> list[list[str]]:
     if diag.get("memory_total"):
         rows.append(("Device memory used",
                      f"{diag.pop('memory_used') / 2**30:.2f} of {diag.pop('memory_total') / 2**30:.2f} GiB"))
-    xla = status.device_kind in ("tpu", "xla-cpu")
+    xla = is_xla(status.device_kind)
     for key, value in diag.items():
         if value is None or (key in XLA_ONLY and not xla):
             continue

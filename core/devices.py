@@ -24,6 +24,37 @@ from typing import Any, Callable
 KINDS = ("tpu", "xla-cpu", "cuda", "cpu")
 # The kinds that train on this machine's own CPU: on ZeroGPU no GPU call is asked for them.
 CPU_KINDS = ("xla-cpu", "cpu")
+XLA_KINDS = ("tpu", "xla-cpu")   # one process drives every device (SPMD), through torch_xla
+DDP_KINDS = ("cuda", "cpu")      # several processes (torchrun's ranks) may train one run
+
+
+# What a kind of device is, asked by name (a status's device_kind, a DeviceInfo's kind): the only
+# place outside this module and the plan that names the kinds is this, so a kind is declared once.
+def is_xla(kind: str) -> bool:
+    return kind in XLA_KINDS
+
+
+def is_tpu(kind: str) -> bool:
+    return kind == "tpu"
+
+
+def is_accelerator(kind: str) -> bool:
+    """A TPU or a CUDA GPU: the compute for the larger models."""
+    return kind in ("tpu", "cuda")
+
+
+def is_cuda(kind: str) -> bool:
+    return kind == "cuda"
+
+
+def is_cpu(kind: str) -> bool:
+    """The plain CPU (not XLA:CPU)."""
+    return kind == "cpu"
+
+
+def ddp_backend(kind: str) -> str:
+    """The collectives' backend of a run of several processes on this kind."""
+    return "nccl" if is_cuda(kind) else "gloo"
 
 # The seed's fp16 scaler for GANs: a lower initial scale than torch's 65536 (GAN losses spike,
 # and every overflow costs a skipped step), gentler growth, update after every step.
@@ -435,7 +466,7 @@ class Runtime:
         import torch
         self.info = info
         self.kind = info.kind
-        self.is_xla = info.kind in ("tpu", "xla-cpu")
+        self.is_xla = is_xla(info.kind)
         self.mesh = None
         self._batch_shardings: dict[int, object] = {}   # shard_batch's, by the rank of the tensor
         self.ranks = ranks

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import warnings
 
+from core import devices
 from core.control import wait_out_pause
 
 # How long a rank waits in one collective before it gives up with an error. A rank that dies closes
@@ -56,10 +57,6 @@ def where_launched(env=os.environ) -> str:
                 "trains one run over N processes, DDP)")
     return (f"rank {env.get('RANK')} of {env.get('WORLD_SIZE')} (local rank {env.get('LOCAL_RANK')} on this "
             f"machine), rendezvous at {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}")
-
-
-def backend_for(device_kind: str) -> str:
-    return "nccl" if device_kind == "cuda" else "gloo"
 
 
 class Ranks:
@@ -110,21 +107,21 @@ class Ranks:
         """The device's DeviceInfo as this run uses it: `processes` ranks, each driving one device.
         ValueError for a device DDP does not drive here: XLA trains several devices from one process."""
         import dataclasses
-        if info.kind not in ("cuda", "cpu"):
+        if info.kind not in devices.DDP_KINDS:
             raise ValueError(f"Device {info.kind} trains in one process (SPMD over its devices): run it without "
                              "torchrun. Under torchrun each process drives one CUDA GPU or the CPU.")
-        if info.kind == "cuda":
+        if devices.is_cuda(info.kind):
             import torch
             gpus = torch.cuda.device_count()
             if self.local_rank >= gpus:
                 raise ValueError(f"torchrun started more processes on this machine than it has CUDA GPUs ({gpus}): "
                                  f"use --nproc-per-node {gpus} or fewer.")
-        return dataclasses.replace(info, processes=self.world, backend=backend_for(info.kind))
+        return dataclasses.replace(info, processes=self.world, backend=devices.ddp_backend(info.kind))
 
     def device(self, kind: str):
         """The device this rank trains on: its own GPU (cuda:LOCAL_RANK) or the CPU."""
         import torch
-        if kind != "cuda":
+        if not devices.is_cuda(kind):
             return torch.device("cpu")
         torch.cuda.set_device(self.local_rank)
         return torch.device("cuda", self.local_rank)

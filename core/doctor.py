@@ -56,7 +56,7 @@ def describe(requested: str = "auto", ranks=None) -> tuple[devices.DeviceInfo, l
             lines.append(f"REFUSED under torchrun: {exc}")
     lines.append(f"Device: {info.name} ({info.kind}): {info.layout}"
                  + (", in the trainer process" if info.processes == 1 else ""))
-    if info.kind == "cuda":
+    if devices.is_cuda(info.kind):
         import torch
         total = torch.cuda.get_device_properties(0).total_memory
         lines.append(f"GPU memory: {total / 2**30:.1f} GiB")
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  {line}", flush=True)
         if args.steps <= 0:
             return 0
-        compiling = " (XLA compiles the first steps)" if info.kind in ("tpu", "xla-cpu") else ""
+        compiling = " (XLA compiles the first steps)" if devices.is_xla(info.kind) else ""
         say(f"Training {args.steps} steps on {info.name}{compiling}...", flush=True)
         finished, lines = short_run(args.device, args.steps, args.batch_size, ranks)
         for line in lines:

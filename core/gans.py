@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.devices import is_cpu
+
 
 @dataclass(frozen=True)
 class GanType:
@@ -189,7 +191,7 @@ def auto_name(preset: str, device_kind: str, processes: int, dataset: str) -> st
     digits on the fast preset on a CPU in one process (bench/README.md, "Speed and start-up"); DCGAN
     elsewhere (the seed's 64x64 DCGAN on a GPU or TPU, own images, and every road the pairing has not
     been measured on)."""
-    fastest = (preset == "fast" and device_kind == "cpu" and processes <= 1 and dataset in RELATIVISTIC_DATASETS)
+    fastest = (preset == "fast" and is_cpu(device_kind) and processes <= 1 and dataset in RELATIVISTIC_DATASETS)
     return "rpgan" if fastest else "dcgan"
 
 

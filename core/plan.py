@@ -20,6 +20,7 @@ from typing import Any
 from core import gans
 from core.architecture import model_resolution, resolve_preset
 from core.config import LIVE_FIELDS, ConfigError, TrainConfig, augments, validate
+from core.devices import ddp_backend
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def processes_for(config: TrainConfig, device) -> tuple[TrainConfig, Any]:
         raise ConfigError(f"processes {count}: {device.name} has {device.available} {what}, one per process; "
                           f"use at most {device.available}.")
     if count > 1:
-        device = dataclasses.replace(device, processes=count, backend="nccl" if device.kind == "cuda" else "gloo")
+        device = dataclasses.replace(device, processes=count, backend=ddp_backend(device.kind))
     return dataclasses.replace(config, processes=count), device
 
 

@@ -94,7 +94,7 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     try:
         from core.training import build_training, planned
         # One host decides Stop and Pause: a slice of several is refused before its runtime starts.
-        refusal = devices.multi_host_refusal(devices.slice_hosts()) if info.kind == "tpu" else None
+        refusal = devices.multi_host_refusal(devices.slice_hosts()) if devices.is_tpu(info.kind) else None
         if refusal:
             raise SessionEnds("failed", refusal)
         rt = devices.Runtime(info, ranks)

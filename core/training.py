@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import gans
+from core import devices
 from core.architecture import grid_columns
 from core.config import LIVE_FIELDS, TrainConfig
 from core.plan import DataFacts, Plan, make_plan
@@ -226,7 +227,7 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     labels = dataset.labels if plan.classes else None
     # The global batch's order from the seed, alike in every process; each takes its own rows of it.
     stream = data.BatchStream(images, config.batch_size, rt.device, config.seed,
-                              keep_on_device=info.kind == "cuda", labels=labels, place=rt.to_device,
+                              keep_on_device=devices.is_cuda(info.kind), labels=labels, place=rt.to_device,
                               rows=rt.local_part)
     data_load_seconds = dataset.load_seconds + time.perf_counter() - t0
 
@@ -235,7 +236,7 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     G, D = rt.sync_batch_norms(G), rt.sync_batch_norms(D)   # under DDP: BatchNorm over the global batch
     G.to(rt.device)
     D.to(rt.device)
-    if info.kind in ("cuda", "cpu"):
+    if info.kind in devices.DDP_KINDS:
         # NHWC convolutions: tensor cores prefer them, and oneDNN runs this model's CPU steps
         # faster in them (lab/README.md, "Step speed: levers measured").
         G.to(memory_format=torch.channels_last)
@@ -245,7 +246,7 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     # the step count and Adam's bias corrections stay on the device (capturable): as Python floats
     # they become graph constants once they round to 1.0, and the step recompiled mid-run
     # (torch_xla's IsSpecialScalar; bench/README.md, "Compiles after warm-up"): a stall on a TPU.
-    fused = {"fused": True} if info.kind in ("cpu", "cuda") else {"capturable": True}
+    fused = {"fused": True} if not devices.is_xla(info.kind) else {"capturable": True}
     opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas, **fused)
     opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
     # D trains on augmented images (both D's and G's steps); the checkpoint and the verdicts keep D itself.

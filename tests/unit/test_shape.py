@@ -78,3 +78,24 @@ def test_the_cli_help_lists_every_fields_choices_and_range():
         assert all(choice in helps[name] for choice in meta["choices"]), name
         if meta["range"]:
             assert f"{meta['range'][0]:,}" in helps[name], name
+
+
+def test_a_device_kind_is_named_in_comparisons_only_where_the_kinds_are_declared():
+    """core/devices.py says what each kind is (is_xla, is_cpu, ...), and the plan decides with it;
+    everything else asks them, so a new kind is added in one place."""
+    from core.devices import KINDS
+
+    def named_kinds(node) -> bool:
+        values = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return any(isinstance(v, ast.Constant) and v.value in KINDS for v in values)
+    found = []
+    for module, path in _modules().items():
+        if module in ("core.devices", "core.plan"):
+            continue
+        for node in ast.walk(ast.parse(open(path).read())):
+            # torch.device(...).type == "cpu" is torch's own name of a device, not a Blink kind.
+            torch_type = isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "type"
+            if isinstance(node, ast.Compare) and not torch_type \
+                    and any(named_kinds(side) for side in [node.left, *node.comparators]):
+                found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert not found, found
