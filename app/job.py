@@ -222,6 +222,9 @@ class Job:
                 if self._chain.going():
                     return ("Step needs a run that trains in one piece: in chunks (ZeroGPU) a paused run "
                             "holds no GPU to step with.")
+            if action == "resume" and pending == "pause" and run.read_status().state != "paused":
+                run.clear_request("pause")   # pressed just after a Pause the trainer has not heard: the later press wins
+                return "Training on: the Pause pressed just before is cancelled."
             if action == "resume" and self._chain.going():
                 self._chain.charge_to_presser()   # the next chunks spend the quota of whoever pressed Resume
             try:
@@ -239,6 +242,8 @@ class Job:
                 return "No run is training."
             if action == "stop":
                 trainer.watch_stop()   # ended by force if it never answers (a wedged device)
+            if action == "pause" and pending == "resume" and run.read_status().state == "paused":
+                return "Staying paused: the Resume pressed just before is cancelled."
         return {"stop": "Stopping... the trainer saves a checkpoint and the final grid, then ends.",
                 "pause": "Pausing...", "resume": "Resuming...",
                 "step": f"Stepping {stepped_words(count, updates)}..."}[action]
@@ -248,6 +253,11 @@ class Job:
         with self._lock:
             if self._chain.going():
                 self._chain.charge_to_presser()
+
+    def pending_request(self) -> str:
+        """The press the live run's trainer has not acted on yet ('' for none)."""
+        with self._lock:
+            return self._run.read_request() if self._run is not None else ""
 
     def change_settings(self, values: dict) -> str:
         """Train the current run on with `values` (core/config.py LIVE_FIELDS) from its next step;

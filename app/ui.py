@@ -460,7 +460,7 @@ class TrainTab:
 
     def pause(self, key=""):
         self.require_host(key)
-        if self.job.snapshot().status.state == "paused":
+        if self.job.snapshot().status.state == "paused" and self.job.pending_request() != "resume":
             return "The run is already paused: press Resume to continue."
         return self.job.request("pause")
 
@@ -536,7 +536,7 @@ class TrainTab:
             self.refuse_anonymous_press(self.job.run.read_config().device)
         state = self.job.snapshot().status.state
         if self.job.is_active() and state not in FINAL_STATES:
-            if state == "paused":
+            if state == "paused" or self.job.pending_request() == "pause":   # a Pause not yet heard: cancelled
                 return self.job.request("resume")
             return "The run is training already (Resume continues a paused or stopped run)."
         try:

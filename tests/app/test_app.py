@@ -438,7 +438,19 @@ def test_step_and_ten_steps_while_paused_train_exactly_that_and_show_before_and_
 
     # Still paused: nothing trains until Resume, which carries on from the stepped step.
     assert status()["step"] == paused["step"] + 12
+    # Resume then Pause, milliseconds apart (the REST road): the later press wins and is answered
+    # with what happens, never "already paused" while a Resume is pending.
+    assert app.call("resume", 0, "")[0] in ("Resuming...",)
+    answer = app.call("pause", "")[0]
+    assert answer in ("Staying paused: the Resume pressed just before is cancelled.", "Pausing..."), answer
+    wait_for(lambda: status()["state"] == "paused" and run.read_request() != "resume", 60,
+             what="the run paused, no Resume pending")
+    # And Pause then Resume: the Resume wins, the run trains on.
     client.predict(api_name="/resume")
+    wait_for(lambda: status()["state"] == "running", 60, what="the resumed run")
+    answers = [app.call("pause", "")[0], app.call("resume", 0, "")[0]]
+    assert answers[0] == "Pausing..." and answers[1] in ("Training on: the Pause pressed just before is cancelled.",
+                                                         "Resuming..."), answers
     wait_for(lambda: status()["state"] == "running" and status()["step"] > paused["step"] + 12, 60,
              what="the resumed run")
     client.predict(api_name="/stop")
