@@ -249,17 +249,28 @@ function frameTiles(img, values, verdicts) {
 
 // A tap (or a click) on a framed image says D's verdict on it, at a size a phone reads.
 const GRID_NAMES = { fakes: "G's image", reals: "Real image", before: "Before the Step, G's image" };
+// The tile tapped last, read again from each new grid's verdicts: a readout always says the grid on screen.
+let tapped = null;
 function readVerdict(event) {
   const img = event.currentTarget.querySelector("img");
-  const frame = [...event.currentTarget.querySelectorAll(".verdict")].find((f) => {
+  const frames = [...event.currentTarget.querySelectorAll(".verdict")];
+  const index = frames.findIndex((f) => {
     const box = f.getBoundingClientRect();
     return event.clientX >= box.left && event.clientX <= box.right && event.clientY >= box.top && event.clientY <= box.bottom;
   });
-  if (!frame) return;
+  if (index < 0) return;
+  tapped = { img, index };
+  sayVerdict();
+}
+function sayVerdict() {
+  const readout = element.querySelector(".verdict-readout");
+  const frame = tapped && tapped.img.parentElement.querySelectorAll(".verdict")[tapped.index];
+  if (!frame) { readout.textContent = ""; return; }
   const verdicts = (lastMessage || {}).verdicts || {};
   const says = frame.classList.contains("real") ? "real" : "fake";
-  element.querySelector(".verdict-readout").textContent =
-    `${GRID_NAMES[img.className] || "Image"}, ${frame.dataset.place}: D's verdict ${frame.dataset.value}, `
+  const step = (panel.dataset.grid || "").split("/").pop();
+  readout.textContent = `${GRID_NAMES[tapped.img.className] || "Image"}, ${frame.dataset.place}`
+    + `${step ? ` (the grid at step ${step})` : ""}: D's verdict ${frame.dataset.value}, `
     + `so D says ${says}${verdicts.kind === "score" ? " (beside the other images' scores)" : ""}.`;
 }
 for (const img of [grid, realGrid, beforeGrid]) img.parentElement.addEventListener("click", readVerdict);
@@ -291,6 +302,7 @@ function drawVerdicts() {
   frameTiles(realGrid, verdicts && verdicts.real, verdicts || {});
   const before = (lastMessage || {}).before;
   frameTiles(beforeGrid, before && before.verdicts && before.verdicts.fake, (before && before.verdicts) || {});
+  if (tapped) sayVerdict();
 }
 
 // A silent trainer's line (views.silence_line) is rendered once, when it falls silent; its seconds

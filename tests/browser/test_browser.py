@@ -676,8 +676,9 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
         page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         readout = page.locator("#live .verdict-readout")
         said = "fake" if "fake" in seventh.get_attribute("class") else "real"
-        expect(readout).to_have_text(f"Real image, row 1, column 7: D's verdict {seventh.get_attribute('data-value')}, "
-                                     f"so D says {said}.")
+        value = seventh.get_attribute("data-value")
+        expect(readout).to_have_text(re.compile(rf"Real image, row 1, column 7 \(the grid at step {stopped}\): "
+                                                rf"D's verdict {re.escape(value)}, so D says {said}\."))
         assert float(readout.evaluate("e => getComputedStyle(e).fontSize")[:-2]) >= (11 if name == "phone" else 14)
     frame, tile = host.locator("#live .live-real .verdict").first.bounding_box(), grid_box(host)
     assert frame["width"] > 0.8 * tile["width"] / 10 - 4, (frame, tile)   # a tile's frame, not a dot
@@ -716,6 +717,8 @@ def test_one_run_started_watched_paused_stepped_stopped_and_resumed_to_its_end(a
     for page, before in zip(viewers, early):
         final = panel_state(page)
         assert final["state"] == "done" and final["grid"] != before["grid"], (before, final)
+    # The tile tapped before the Resume is read again from the newest grid: the readout says that grid.
+    expect(projector.locator("#live .verdict-readout")).to_contain_text(f"(the grid at step {end}):", timeout=30_000)
     expect(host.locator("#live .live-status")).to_contain_text("done")
     # What is happening, in words, on every screen (core/phase.py): the samples' stage at the end.
     for page in viewers:
