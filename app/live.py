@@ -160,7 +160,7 @@ class LiveFeed:
         self._verdicts_read: tuple = (None, None)   # ((run path, step), that grid's verdicts)
         self._compared_read: dict = {}               # the compared run's events, grids and config (_compared)
         self._frames_read: dict = {}                 # the current run's frames' points (_frames)
-        self._differences_said: tuple = (None, "")   # ((live config, its time, compared run), the words)
+        self._differences_said: tuple = (None, ("", "", ""))   # ((live config, its time, compared run), (words, captions))
 
     @property
     def current(self) -> Rendered | None:
@@ -344,20 +344,24 @@ class LiveFeed:
         # match), else the nearest one before it; its first before the live run has a grid.
         earlier = [s for s in steps if grid_step is not None and s <= grid_step]
         step = earlier[-1] if earlier else (steps[0] if steps else None)
-        return {"run": run.name, "grid_step": step, "differences": self._differences(live_path, compared),
+        words, mine, theirs = self._differences(live_path, compared)
+        return {"run": run.name, "grid_step": step, "differences": words, "caption": theirs, "own_caption": mine,
                 "grid": f"live/grid/{run.name}/{step}" if step is not None else None}
 
-    def _differences(self, live_path: str, compared: dict) -> str:
-        """What differs between the live run's config and the compared run's, in words: worked out
-        again only when the live run's config.json changed (its plan written, a settings change)."""
+    def _differences(self, live_path: str, compared: dict) -> tuple[str, str, str]:
+        """What differs between the live run's config and the compared run's, in words, and each
+        grid's caption by it: worked out again only when the live run's config.json changed (its
+        plan written, a settings change)."""
         live = RunDir(live_path)
         try:
             key = (live.path, os.stat(live.file(RunDir.CONFIG)).st_mtime_ns, compared["path"])
             if self._differences_said[0] != key:
-                there = compared["config"]
-                self._differences_said = (key, views.differences_words(live.read_config(), there) if there else "")
+                there, here = compared["config"], live.read_config()
+                said = ((views.differences_words(here, there), *views.differences_captions(here, there)) if there
+                        else ("", "", ""))
+                self._differences_said = (key, said)
         except (OSError, ValueError):
-            return ""
+            return "", "", ""
         return self._differences_said[1]
 
     def _compared_points(self, run: RunDir | None, gan: str) -> dict:

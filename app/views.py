@@ -28,17 +28,27 @@ def _setting(name: str, value) -> str:
     return f"{value:g}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _differing(here, there) -> list[tuple[str, str, str]]:
+    """(what, its value here, there) for each setting two runs' configs (TrainConfigs) differ in."""
+    # A value left None is the GAN type's default (a run's plan holds it resolved, for its preset).
+    here, there = (config.resolved(None if config.preset == "auto" else config.preset) for config in (here, there))
+    return [(spec(name)["label"] or LIVE_LABELS.get(name, name.replace("_", " ")),
+             _setting(name, getattr(here, name)), _setting(name, getattr(there, name)))
+            for name in here.differences(there, ignore=())]
+
+
 def differences_words(here, there) -> str:
     """What differs between the live run's config and a compared run's (TrainConfigs), as the page
     says it: "D's learning rate 0.03 here, 0.003 there; Seed 1 here, 0 there"."""
-    # A value left None is the GAN type's default (a run's plan holds it resolved, for its preset).
-    here, there = (config.resolved(None if config.preset == "auto" else config.preset) for config in (here, there))
-    names = here.differences(there, ignore=())
-    if not names:
-        return "the same settings"
-    return "; ".join(f"{spec(name)['label'] or LIVE_LABELS.get(name, name.replace('_', ' '))} "
-                     f"{_setting(name, getattr(here, name))} here, {_setting(name, getattr(there, name))} there"
-                     for name in names)
+    differing = _differing(here, there)
+    return "; ".join(f"{what} {mine} here, {theirs} there" for what, mine, theirs in differing) or "the same settings"
+
+
+def differences_captions(here, there) -> tuple[str, str]:
+    """Each grid's caption by what differs, its own values: ("D's learning rate 0.03", "D's learning rate 0.003")."""
+    differing = _differing(here, there)
+    return ("; ".join(f"{what} {mine}" for what, mine, _ in differing),
+            "; ".join(f"{what} {theirs}" for what, _, theirs in differing))
 
 
 LOSS_SERIES = {"loss_d": "D loss", "loss_g": "G loss"}

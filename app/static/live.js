@@ -324,9 +324,12 @@ function showCompared(message) {
   if (compare && message.compare_points) Object.assign(compareSeries, message.compare_points);
   element.querySelector(".live-compare").hidden = !(compare && compare.grid);
   if (compare && compare.grid && compared.getAttribute("src") !== compare.grid) compared.setAttribute("src", compare.grid);
-  element.querySelector(".compare-caption").textContent = compare ? `Run ${compare.run}, step ${compare.grid_step}` : "";
+  // Each grid captioned by what differs between the two runs, its own values; then which run and step.
+  const caption = (differs, where) => (differs ? `${differs} (${where})` : where);
+  element.querySelector(".compare-caption").textContent =
+    compare ? caption(compare.caption, `run ${compare.run}, step ${compare.grid_step}`) : "";
   const own = element.querySelector(".own-caption");
-  own.textContent = compare ? `This run, step ${(message.grid || "").split("/").pop()}` : "";
+  own.textContent = compare ? caption(compare.own_caption, `this run, step ${(message.grid || "").split("/").pop()}`) : "";
   own.hidden = !compare;
   const note = element.querySelector(".live-compare-note");
   note.textContent = [compare ? `Beside run ${compare.run} (right grid, dashed lines): ${compare.differences}.` : "",

@@ -399,8 +399,10 @@ def test_an_earlier_run_beside_the_live_one_on_every_screen(app, person):
         assert abs(other["width"] - live["width"]) < 2 and other["width"] >= (140 if name == "phone" else 250), (name, other)
         assert other["y"] + other["height"] <= viewport["height"], (name, other, viewport)
         assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"], name
-        expect(page.locator("#live .compare-caption")).to_have_text(f"Run {earlier.name}, step {SEEDED_STEP}")
-        expect(page.locator("#live .own-caption")).to_have_text(f"This run, step {SEEDED_STEP}")
+        # Each grid captioned by what differs, its own value, and then which run it is.
+        expect(page.locator("#live .compare-caption")).to_have_text(
+            f"D's learning rate 0.002 (run {earlier.name}, step {SEEDED_STEP})")
+        expect(page.locator("#live .own-caption")).to_have_text(f"D's learning rate 0.0002 (this run, step {SEEDED_STEP})")
         expect(page.locator("#live .live-compare-note")).to_contain_text(
             f"Beside run {earlier.name} (right grid, dashed lines): D's learning rate 0.0002 here, 0.002 there.")
         losses = page.locator("#live svg[data-chart='losses']")

@@ -46,6 +46,10 @@ def test_the_differences_are_said_with_the_pages_labels():
     # A value left to the GAN type is compared as the type sets it: WGAN-GP's 5 critic updates.
     assert "D updates per G update 5 here, 1 there" in words
     assert differences_words(TrainConfig(), TrainConfig()) == "the same settings"
+    from app.views import differences_captions
+    assert differences_captions(TrainConfig(gan="dcgan", lr_d=3e-2), TrainConfig(gan="dcgan", lr_d=3e-3)) == \
+        ("D's learning rate 0.03", "D's learning rate 0.003")
+    assert differences_captions(TrainConfig(), TrainConfig()) == ("", "")
 
 
 def seed_run(root: str, config: TrainConfig, grid_steps: tuple[int, ...], loss_d: float, state: str = "done") -> RunDir:
