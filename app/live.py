@@ -346,7 +346,9 @@ class LiveFeed:
         step = earlier[-1] if earlier else (steps[0] if steps else None)
         words, mine, theirs = self._differences(live_path, compared)
         return {"run": run.name, "grid_step": step, "differences": words, "caption": theirs, "own_caption": mine,
-                "grid": f"live/grid/{run.name}/{step}" if step is not None else None}
+                "grid": f"live/grid/{run.name}/{step}" if step is not None else None,
+                # What that run's D believed of that grid: its frames, as the live grid has its own.
+                "verdicts": run.read_verdicts(step) if step is not None else None}
 
     def _differences(self, live_path: str, compared: dict) -> tuple[str, str, str]:
         """What differs between the live run's config and the compared run's, in words, and each

@@ -43,7 +43,8 @@ LIVE_PANEL = """
     <div class="live-pair">
       <div class="live-own"><div class="tiles"><img class="fakes" alt="Samples from fixed noise" hidden>
         <div class="verdicts"></div></div><p class="own-caption" hidden></p></div>
-      <div class="live-compare" hidden><div class="tiles"><img class="compared" alt="The compared run's grid"></div>
+      <div class="live-compare" hidden><div class="tiles"><img class="compared" alt="The compared run's grid">
+        <div class="verdicts"></div></div>
         <p class="compare-caption"></p></div></div>
     <div class="live-before" hidden><h4>Before the last Step: step <span class="before-step"></span></h4>
       <div class="tiles"><img class="before" alt="The grid before the last Step"><div class="verdicts"></div></div></div>

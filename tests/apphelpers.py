@@ -185,7 +185,8 @@ def paused_beat(run_path: str, timeout: float = 120.0) -> dict:
 def seed_finished_run(runs_root: str, names: list[str], step: int, grid_steps: tuple[int, ...], tiles: int):
     """A finished run as a restarted server finds it, with nothing trained: the shipped generator
     saved as the run's with its classes named `names`, `tiles` random digits a grid at each of
-    `grid_steps`, and the real images. Returns the RunDir (its status is the caller's to write)."""
+    `grid_steps` (with random verdicts of D's on them), and the real images. Returns the RunDir
+    (its status is the caller's to write)."""
     import json
     import numpy as np
     from app.job import SHIPPED_GENERATOR
@@ -197,8 +198,12 @@ def seed_finished_run(runs_root: str, names: list[str], step: int, grid_steps: t
         meta = {**json.load(f), "class_names": names, "step": step}
     with open(os.path.join(run.path, "generator.json"), "w") as f:
         json.dump(meta, f)
-    images = np.random.default_rng(0).uniform(-1, 1, (tiles, 1, 28, 28)).astype(np.float32)
-    for grid_step in grid_steps:
+    rng = np.random.default_rng(0)
+    images = rng.uniform(-1, 1, (tiles, 1, 28, 28)).astype(np.float32)
+    for grid_step in grid_steps:   # each grid with D's verdicts on it, as the trainer saves them
         run.save_grid(images, grid_step, columns=10)
+        run.save_verdicts(grid_step, {"kind": "probability", "columns": 10,
+                                      "fake": [round(float(v), 4) for v in rng.uniform(0, 1, tiles)],
+                                      "real": [round(float(v), 4) for v in rng.uniform(0, 1, tiles)]})
     run.save_real_grid(images, columns=10)
     return run

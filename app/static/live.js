@@ -248,7 +248,8 @@ function frameTiles(img, values, verdicts) {
 }
 
 // A tap (or a click) on a framed image says D's verdict on it, at a size a phone reads.
-const GRID_NAMES = { fakes: "G's image", reals: "Real image", before: "Before the Step, G's image" };
+const GRID_NAMES = { fakes: "G's image", reals: "Real image", before: "Before the Step, G's image",
+                     compared: "The compared run's image" };
 // The tile tapped last, read again from each new grid's verdicts: a readout always says the grid on screen.
 let tapped = null;
 function readVerdict(event) {
@@ -273,7 +274,7 @@ function sayVerdict() {
     + `${step ? ` (the grid at step ${step})` : ""}: D's verdict ${frame.dataset.value}, `
     + `so D says ${says}${verdicts.kind === "score" ? " (beside the other images' scores)" : ""}.`;
 }
-for (const img of [grid, realGrid, beforeGrid]) img.parentElement.addEventListener("click", readVerdict);
+for (const img of [grid, realGrid, beforeGrid, compared]) img.parentElement.addEventListener("click", readVerdict);
 
 // The students' QR code is big before a run, while the room joins; once a run is shown it folds to
 // its one line (the link still readable), so the grid has the projector's first screen. Once a run:
@@ -302,6 +303,8 @@ function drawVerdicts() {
   frameTiles(realGrid, verdicts && verdicts.real, verdicts || {});
   const before = (lastMessage || {}).before;
   frameTiles(beforeGrid, before && before.verdicts && before.verdicts.fake, (before && before.verdicts) || {});
+  const beside = (lastMessage || {}).compare;
+  frameTiles(compared, beside && beside.verdicts && beside.verdicts.fake, (beside && beside.verdicts) || {});
   if (tapped) sayVerdict();
 }
 
@@ -423,7 +426,7 @@ logScale.addEventListener("change", drawCharts);
 grid.addEventListener("load", () => { fitGrid(); drawVerdicts(); });
 realGrid.addEventListener("load", drawVerdicts);
 beforeGrid.addEventListener("load", drawVerdicts);
-compared.addEventListener("load", fitGrid);
+compared.addEventListener("load", () => { fitGrid(); drawVerdicts(); });
 showVerdicts.addEventListener("change", drawVerdicts);
 element.querySelector(".live-primer-link").addEventListener("click", (event) => {
   event.preventDefault();

@@ -399,6 +399,8 @@ def test_an_earlier_run_beside_the_live_one_on_every_screen(app, person):
         assert abs(other["width"] - live["width"]) < 2 and other["width"] >= (140 if name == "phone" else 250), (name, other)
         assert other["y"] + other["height"] <= viewport["height"], (name, other, viewport)
         assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"], name
+        # The compared grid framed by its own run's D, as the live grid is by the live run's.
+        expect(page.locator("#live .live-compare .verdict")).to_have_count(60)
         # Each grid captioned by what differs, its own value, and then which run it is.
         expect(page.locator("#live .compare-caption")).to_have_text(
             f"D's learning rate 0.002 (run {earlier.name}, step {SEEDED_STEP})")
