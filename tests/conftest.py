@@ -62,8 +62,8 @@ def app(request, tmp_path_factory):
 
 # The unit files that take longest, in that order (each file's time in a full run of the suite),
 # collected before the other unit files (pytest.ini's testpaths orders the folders).
-LONG_UNIT_FILES = ("test_core.py", "test_ddp.py", "test_sample_handlers.py", "test_sample.py", "test_quality.py",
-                   "test_losses.py", "test_rows.py", "test_heartbeat.py")
+LONG_UNIT_FILES = ("test_core.py", "test_ddp.py", "test_train_tab.py", "test_sample_handlers.py", "test_sample.py",
+                   "test_quality.py", "test_losses.py", "test_rows.py", "test_resume_changes.py", "test_heartbeat.py")
 
 
 def pytest_collection_modifyitems(items):
