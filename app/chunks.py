@@ -64,11 +64,6 @@ def zero_gpu_device() -> DeviceInfo:
     return info
 
 
-# The header Gradio's browser client sends a press's ZeroGPU identity in (spaces/zero/client.py
-# TOKEN_HEADER, as the server's request holds it, lower case). The client sends one only from the
-# Space's huggingface.co page (client/js/src/helpers/zerogpu.ts posts its handshake only inside
-# that frame), never from the direct <name>.hf.space address.
-TOKEN_HEADER = "x-ip-token"
 # How often the host's open page hands a chunked run its fresh identity (the ZeroGPU token lasts a
 # few minutes: about 170 s in one report), so an unattended run's calls never carry an expired one.
 IDENTITY_SECONDS = 60
@@ -78,18 +73,20 @@ ANONYMOUS_PRESS = ("This press is anonymous, so ZeroGPU would charge this networ
 
 
 def anonymous_press() -> bool:
-    """Whether the press this thread serves carries no ZeroGPU identity: no token, or one whose
-    payload (decoded as `spaces` decodes it: spaces/zero/utils.py jwt_payload) says it fell back
-    to IP-based quotas. `spaces` would then schedule every chunk of the run on the network's quota."""
-    import base64
-    import json
+    """Whether the press this thread serves carries no ZeroGPU identity: no token (Gradio's browser
+    client sends one only from the Space's huggingface.co page: client/js/src/helpers/zerogpu.ts
+    posts its handshake only inside that frame), or one whose payload says it fell back to IP-based
+    quotas. Read with `spaces`' own header name and decoder, as its schedule() reads them: it would
+    then charge every chunk of the run to the network's quota."""
     from gradio.context import LocalContext
+    from spaces.zero.client import TOKEN_HEADER
+    from spaces.zero.utils import jwt_payload
     headers = getattr(LocalContext.request.get(None), "headers", None) or {}
-    token = headers.get(TOKEN_HEADER)
+    token = headers.get(TOKEN_HEADER.lower())
     if not token:
         return True
     try:
-        payload = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+        payload = jwt_payload(token)
     except (ValueError, IndexError):
         return True
     return not isinstance(payload, dict) or bool(payload.get("error"))
