@@ -1,14 +1,10 @@
 """A student's own images: a folder or zip of PNG/JPEG files, read safely and decoded once.
 
-Everything a viewer can point the server at passes through here, so the safety rules live here
-too: guard_path (which folders may be read at all; links resolved once), list_images (zip-slip,
-zip bombs, too many files, links never followed), and budgets that a small file cannot escape
-(bytes per image, pixels from the header, one decoding allowance per process, a time limit per
-preview). Decoded sets are cached under own/ (see cache.py), keyed by a fingerprint of the files.
-Images in subfolders are one class per subfolder (torchvision's ImageFolder layout: see
-image_classes), so a folder of cats and dogs trains class-conditional as MNIST does.
-torch only inside the loaders (load_own and the previews, which run in the trainer and the viewer-work
-process): the UI process checks, lists and counts images with this module and never imports torch.
+Everything a viewer can point the server at passes through here, so the safety rules live here:
+guard_path (which folders may be read), list_images (zip-slip, zip bombs, too many files, links
+never followed), and budgets a small file cannot escape. Decoded sets are cached under own/, keyed
+by a fingerprint of the files. One class per subfolder, as torchvision's ImageFolder reads them.
+torch only inside the loaders: the UI process lists and counts images here and never imports torch.
 """
 from __future__ import annotations
 
@@ -39,46 +35,36 @@ if TYPE_CHECKING:
 APP_FOLDER = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OWN_RESOLUTION = 64                      # users' images and CelebA: shorter side -> 64, centre crop
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
-# Budgets that a small file cannot escape. PIL only warns at 89 Mpx; 24 Mpx (a DSLR photo) is
-# far beyond anything a 64x64 GAN needs. Checked on the header, before any pixel is decoded.
+# PIL only warns at 89 Mpx; 24 Mpx (a DSLR photo) is far beyond what a 64x64 GAN needs. Read from the header.
 MAX_PIXELS = 24_000_000
-# An image smaller than this on a side says nothing the model can learn at 32 or 64 pixels (a
-# one-pixel image trained as a flat square): it is refused by name rather than skipped.
+# Smaller says nothing the model can learn (a one-pixel image trains as a flat square): refused by name.
 MIN_IMAGE_SIDE = 8
 MAX_IMAGE_BYTES = 32 * 2**20             # one image file, declared and actually read
 MAX_FILES = 50_000                       # entries of a zip, or files walked in a folder
-# Zips: the declared uncompressed size of the image entries (zipfile never reads past it) may be
-# at most this many times the limit.
-MAX_UNCOMPRESSED_RATIO = 4
+MAX_UNCOMPRESSED_RATIO = 4               # a zip's declared unpacked images (zipfile reads no more) to its limit
 DEFAULT_MAX_MB = 200
-# Decoding holds ~16 bytes per pixel at its peak (PIL's 4-byte pixels, the converted copy, the
-# alpha composite). Every decode in this process, all viewers together, shares one allowance of
-# the largest image's worth: many small images decode side by side, a big one waits its turn.
+# Decoding holds ~16 bytes per pixel at its peak (PIL's pixels, the converted copy, the alpha composite).
+# Every decode in this process shares one allowance of the largest image's worth: many small images
+# decode side by side, a big one waits its turn.
 DECODE_BYTES_PER_PIXEL = 16
 DECODE_BUDGET_BYTES = MAX_IMAGE_BYTES + MAX_PIXELS * DECODE_BYTES_PER_PIXEL
 PREVIEW_SECONDS = 20.0                   # total decode time of one preview
 PROGRESS_SECONDS = 0.25                  # between decode_many's progress calls: cheap, still live
-# A class subfolder needs this many images: fewer cannot show a conditional GAN what the class
-# looks like (it would copy them), and a folder that small is likelier a stray ("misc",
-# thumbnails) than a class. Refused with the folder's name rather than trained on.
+# Fewer cannot show a conditional GAN what a class looks like (it would copy them), and a folder that
+# small is likelier a stray ("misc", thumbnails) than a class: refused by name rather than trained on.
 MIN_CLASS_IMAGES = 10
 _GREY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
+UPLOAD_SCHEME = "upload:"
+TOO_MANY_FILES = (f"That is more than {MAX_FILES:,} files; use at most {MAX_FILES:,} images "
+                  f"(a few thousand are plenty for this GAN).")
 
 
 # ==== the one guard for paths a viewer names ===================================================
 def allowed_roots() -> list[str]:
-    """Folders whose images the server may read for a viewer, resolved (symlinks and all) here.
-
-    The dataset cache's uploads folder (where every accepted upload is kept), the app's own folder,
-    and any folders an admin lists in BLINK_DATA_ROOTS. Not Gradio's upload folder, nor the
-    machine-wide `<temp>/gradio` that every Gradio app shares. Read at call time, so tests and
-    admins can point them elsewhere."""
-    roots = [uploads_dir(), APP_FOLDER]
-    roots += [r for r in os.environ.get("BLINK_DATA_ROOTS", "").split(os.pathsep) if r]
-    return [os.path.realpath(os.path.expanduser(r)) for r in roots]
-
-
-UPLOAD_SCHEME = "upload:"
+    """Folders whose images the server may read for a viewer, resolved: the kept uploads, the app's
+    folder and BLINK_DATA_ROOTS; not Gradio's upload folder, which every Gradio app shares."""
+    roots = [uploads_dir(), APP_FOLDER, *os.environ.get("BLINK_DATA_ROOTS", "").split(os.pathsep)]
+    return [os.path.realpath(os.path.expanduser(r)) for r in roots if r]
 
 
 def upload_name(path: str) -> str:
@@ -96,21 +82,14 @@ def upload_path(name: str) -> str | None:
     return os.path.join(uploads_dir(), file)
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def guard_path(path: str) -> str:
-    """The resolved path of an image folder or zip a viewer named, if the server may read it.
-
-    Every link is resolved once, here, and callers read only the returned path: a link inside an
-    allowed folder cannot lead out of it. Messages name no server path."""
+    """The resolved path of an image folder or zip a viewer named, if the server may read it. Links are
+    resolved once, here, and callers read only this path: a link cannot lead out. Messages name no path."""
     path = (path or "").strip()
     if not path:
         raise DatasetError("'My images' needs a folder or zip of images: upload a zip, or type a folder path.")
-    path = upload_path(path) or path
-    real = os.path.realpath(os.path.expanduser(path))
-    if not any(_inside(real, root) for root in allowed_roots()):
+    real = os.path.realpath(os.path.expanduser(upload_path(path) or path))
+    if not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in allowed_roots()):
         raise DatasetError("That image folder is outside the folders this server allows (uploads, the app's "
                            "folder, or BLINK_DATA_ROOTS). Upload a zip of your images instead.")
     if not os.path.exists(real):
@@ -119,7 +98,7 @@ def guard_path(path: str) -> str:
 
 
 class _DecodeBudget:
-    """The allowance of decoding memory shared by every thread of this process (see above)."""
+    """The allowance of decoding memory shared by every thread of this process."""
 
     def __init__(self, total: int):
         self.total, self.used = total, 0
@@ -143,18 +122,19 @@ _DECODING = _DecodeBudget(DECODE_BUDGET_BYTES)
 
 
 # ==== listing a folder or zip =================================================================
+def _parts(name: str) -> list[str]:
+    return [part for part in name.replace("\\", "/").split("/") if part]
+
+
 def _is_junk(name: str) -> bool:
-    """macOS and hidden entries that carry image extensions but are not images."""
-    parts = name.replace("\\", "/").split("/")
-    return any(p.startswith(".") or p == "__MACOSX" for p in parts if p) or os.path.basename(name).startswith("._")
+    """Hidden and macOS folders and files (._x too) that carry image extensions but are not images."""
+    return any(part.startswith(".") or part == "__MACOSX" for part in _parts(name))
 
 
 def _escapes(name: str) -> bool:
     """True for zip entries that would land outside the extraction folder (zip-slip)."""
     norm = name.replace("\\", "/")
-    if norm.startswith("/") or (len(norm) > 1 and norm[1] == ":"):
-        return True
-    return ".." in norm.split("/")
+    return norm.startswith("/") or norm[1:2] == ":" or ".." in norm.split("/")
 
 
 @dataclass
@@ -176,10 +156,8 @@ class Listing:
             if not hasattr(local, "zf"):
                 local.zf = zipfile.ZipFile(self.path)
             info = local.zf.getinfo(name)
-            if info.file_size > MAX_IMAGE_BYTES:     # declared; zipfile never returns more than this
-                raise ValueError("image file too large")
             with local.zf.open(info) as f:
-                return _read_capped(f)
+                return _read_capped(f, info.file_size)   # zipfile never returns more than an entry declares
         return read
 
 
@@ -189,25 +167,33 @@ def list_images(path: str, max_mb: int = DEFAULT_MAX_MB) -> Listing:
         raise DatasetError("No images given: choose a folder or upload a zip of PNG/JPEG images.")
     path = os.path.realpath(os.path.expanduser(path))
     if os.path.isdir(path):
-        names, ignored, h = [], 0, hashlib.sha1(f"folder:{path}:{PREP_VERSION}".encode())
-        for dirpath, dirnames, filenames in os.walk(path):    # does not descend into linked folders
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__MACOSX")
-            if len(names) + ignored + len(filenames) > MAX_FILES:
-                raise _too_many_files()
-            for filename in sorted(filenames):
-                full = os.path.join(dirpath, filename)
-                rel = os.path.relpath(full, path)
-                # A linked file could lead anywhere on the server: links are never followed.
-                if _is_junk(rel) or not filename.lower().endswith(IMAGE_EXTENSIONS) or os.path.islink(full) \
-                        or not os.path.isfile(full):
-                    ignored += 1
-                    continue
-                st = os.stat(full)
-                names.append(rel)
-                h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-        return Listing(path, "folder", sorted(names), ignored, h.hexdigest()[:20])
+        return _list_folder(path)
     if not os.path.isfile(path):
         raise DatasetError("That image folder or zip was not found. Check the path, or upload a zip of images.")
+    return _list_zip(path, max_mb)
+
+
+def _list_folder(path: str) -> Listing:
+    names, ignored, h = [], 0, hashlib.sha1(f"folder:{path}:{PREP_VERSION}".encode())
+    for dirpath, dirnames, filenames in os.walk(path):    # does not descend into linked folders
+        dirnames[:] = sorted(d for d in dirnames if not _is_junk(d))
+        if len(names) + ignored + len(filenames) > MAX_FILES:
+            raise DatasetError(TOO_MANY_FILES)
+        for filename in sorted(filenames):
+            full = os.path.join(dirpath, filename)
+            rel = os.path.relpath(full, path)
+            # A linked file could lead anywhere on the server: links are never followed.
+            if _is_junk(rel) or not filename.lower().endswith(IMAGE_EXTENSIONS) or os.path.islink(full) \
+                    or not os.path.isfile(full):
+                ignored += 1
+                continue
+            st = os.stat(full)
+            names.append(rel)
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return Listing(path, "folder", sorted(names), ignored, h.hexdigest()[:20])
+
+
+def _list_zip(path: str, max_mb: int) -> Listing:
     size_mb = os.path.getsize(path) / 2**20
     if size_mb > max_mb:
         raise DatasetError(f"The zip is {size_mb:.0f} MB; the limit is {max_mb} MB (max_image_mb). "
@@ -220,7 +206,7 @@ def list_images(path: str, max_mb: int = DEFAULT_MAX_MB) -> Listing:
     except (zipfile.BadZipFile, OSError) as exc:
         raise DatasetError(f"The zip {os.path.basename(path)} is damaged. Create it again.") from exc
     if len(infos) > MAX_FILES:
-        raise _too_many_files()
+        raise DatasetError(TOO_MANY_FILES)
     names, ignored, total = [], 0, 0
     h = hashlib.sha1(f"zip:{PREP_VERSION}".encode())
     for info in infos:
@@ -235,18 +221,12 @@ def list_images(path: str, max_mb: int = DEFAULT_MAX_MB) -> Listing:
             continue
         names.append(info.filename)
         total += info.file_size
-        # The CRC of every entry fingerprints the content without reading it: the same zip
-        # uploaded again (a new temp path) finds its cache.
+        # Each entry's CRC fingerprints the content unread: the same zip uploaded again finds its cache.
         h.update(f"{info.filename}\0{info.CRC}\0{info.file_size}\n".encode())
     if total > MAX_UNCOMPRESSED_RATIO * max_mb * 2**20:
         raise DatasetError(f"The zip's images unpack to {total / 2**20:.0f} MB, over {MAX_UNCOMPRESSED_RATIO}x the "
                            f"{max_mb} MB limit (a zip bomb?). Zip the PNG/JPEG files as they are.")
     return Listing(path, "zip", sorted(names), ignored, h.hexdigest()[:20])
-
-
-def _too_many_files() -> DatasetError:
-    return DatasetError(f"That is more than {MAX_FILES:,} files; use at most {MAX_FILES:,} images "
-                        f"(a few thousand are plenty for this GAN).")
 
 
 # ==== classes: one per subfolder ================================================================
@@ -258,20 +238,11 @@ class Classes:
     loose: int = 0            # images beside subfolders of images: with any, the set has no classes
 
 
-def _parts(name: str) -> list[str]:
-    return [part for part in name.replace("\\", "/").split("/") if part]
-
-
 def image_classes(names: list[str]) -> Classes:
-    """One class per subfolder, as torchvision's ImageFolder reads root/cat/*.png, root/dog/*.png:
-    an image's class is the first folder of its path (deeper folders belong to that class), the
-    classes in sorted order of their names.
-
-    A folder that holds every image is a wrapper, not a class (a zip of photos/ holds
-    photos/cat/..., photos/dog/...): it is looked through, as often as it recurs. Images directly
-    in the top folder make the set unconditional, as every folder trained before classes did:
-    nothing of a set is ever dropped, and own_info says what would give it classes. One class is
-    no class either."""
+    """One class per subfolder, as torchvision's ImageFolder reads root/cat/*.png: an image's class is
+    the first folder of its path, classes sorted by name. A folder holding every image is a wrapper,
+    looked through (a zip of photos/cat/..., photos/dog/...). Images loose in the top folder make the
+    set unconditional, so nothing of a set is dropped (own_info says why); one class is no class."""
     parts = [_parts(name) for name in names]
     while parts and all(len(p) > 1 for p in parts) and len({p[0] for p in parts}) == 1:
         parts = [p[1:] for p in parts]
@@ -284,10 +255,8 @@ def image_classes(names: list[str]) -> Classes:
 
 
 def check_classes(classes: Classes, counts, readable: bool = False) -> None:
-    """Refuse classes that cannot train: names a generator file could not hold (the loader's rule:
-    class_names_problem), or a class with fewer than MIN_CLASS_IMAGES images (counts: images per
-    class; readable: counted after decoding). At upload and at Start, so no run trains for a
-    generator nobody can load."""
+    """Refuse classes that cannot train: names a generator file could not hold, or a class with fewer
+    than MIN_CLASS_IMAGES (readable: counted after decoding); at upload and at Start, before a run."""
     problem = class_names_problem(classes.names)
     if problem:
         raise DatasetError(f"Each subfolder is a class, named after it in the generator file, and here {problem}. "
@@ -304,26 +273,18 @@ def check_classes(classes: Classes, counts, readable: bool = False) -> None:
 
 
 def listed_classes(listing: Listing) -> Classes:
-    """The listing's classes, checked on the listed files (before any decoding): at upload, at
-    Start (own_info) and in the trainer (load_own)."""
+    """The listing's classes, checked on the listed files, before any decoding."""
     classes = image_classes(listing.names)
     if classes.names:
         check_classes(classes, np.bincount(classes.labels, minlength=len(classes.names)))
     return classes
 
 
-def _classes_note(names: list[str], counts) -> str:
-    # Bare names (quoted's text without its quotes): short, and never markup on the page's note.
-    shown = ", ".join(f"{quoted(name)[1:-1]} {n}" for name, n in zip(names[:8], counts))
-    more = f", and {len(names) - 8} more" if len(names) > 8 else ""
-    return f"{len(names)} classes, one per subfolder ({shown}{more}): trains class-conditional"
-
-
 # ==== reading and decoding within the budgets =================================================
-def _read_capped(f) -> bytes:
-    """At most MAX_IMAGE_BYTES, whatever the file's size claimed: a file may grow after a check."""
-    data = f.read(MAX_IMAGE_BYTES + 1)
-    if len(data) > MAX_IMAGE_BYTES:
+def _read_capped(f, declared: int) -> bytes:
+    """At most MAX_IMAGE_BYTES: refused on the size a file declares, unread, and on what is read (a file
+    may grow after a check)."""
+    if declared > MAX_IMAGE_BYTES or len(data := f.read(MAX_IMAGE_BYTES + 1)) > MAX_IMAGE_BYTES:
         raise ValueError("image file too large")
     return data
 
@@ -331,9 +292,7 @@ def _read_capped(f) -> bytes:
 def read_file(path: str) -> bytes:
     """An image file's bytes; a link (swapped in after the listing, say) is refused, not followed."""
     with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb") as f:
-        if os.fstat(f.fileno()).st_size > MAX_IMAGE_BYTES:
-            raise ValueError("image file too large")
-        return _read_capped(f)
+        return _read_capped(f, os.fstat(f.fileno()).st_size)
 
 
 class ImageTooSmall(ValueError):
@@ -343,13 +302,9 @@ class ImageTooSmall(ValueError):
 
 
 def decode_image(data: bytes, size: int = OWN_RESOLUTION, timeout: float | None = None) -> tuple[np.ndarray, bool]:
-    """PNG/JPEG bytes -> (uint8 array (size, size) if grey else (size, size, 3), is_grey).
-
-    Shorter side resized to `size` (antialiased), centre crop; EXIF rotation applied; transparent
-    pixels composited on white. Raises for anything unreadable, not PNG/JPEG, over MAX_IMAGE_BYTES
-    or MAX_PIXELS (read from the header, before decoding), or still waiting for decode memory
-    after `timeout` seconds; ImageTooSmall for one under MIN_IMAGE_SIDE a side.
-    """
+    """PNG/JPEG bytes -> (uint8 (size, size) if grey else (size, size, 3), is_grey): shorter side resized
+    to `size`, centre crop, EXIF rotation, transparency on white. Raises for anything unreadable, over
+    the budgets, or still waiting for decode memory after `timeout`; ImageTooSmall under MIN_IMAGE_SIDE."""
     from PIL import Image, ImageOps
     if len(data) > MAX_IMAGE_BYTES:
         raise ValueError("image file too large")
@@ -390,11 +345,9 @@ def _flatten(img, grey: bool):
 
 def decode_many(names: list[str], read, size: int = OWN_RESOLUTION,
                  deadline: float | None = None, progress=None) -> tuple[list, list[bool], list[str]]:
-    """Decode in threads (PIL releases the GIL while decoding), in bounded chunks of bytes.
-
-    deadline (time.monotonic()): images not decoded by then count as unreadable.
-    progress(done, total): images finished so far (decoded or not), a few times a second at most
-    and once at the end, so a caller can show it for a folder that takes minutes."""
+    """(arrays, greys, unreadable names), decoded in threads (PIL releases the GIL). Images not decoded
+    by `deadline` (time.monotonic()) are unreadable. progress(done, total) a few times a second at
+    most and once at the end, for a folder that takes minutes."""
     arrays, greys, bad = [], [], []
     next_report = 0.0
 
@@ -411,8 +364,7 @@ def decode_many(names: list[str], read, size: int = OWN_RESOLUTION,
         except Exception:        # corrupt, truncated, encrypted, bomb, out of time: counted, never fatal
             return None, name
 
-    workers = max(1, min(8, os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
+    with ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1))) as pool:
         for start in range(0, len(names), 512):
             for result, name in pool.map(one, names[start:start + 512]):
                 if result is None:
@@ -448,9 +400,8 @@ def _cache_path(listing: Listing) -> str:
 
 
 def _cached_meta(listing: Listing) -> dict | None:
-    """The meta of the listing's decoded set, if there is one with labels where its folders say:
-    a set cached before class subfolders gave labels has no class_names, and is decoded again
-    (its files are overwritten, under the same name)."""
+    """The meta of the listing's decoded set; a set cached before subfolders gave classes has no
+    class_names, and is decoded again."""
     meta = read_meta(_cache_path(listing))
     return meta if meta is not None and "class_names" in meta else None
 
@@ -461,24 +412,19 @@ def _load_cached(listing: Listing, title: str) -> ImageSet | None:
 
 
 def load_own(path: str, max_mb: int = DEFAULT_MAX_MB, progress=None) -> ImageSet:
-    """A folder or zip of PNG/JPEG images -> 64x64 (RGB, or 1 channel if all are grey), cached.
-    With class subfolders (image_classes) the set has labels and class names. progress(done, total)
-    while images are decoded (not called for a set read from the cache)."""
+    """A folder or zip of PNG/JPEG images -> 64x64 (RGB, or 1 channel if all are grey), cached, with
+    labels for class subfolders. progress(done, total) while images are decoded."""
     from core.data.tensors import ImageSet, save_cached
     listing = list_images(path, max_mb)
     classes = listed_classes(listing)
     title = f"own images ({os.path.basename(listing.path.rstrip(os.sep)) or listing.path})"
     cache = _cache_path(listing)
-    cached = _load_cached(listing, title)
-    if cached is not None:
+    if (cached := _load_cached(listing, title)) is not None:
         return cached
     with contextlib.ExitStack() as stack:
-        try:
+        with contextlib.suppress(OSError):   # a read-only cache only costs speed next time
             stack.enter_context(file_lock(cache))  # replicas wait for the first to decode
-        except OSError:                  # a read-only cache only costs speed next time
-            pass
-        cached = _load_cached(listing, title)
-        if cached is not None:
+        if (cached := _load_cached(listing, title)) is not None:
             return cached
         arrays, greys, bad = decode_many(listing.names, listing.reader(), progress=progress)
         if not arrays:
@@ -491,35 +437,31 @@ def load_own(path: str, max_mb: int = DEFAULT_MAX_MB, progress=None) -> ImageSet
             check_classes(classes, np.bincount(labels, minlength=len(classes.names)), readable=True)
         decoded = ImageSet(stack_images(arrays, grey=all(greys)), title, labels, skipped=len(bad),
                            ignored=listing.ignored, class_names=classes.names)
-        try:
+        with contextlib.suppress(OSError):
             save_cached(cache, decoded)
             decoded.cache_path = cache
-        except OSError:
-            pass
         return decoded
 
 
-
 def own_info(path: str, max_mb: int = DEFAULT_MAX_MB) -> dict:
-    """dataset_info for a folder or zip: the cached set's size, or what a listing found (no decoding);
-    with its classes, or why its subfolders are none."""
+    """dataset_info for a folder or zip, without decoding: the cached set's, else what a listing found."""
     try:
         listing = list_images(path, max_mb)
         classes = listed_classes(listing)
     except DatasetError as exc:
         return availability(False, None, None, OWN_RESOLUTION, str(exc))
+    classes_note, names = "", tuple(classes.names)      # no names with loose images
     if classes.loose:
         classes_note = (f" {classes.loose} image(s) sit in the top folder beside subfolders of images, so the set "
                         f"trains without classes; for one class per subfolder, move those into subfolders.")
-    elif classes.names:
-        counts = np.bincount(classes.labels, minlength=len(classes.names))
-        classes_note = f" {_classes_note(classes.names, counts)}."
-    else:
-        classes_note = ""
-    meta = _cached_meta(listing)
-    names = () if classes.loose else tuple(classes.names)
+    elif names:
+        counts = np.bincount(classes.labels, minlength=len(names))
+        # Bare names (quoted's text without its quotes): short, and never markup on the page's note.
+        shown = ", ".join(f"{quoted(name)[1:-1]} {n}" for name, n in zip(names[:8], counts))
+        more = f", and {len(names) - 8} more" if len(names) > 8 else ""
+        classes_note = f" {len(names)} classes, one per subfolder ({shown}{more}): trains class-conditional."
     labelled = dict(classes=len(names), class_names=names)
-    if meta:
+    if meta := _cached_meta(listing):
         return availability(True, meta["size"], meta["channels"], meta["resolution"],
                             f"{meta['size']} images ready ({meta['skipped']} unreadable skipped, "
                             f"{meta['ignored']} other files ignored).{classes_note}", True, **labelled)
@@ -539,10 +481,8 @@ def preview_own(path: str, n: int, rng: random.Random, max_mb: int = DEFAULT_MAX
 
 
 def preview_listing(listing: Listing, n: int, rng: random.Random) -> np.ndarray:
-    """n images of a listing, float32 in [-1, 1], decoding only those (a preview builds no cache).
-
-    Within PREVIEW_SECONDS: unreadable ones leave gaps rather than a search through a large (or
-    hostile) set for readable ones."""
+    """n images of a listing, float32 in [-1, 1], decoding only those within PREVIEW_SECONDS:
+    unreadable ones leave gaps rather than a search of a large (or hostile) set for readable ones."""
     import torch
     shown = rng.sample(listing.names, min(n, len(listing.names)))
     arrays, greys, _ = decode_many(shown, listing.reader(), deadline=time.monotonic() + PREVIEW_SECONDS)
