@@ -1,10 +1,8 @@
 """Sampling from a trained generator: seeds, interpolation, directions, neighbours, exports.
 
-Generators are loaded from `generator.safetensors` + `generator.json` (no pickle, so a shared
-file cannot run code). Everything about a file is checked before any tensor is built: sizes,
-the safetensors header, the JSON spec, and every weight's name and shape against the
-generator the spec describes. Latents are drawn on the CPU from the seed, so a seed gives the
-same images on any device.
+Generators are loaded from `generator.safetensors` + `generator.json` (no pickle, so a shared file
+cannot run code), every check of a file passed before any tensor is built. Latents are drawn on the
+CPU from the seed, so a seed gives the same images on any device.
 
     python -m core.sample --run RUN_DIR --n 16 --seed 0 --out samples.npy
     python -m core.sample --run RUN_DIR --n 50000 --out fid.npy     # any N: written SAMPLE_CHUNK at a time
@@ -28,10 +26,9 @@ from core.images import grid_image, png_bytes, to_model_range, to_uint8
 from core.models import Generator
 from core.rundir import generator_files, write_atomic
 
-# The CLI's --n. Images are made and written SAMPLE_CHUNK at a time, so N of them never sit in
-# memory; only their latents do (N x z_dim floats, drawn at once so that a sample is the same
-# whatever N: 20 MB at 50,000 samples of z_dim 100). MAX_SAMPLES bounds that (FID needs 50,000).
-# One grid image of more than MAX_GRID_SAMPLES would be too fine to see.
+# The CLI's --n. Images are made and written SAMPLE_CHUNK at a time; only the latents of all N sit
+# in memory (drawn at once, so a sample is the same whatever N: 20 MB at 50,000 of z_dim 100, and FID
+# needs 50,000). A grid of more than MAX_GRID_SAMPLES would be too fine to see.
 MAX_SAMPLES = 1_000_000
 MAX_GRID_SAMPLES = 1024
 SAMPLE_CHUNK = 1024       # N up to this is one batch, as before chunks
@@ -40,6 +37,7 @@ WEIGHT_DTYPES = ("F32", "F16", "BF16")
 DIRECTION_SAMPLES = 2000   # GANSpace uses ~1e4-1e6; 2,000 pin down the top 5 of a small DCGAN
 PICKLE_OPCODE = 0x80       # protocol-2+ pickles (torch.save's legacy format) start with PROTO
 MAX_POOL = 20_000          # training images searched for neighbours: 20k RGB 64x64 is ~250 MB
+MISMATCH = "The weights do not match the described generator ({})."
 
 
 # ==== loading, with every check before any tensor is built =====================================
@@ -51,8 +49,8 @@ def expected_shapes(spec: GeneratorSpec) -> dict[str, tuple[int, ...]]:
 
 
 def read_weight_index(weights_path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Every stored weight's (dtype, shape), read by safetensors from the file's header alone,
-    after refusing a file that is too large or is a pickle in disguise."""
+    """Every stored weight's (dtype, shape), from the file's header alone, once the file is neither
+    too large nor a pickle in disguise."""
     from safetensors import SafetensorError, safe_open
     try:
         size = os.path.getsize(weights_path)
@@ -80,17 +78,14 @@ def read_weight_index(weights_path: str) -> dict[str, tuple[str, tuple[int, ...]
 def check_weights_match(stored: dict[str, tuple[str, tuple[int, ...]]], spec: GeneratorSpec) -> None:
     """Strict match: the same names, the same shapes, floating-point dtypes only."""
     expected = expected_shapes(spec)
-    missing = sorted(set(expected) - set(stored))
-    unexpected = sorted(set(stored) - set(expected))
-    if missing or unexpected:
-        parts = ([f"missing {', '.join(missing[:3])}" + (" ..." if len(missing) > 3 else "")] if missing else []) + \
-                ([f"unexpected {', '.join(unexpected[:3])}" + (" ..." if len(unexpected) > 3 else "")] if unexpected else [])
-        raise GeneratorFileError(f"The weights do not match the described generator ({'; '.join(parts)}).")
+    odd = (("missing", sorted(set(expected) - set(stored))), ("unexpected", sorted(set(stored) - set(expected))))
+    parts = [f"{kind} {', '.join(names[:3])}" + (" ..." if len(names) > 3 else "") for kind, names in odd if names]
+    if parts:
+        raise GeneratorFileError(MISMATCH.format("; ".join(parts)))
     for name, shape in expected.items():
         dtype, got = stored[name]
         if got != shape:
-            raise GeneratorFileError(f"The weights do not match the described generator ({name}: shape {list(got)}, "
-                                     f"expected {list(shape)}).")
+            raise GeneratorFileError(MISMATCH.format(f"{name}: shape {list(got)}, expected {list(shape)}"))
         if dtype not in WEIGHT_DTYPES and not name.endswith("num_batches_tracked"):
             raise GeneratorFileError(f"The weights file stores {name} as {dtype}; "
                                      f"expected one of {', '.join(WEIGHT_DTYPES)}.")
@@ -117,8 +112,7 @@ def load_generator(weights_path: str, meta_path: str, device: str = "cpu") -> tu
     try:
         generator.load_state_dict(state, strict=True)
     except RuntimeError as exc:   # dtype/shape problems the header check did not foresee
-        first = str(exc).splitlines()[0]
-        raise GeneratorFileError(f"The weights do not match the described generator ({first}).")
+        raise GeneratorFileError(MISMATCH.format(str(exc).splitlines()[0]))
     generator = generator.to(device).eval()
     if torch.device(device).type == "cpu":   # oneDNN samples faster in NHWC
         generator.to(memory_format=torch.channels_last)
@@ -139,21 +133,18 @@ def latents(seed: int, n: int, z_dim: int) -> torch.Tensor:
 
 
 def truncate(z: torch.Tensor, psi: float) -> torch.Tensor:
-    """The truncation trick for N(0, I) latents: the mean is 0, so pulling toward it is z * psi.
-    psi < 1 trades variety for typical-looking samples; psi = 1 leaves z unchanged."""
+    """The truncation trick: the mean of N(0, I) latents is 0, so pulling toward it is z * psi."""
     return z * float(psi)
 
 
 def seed_labels(generator: Generator, seed: int, n: int) -> torch.Tensor | None:
-    """The classes a conditional generator draws for n samples of a seed: seed, seed+1, ...
-    (mod the class count), so seed 7 starts with a 7 and a grid as wide as a multiple of the class
-    count has one class per column. None for an unconditional generator."""
+    """seed, seed+1, ... (mod the class count): seed 7 starts with a 7, and a grid as wide as a multiple
+    of the class count has one class per column. None for an unconditional generator."""
     return (torch.arange(n) + int(seed)) % generator.classes if generator.classes else None
 
 
 def grid_columns(generator: Generator, default: int = 8) -> int:
-    """A whole number of columns a class for a conditional generator (architecture.grid_columns; with
-    seed_labels, each column is one class)."""
+    """A whole number of columns a class (architecture.grid_columns): with seed_labels, a column a class."""
     return models.grid_columns(generator.classes, default)
 
 
@@ -163,8 +154,8 @@ def class_labels(generator: Generator, seed: int, n: int, label: int | None = No
 
 
 def blended_labels(generator: Generator, class_a: int, class_b: int, t: torch.Tensor) -> torch.Tensor | None:
-    """Class weights moving from class_a to class_b along t (a 3 morphing into an 8). Each is
-    taken mod the class count, so a seed stands for its own class (seed_labels)."""
+    """Class weights moving from class_a to class_b along t (a 3 morphing into an 8); each taken mod the
+    class count, so a seed stands for its own class (seed_labels)."""
     if not generator.classes:
         return None
     eye = torch.eye(generator.classes)
@@ -174,8 +165,7 @@ def blended_labels(generator: Generator, class_a: int, class_b: int, t: torch.Te
 
 @torch.no_grad()
 def generate(generator: Generator, z: torch.Tensor, labels: torch.Tensor | None = None) -> np.ndarray:
-    """Images (N, C, H, W) float32 in [-1, 1]. labels: classes (or class weights) for a
-    conditional generator; None draws classes 0, 1, 2, ... in turn."""
+    """Images (N, C, H, W) float32 in [-1, 1]; labels: classes or class weights (None: 0, 1, 2, ... in turn)."""
     device = next(generator.parameters()).device
     labels = None if labels is None else labels.to(device)
     return generator(z.to(device), labels).float().cpu().numpy()
@@ -239,8 +229,7 @@ def principal_directions(generator: Generator, k: int = 5, n: int = DIRECTION_SA
 
 
 def edit_latent(z: torch.Tensor, directions: torch.Tensor, amounts, psi: float = 1.0) -> torch.Tensor:
-    """Truncate z, then move it along unit directions. z ~ N(0, I), so the spread of z along
-    any unit direction is 1: an amount of 2 is two standard deviations."""
+    """Truncate z, then move it along unit directions: z ~ N(0, I), so an amount of 2 is two standard deviations."""
     amounts = torch.as_tensor(list(amounts), dtype=z.dtype)
     return truncate(z, psi) + amounts @ directions[: len(amounts)]
 
@@ -249,18 +238,15 @@ def edit_latent(z: torch.Tensor, directions: torch.Tensor, amounts, psi: float =
 def training_images(config, resolution: int, channels: int) -> tuple[torch.Tensor, str]:
     """The images to search for a generator's neighbours, uint8 (N, C, H, W) at its size, and their name.
 
-    config: the TrainConfig of the run the generator comes from, as the server itself wrote it,
-    or None. A generator's own metadata never names what is read: an uploaded file could point
-    anywhere. A run's image folder is read only if it passes core.data.guard_path; otherwise (and
-    with no run) the bundled MNIST is searched. At most MAX_POOL images (a fixed subset), so the
-    search's memory is bounded whatever the dataset."""
+    config: the TrainConfig the server wrote for the generator's run, or None: a generator's own
+    metadata never names what is read (an upload could point anywhere). A folder is read only if it
+    passes guard_path, else the bundled MNIST is searched. At most MAX_POOL images, a fixed subset."""
     from core import data
     dataset, path, max_mb = "bundled-mnist", "", data.DEFAULT_MAX_MB
-    if config is not None:
-        max_mb = config.max_image_mb
     if config is not None and config.dataset != "folder":
-        dataset = config.dataset          # read from the dataset cache; no path is used
+        dataset, max_mb = config.dataset, config.max_image_mb      # read from the dataset cache; no path is used
     elif config is not None:
+        max_mb = config.max_image_mb
         try:
             dataset, path = "folder", data.guard_path(config.data_path)
         except data.DatasetError:
@@ -276,11 +262,9 @@ def training_images(config, resolution: int, channels: int) -> tuple[torch.Tenso
 
 
 def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
-    """Indices and pixel-L2 distances (in [-1, 1] units) of the k pool images closest to image.
-
-    image: (C, H, W) float in [-1, 1]; pool: uint8 (N, C, H, W). Chunked, so a large pool never
-    becomes one big float copy: a chunk of 2,048 is ~6 MB of float per copy at 28x28, 100 MB at
-    64x64 RGB (what larger chunks cost the viewer worker: lab/README.md, "Soak")."""
+    """Indices and pixel-L2 distances (in [-1, 1] units) of the k uint8 pool images closest to image.
+    Chunked, so a large pool never becomes one big float copy: 2,048 is ~6 MB of float at 28x28, 100 MB
+    at 64x64 RGB (what larger chunks cost the viewer worker: lab/README.md, "Soak")."""
     query = torch.as_tensor(image, dtype=torch.float32).flatten()
     best_d, best_i = torch.empty(0), torch.empty(0, dtype=torch.long)
     for start in range(0, len(pool), chunk):
@@ -297,10 +281,8 @@ def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int
 # ==== exports ==================================================================================
 def sample_chunks(generator: Generator, seed: int, n: int, psi: float = 1.0, label: int | None = None,
                   chunk: int = SAMPLE_CHUNK):
-    """n samples of a seed as float32 (N, C, H, W) arrays of at most `chunk` images, in order.
-
-    The latents and classes are drawn for all n at once, as for one batch, so sample i is the
-    same whatever n and the chunk size; only one chunk of images is in memory at a time."""
+    """n samples of a seed, in float32 arrays of at most `chunk` images. Latents and classes are drawn
+    for all n at once, so sample i is the same whatever n and the chunk size."""
     z = truncate(latents(seed, n, generator.z_dim), psi)
     labels = class_labels(generator, seed, n, label)
     for start in range(0, n, chunk):
@@ -309,8 +291,7 @@ def sample_chunks(generator: Generator, seed: int, n: int, psi: float = 1.0, lab
 
 
 def write_npy_chunks(chunks, path: str, shape: tuple[int, ...]) -> str:
-    """float32 arrays, one after the other, as one .npy file of `shape` (what np.save would write
-    for their concatenation), never holding more than a chunk; written atomically."""
+    """float32 arrays as one .npy file of `shape` (np.save's of their concatenation), a chunk at a time."""
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
               "shape": tuple(shape)}
 
@@ -344,7 +325,7 @@ def write_samples_zip(images, path: str, prefix: str = "sample", n: int | None =
 
 
 # ==== CLI ======================================================================================
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core.sample",
                                      description="Write N generated images as float32 (N, C, H, W) in [-1, 1].")
     parser.add_argument("--run", required=True, help="run directory with generator.safetensors")
@@ -358,26 +339,31 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: seed, seed+1, ...)")
     parser.add_argument("--psi", type=float, default=1.0, help="truncation: z * psi (default 1: none)")
     parser.add_argument("--out", required=True, help="output .npy file (or .png for a grid, .zip for PNGs)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _refused(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     grid = args.out.endswith(".png")
     most = MAX_GRID_SAMPLES if grid else MAX_SAMPLES
     if not 1 <= args.n <= most:
-        print(f"error: --n must be between 1 and {most:,}" + (" for a .png grid (write a .npy or .zip for more)"
-                                                              if grid and args.n > most else ""), file=sys.stderr)
-        return 2
+        more = " for a .png grid (write a .npy or .zip for more)" if grid and args.n > most else ""
+        return _refused(f"--n must be between 1 and {most:,}{more}")
     if not 0.0 <= args.psi <= 2.0:
-        print("error: --psi must be between 0 and 2", file=sys.stderr)
-        return 2
+        return _refused("--psi must be between 0 and 2")
     try:
         generator, meta = load_run_generator(args.run)
     except GeneratorFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _refused(str(exc))
     try:
         label = None if args.label is None else class_index(generator, args.label, class_names(meta))
     except ValueError as exc:
-        print(f"error: --label: {exc}", file=sys.stderr)
-        return 2
+        return _refused(f"--label: {exc}")
     shape = (args.n, generator.channels, generator.resolution, generator.resolution)
     out, npy = args.out, not grid and not args.out.endswith(".zip")
     if npy and not out.endswith(".npy"):
@@ -387,19 +373,16 @@ def main(argv: list[str] | None = None) -> int:
         if npy:   # its size is known: refused now rather than after generating what will not fit
             needed, free = int(np.prod(shape)) * 4, shutil.disk_usage(os.path.dirname(os.path.abspath(out))).free
             if needed > free:
-                print(f"error: {out} needs {needed / 2**20:,.0f} MB and its disk has {free / 2**20:,.0f} MB free: "
-                      f"ask for fewer samples, or write it elsewhere", file=sys.stderr)
-                return 2
-        if grid:
+                return _refused(f"{out} needs {needed / 2**20:,.0f} MB and its disk has {free / 2**20:,.0f} MB free: "
+                                f"ask for fewer samples, or write it elsewhere")
+            write_npy_chunks(chunks, out, shape)
+        elif grid:
             images = np.concatenate(list(chunks))
             write_atomic(out, png_bytes(grid_image(images, columns=min(grid_columns(generator), args.n))))
-        elif npy:
-            write_npy_chunks(chunks, out, shape)
         else:
             write_samples_zip(chunks, out, prefix=f"seed{args.seed}", n=args.n)
     except OSError as exc:   # a folder that is not there, a disk that fills up meanwhile
-        print(f"error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return _refused(f"cannot write {out}: {exc.strerror or exc}")
     print(f"wrote {out}: {shape} from step {meta.get('step')}")
     return 0
 
