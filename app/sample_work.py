@@ -1,17 +1,11 @@
 """The Sample tab's heavy work: sampling, zips, GIFs, directions, neighbours, timelapses, copies.
 
-Each function is what one Sample-tab event computes once app/sample_tab.py has checked its
-inputs in the UI process. They are top-level, take and return plain values (paths, numbers,
-strings, lists, numpy arrays) and rely on no state of the UI process, so app/viewer_work.run can
-run them wherever viewer work runs, behind the trainer (issue 13: a process of its own). What
-they cache (loaded generators, PCA directions, the nearest-neighbour pool) lives in this module,
-so in whichever process runs them, each bounded. A file to return is written to the path the
-caller chose. A refusal the student must read is a SampleError: a message only (its title is
-the class's), so it pickles across a process boundary. No Gradio here.
-
-The UI process imports this module too (these functions' names, SampleError) and never imports
-torch (issue 13: its memory): torch and core.sample are imported inside the functions that run
-in the worker.
+Each function is what one event computes once app/sample_tab.py has checked its inputs: top-level,
+plain values in and out, no state of the UI process, so app/viewer_work.run can run it wherever
+viewer work runs, behind the trainer (issue 13). Its caches live here, bounded, in whichever process
+runs it; none is locked, as a viewer-work process runs one request at a time. A refusal is a
+SampleError, a message only (its title is the class's), so it pickles. The UI process imports this
+module too and never imports torch (issue 13): torch and core.sample only inside the functions.
 """
 from __future__ import annotations
 
@@ -30,12 +24,9 @@ from core.rundir import generator_files, write_atomic
 
 N_DIRECTIONS = 5
 KEPT_GENERATORS = 4        # loaded at once: viewers may look at different runs
-# Looks kept (grids, strips, explored images: at most a few MB each). A room asks for the same
-# look at once (every page samples seed 0 when a run ends) and a page load asks what the last
-# one did: each look is drawn once per generator file, not once per viewer.
+# Looks kept (grids, strips, explored images: a few MB each). A room asks for the same look at once
+# (every page samples seed 0 when a run ends): each is drawn once per generator file, not per viewer.
 KEPT_LOOKS = 8
-
-
 NO_GENERATOR = "No generator to sample from yet: train a run, or wait for its first checkpoint."
 
 
@@ -73,30 +64,22 @@ def _load_generator(weights: str, description: str):
         raise GeneratorNotLoaded(str(exc))
 
 
-class GeneratorCache:
-    """Loaded generators, each reloaded only when its file changes (a run saves a newer one).
-
-    No lock here or on the other caches: a viewer-work process runs one request at a time."""
-
-    def __init__(self):
-        self._loaded: dict = {}          # (directory, file mtime) -> (generator, meta)
-
-    def get(self, directory: str):
-        """((generator, meta), key); the key changes whenever another file is loaded."""
-        weights, description = generator_files(directory)
-        try:
-            key = (directory, os.stat(weights).st_mtime_ns)
-        except OSError:
-            raise NoGeneratorYet(NO_GENERATOR)
-        if key not in self._loaded:
-            _keep(self._loaded, key, _load_generator(weights, description))
-        return self._loaded[key], key
-
-
-_generators = GeneratorCache()
+_generators: dict = {}             # (directory, file mtime) -> (generator, meta)
 _looks: dict = {}                  # (generator key, what, its arguments) -> the result
 _directions: dict = {}             # generator key -> (directions, explained ratio)
 _pools: dict = {}                  # (run config, resolution, channels) -> (images, name): one at a time
+
+
+def _generator(directory: str):
+    """((generator, meta), key), loaded again when the file changes (a run saved a newer one)."""
+    weights, description = generator_files(directory)
+    try:
+        key = (directory, os.stat(weights).st_mtime_ns)
+    except OSError:
+        raise NoGeneratorYet(NO_GENERATOR)
+    if key not in _generators:
+        _keep(_generators, key, _load_generator(weights, description))
+    return _generators[key], key
 
 
 def _scale(resolution: int) -> int:
@@ -129,9 +112,8 @@ def _samples(generator, seed: int, count: int, label: int | None):
 
 
 def _look(directory: str, what, make):
-    """make(generator, meta, key)'s result, drawn once for this generator file and `what` (the look
-    and its arguments), and from the very file it is kept under."""
-    (generator, meta), key = _generators.get(directory)
+    """make(generator, meta, key), drawn once for this generator file and `what` (the look and its arguments)."""
+    (generator, meta), key = _generator(directory)
     look = (key, *what)
     if look in _looks:
         _looks[look] = _looks.pop(look)   # the newest again: the oldest go first
@@ -149,7 +131,7 @@ def sample_grid(directory: str, seed: int, count: int, label: int | None, column
 def samples_zip(directory: str, seed: int, count: int, label: int | None, path: str) -> tuple[str, object]:
     """A zip of the samples' PNGs, and the step of the generator that drew them."""
     from core import sample as sampling
-    (generator, meta), _ = _generators.get(directory)
+    (generator, meta), _ = _generator(directory)
     images = _samples(generator, seed, count, label)
     return sampling.write_samples_zip(images, path, prefix=f"seed{seed}"), meta.get("step", "?")
 
@@ -174,7 +156,7 @@ def interpolation_strip(directory: str, seeds: tuple[int, int], steps: int, mode
 
 def interpolation_gif(directory: str, seeds: tuple[int, int], steps: int, mode: str, classes: tuple[int, int],
                       path: str) -> tuple[str, object]:
-    (generator, meta), _ = _generators.get(directory)
+    (generator, meta), _ = _generator(directory)
     images = _interpolation(generator, seeds, steps, mode, classes)
     frames = list(to_uint8(images))
     frames = frames + frames[-2:0:-1]      # there and back, so the loop has no jump
@@ -194,8 +176,7 @@ def _explored(generator, key, seed: int, psi: float, amounts: list[float]):
 
 
 def explored_image(directory: str, seed: int, psi: float, amounts: list[float]) -> dict:
-    """The seed's image, truncated and moved along the GANSpace directions, enlarged; the
-    directions' shares of the variance and the generator's step."""
+    """_explored's image, enlarged; the directions' shares of the variance and the generator's step."""
     def make(generator, meta, key):
         image, ratio = _explored(generator, key, seed, psi, amounts)
         up = _scale(image.shape[-1])
@@ -215,11 +196,10 @@ def _training_pool(run_config: dict | None, resolution: int, channels: int):
 
 
 def neighbours(directory: str, seed: int, psi: float, amounts: list[float], k: int, run_config: dict | None) -> dict:
-    """The explored image beside its k nearest training images (of run_config's dataset, written
-    by the server; None: the bundled MNIST), their L2 distances, the pool's size and name, the
-    generator's step."""
+    """The explored image beside its k nearest training images (of the dataset of run_config, which the
+    server wrote; None: the bundled MNIST), their L2 distances, the pool's size and name, the step."""
     from core import sample as sampling
-    (generator, meta), key = _generators.get(directory)
+    (generator, meta), key = _generator(directory)
     image, _ = _explored(generator, key, seed, psi, amounts)
     try:
         pool, dataset = _training_pool(run_config, image.shape[-1], image.shape[0])
@@ -264,5 +244,5 @@ def check_upload(weights: str, meta: str) -> str:
 def install_generator(weights: str, meta: str, directory: str) -> dict:
     """Copy a checked pair into `directory` and load the copy (so a bad copy fails now); its spec and step."""
     copy_files([weights, meta], list(generator_files(directory)))
-    (generator, loaded_meta), _ = _generators.get(directory)
+    (generator, loaded_meta), _ = _generator(directory)
     return {**generator.spec.to_dict(), "step": loaded_meta.get("step", "?")}
