@@ -153,8 +153,9 @@ def main() -> None:
             return
         # Ctrl-C or SIGTERM (docker stop, systemd, a Space restart): stop the trainer first,
         # then let Gradio's launch loop close the server on KeyboardInterrupt. Waiting for atexit
-        # instead left the trainer running for as long as Gradio took to close (a minute, seen
-        # under load), and a supervisor's SIGKILL in that window lost the final checkpoint.
+        # instead left the trainer running for as long as Gradio took to close (long under load:
+        # lab/README.md, "Figures taken out of code comments"), and a supervisor's SIGKILL in that
+        # window lost the final checkpoint.
         job.shutdown()
         viewer_work.shutdown()
         # Open streams (students' pages, scripts' heartbeats) would hold the server for Gradio's

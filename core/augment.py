@@ -2,7 +2,8 @@
 Augmentation for Data-Efficient GAN Training", mit-han-lab/data-efficient-gans, BSD-2).
 
 On a few hundred images D soon learns the training set by heart, calls every fake fake, and G
-gets no signal (issue 30: a 1,205-image folder was lost by step 75). Showing D every image,
+gets no signal (issue 30: a folder of own images was lost within the run's first steps;
+lab/README.md, "Figures taken out of code comments"). Showing D every image,
 real and fake, randomly shifted, recoloured and with a square cut out makes it judge shapes
 rather than memorise pixels. Because the same random changes are applied, differentiably, to
 G's images in G's step too, G learns the un-augmented images: nothing of the augmentation
@@ -34,8 +35,8 @@ from torch import nn
 TRANSLATION = 0.125   # the most an image moves, as a share of its side (DiffAugment's)
 CUTOUT = 0.5          # the cut square's side, as a share of the image's (DiffAugment's)
 OVERFIT_TARGET = 0.6  # ADA's target for E[sign(D(real))]
-# p moves by at most (batch / P_SPEED_IMAGES) per D step: from 0 to 1 in 100,000 images, about
-# two minutes of the default CPU run (ADA's 500,000 suit runs of days).
+# p moves by at most (batch / P_SPEED_IMAGES) per D step: from 0 to 1 within minutes of the default
+# CPU run (lab/README.md, "Figures taken out of code comments"), where ADA's 500,000 suit runs of days.
 P_SPEED_IMAGES = 100_000
 OVERFIT_MEMORY = 0.9  # the estimate's moving average keeps this much of itself per step (~10 batches)
 

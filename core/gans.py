@@ -89,7 +89,7 @@ GAN_TYPES = (
         cpu_cost=2.5,     # the penalty's second backward pass
         adaptive_augment=False,   # a critic's scores have no sign to read
         # No "D is winning" rule: the critic's scores have no fixed scale, and G's loss (minus the
-        # fakes' score) drifts up in healthy runs too (the recorded one's first 200 steps).
+        # fakes' score) drifts up in healthy runs too (the recorded one's first steps, tests/data/phase/).
         log_scale=True,   # the critic's early swings of tens would flatten the rest of the curves
         series={"wasserstein": "Wasserstein estimate", "gp": "gradient penalty"},
         healthy={
@@ -142,11 +142,11 @@ GAN_TYPES = (
         series={"d_real": "D(x) score", "d_fake": "D(G(z)) score"},
         # The scores' difference is what D's loss reads: apart by 3, a pair's loss is below 0.05 (D
         # takes the real image for the real one with p > 0.95); its healthy 10-minute run kept the
-        # loss above 0.5 (below). A score has no "sure", so no "D has won" rule.
+        # loss well above that (below). A score has no "sure", so no "D has won" rule.
         d_apart=3.0,
-        # Read off two 10-minute runs, D at 5e-3 and at the fast preset's 3e-3 (lab/README.md, "The
+        # Read off two 10-minute runs, at an earlier D rate and at the fast preset's (lab/README.md, "The
         # relativistic loss at smaller batches" and "The pairing's learning rates at a minute"): both
-        # losses near log 2 when neither wins; D(x) above D(G(z)) at nine log points in ten, the two
+        # losses near log 2 when neither wins; D(x) above D(G(z)) at almost every log point, the two
         # drifting together well below 0.
         healthy={
             "losses": "Healthy: D loss around 0.5-1.3 and G loss around 0.9-1.8 (higher in the first hundred "
