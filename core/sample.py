@@ -207,13 +207,11 @@ def principal_directions(generator: Generator, k: int = 5, n: int = DIRECTION_SA
     latents on the PCA coordinates (their BigGAN recipe). Returns (directions (k, z_dim) of unit
     norm, explained variance ratio (k,)). Deterministic: fixed latents, seeded sketch, fixed signs."""
     z = latents(seed, n, generator.z_dim)
-    # Centred once, in place: the features are ~50 MB at 2,000 samples, and each centred copy
-    # (pca_lowrank's own, the coordinates', the total's) took the viewer worker up by as much.
+    # Centred once, in place: each centred copy of the ~50 MB of features took the viewer worker up as much.
     features = first_block_features(generator, z)
     features -= features.mean(0)
-    # pca_lowrank's random sketch is seeded in a forked RNG: the same directions every time,
-    # and the caller's global RNG is left alone. A few extra components and power iterations
-    # sharpen the top k; an exact SVD of the features would take an order of magnitude longer.
+    # A seeded sketch in a forked RNG: the same directions every time, the caller's RNG left alone. Extra
+    # components and power iterations sharpen the top k, an order of magnitude faster than an exact SVD.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         _, s, v = torch.pca_lowrank(features, q=min(k + 10, *features.shape), center=False, niter=6)

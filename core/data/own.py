@@ -43,9 +43,8 @@ MAX_IMAGE_BYTES = 32 * 2**20             # one image file, declared and actually
 MAX_FILES = 50_000                       # entries of a zip, or files walked in a folder
 MAX_UNCOMPRESSED_RATIO = 4               # a zip's declared unpacked images (zipfile reads no more) to its limit
 DEFAULT_MAX_MB = 200
-# Decoding holds ~16 bytes per pixel at its peak (PIL's pixels, the converted copy, the alpha composite).
-# Every decode in this process shares one allowance of the largest image's worth: many small images
-# decode side by side, a big one waits its turn.
+# ~16 bytes per pixel at a decode's peak (PIL's pixels, the converted copy, the alpha composite). Every decode
+# in this process shares one allowance of the largest image's worth: small ones side by side, a big one waits.
 DECODE_BYTES_PER_PIXEL = 16
 DECODE_BUDGET_BYTES = MAX_IMAGE_BYTES + MAX_PIXELS * DECODE_BYTES_PER_PIXEL
 PREVIEW_SECONDS = 20.0                   # total decode time of one preview
