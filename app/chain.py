@@ -6,7 +6,7 @@ pause, stop. It takes those decisions, and their words, from core/control.py, as
 what it adds is the chunk's own: a GPU refused, a call aborted, the data prepared first.
 
     chain = ChunkChain(lock, trainer, runner, failed)
-    chain.start(config, run, resume, seconds)
+    chain.start(run, resume, seconds)
     chain.going(); chain.charge_to_presser(); chain.join(timeout)
 """
 from __future__ import annotations
@@ -19,7 +19,6 @@ import time
 
 from app import chunks
 from app.supervisor import TrainerSupervisor, alive, end_process_group, terminate
-from core.config import TrainConfig
 from core.control import Control, paused_message, stopped_message
 from core.devices import CPU_KINDS
 from core.failures import describe
@@ -46,9 +45,9 @@ class ChunkChain:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def start(self, config: TrainConfig, run: RunDir, resume: bool, seconds: float) -> None:
+    def start(self, run: RunDir, resume: bool, seconds: float) -> None:
         self.charge_to_presser()
-        self._thread = threading.Thread(target=self._train_in_chunks, args=(config, run, resume, seconds),
+        self._thread = threading.Thread(target=self._train_in_chunks, args=(run, resume, seconds),
                                         name="blink-chunks", daemon=True)
         self._thread.start()
 
@@ -58,18 +57,19 @@ class ChunkChain:
         whoever pressed last, with that person's own token, not the Space's nor an expired one."""
         self._presser = contextvars.copy_context()
 
-    def _train_in_chunks(self, config: TrainConfig, run: RunDir, resume: bool, seconds: float) -> None:
+    def _train_in_chunks(self, run: RunDir, resume: bool, seconds: float) -> None:
         """Chunk after chunk, each continuing the run from the last one's checkpoint."""
         from core.train import Chunk
         # The app's own closing is the "gone" here: the chain runs inside the app.
         control = Control(run, app_closing=lambda: self._trainer.closing)
-        on_gpu = self._runner is not None and config.device not in CPU_KINDS   # a CPU run needs no GPU call
-        if on_gpu and not resume and not self._prepare_data(config, run, control):
+        # A run on this machine's CPU needs no GPU call.
+        on_gpu = self._runner is not None and run.read_plan().asked.device not in CPU_KINDS
+        if on_gpu and not resume and not self._prepare_data(run, control):
             return
         number = run.read_status().chunk if resume else 0   # a resumed run's chunks count on
         while True:
             number += 1
-            job = (config.to_dict(), run.path, resume, Chunk(number, seconds))
+            job = (run.path, resume, Chunk(number, seconds))
             try:
                 if on_gpu:
                     self._gpu_chunk(run, job, control)
@@ -88,7 +88,7 @@ class ChunkChain:
 
     def _gpu_chunk(self, run: RunDir, job: tuple, control: Control) -> None:
         """One GPU call, and what ended it, from what the chunk wrote (app/chunks.py outcome)."""
-        number = job[3].number
+        number = job[2].number
         reason = self._presser.copy().run(self._runner, *job, os.getpid())
         ended = chunks.outcome(run, number)
         if ended == "ended" or run.read_status().state in FINAL_STATES:
@@ -106,13 +106,13 @@ class ChunkChain:
             run.write_status("paused", chunks.refused_message(number, run.read_status().saved_step, reason or ""),
                              pid=None)
 
-    def _prepare_data(self, config: TrainConfig, run: RunDir, control: Control) -> bool:
+    def _prepare_data(self, run: RunDir, control: Control) -> bool:
         """The run's data decoded, resized and cached on the CPU before its first GPU call, with
         the progress on the page; False when the run ended here (a dataset refused, a Stop)."""
         with self._lock:
             if self._trainer.closing:
                 return False
-            process = self._trainer.start_preparing(config.to_dict(), run.path, self._runner.device_kind)
+            process = self._trainer.start_preparing(run.path)
         while alive(process):
             process.join(CHUNK_POLL_SECONDS)
             if control.decision() in ("stop", "gone"):

@@ -159,10 +159,9 @@ def after_abort(run: RunDir, number: int, reason: str) -> None:
 
 
 # ---- one chunk ----------------------------------------------------------------------------
-def train_chunk(config_dict: dict, run_path: str, resume: bool, chunk, parent_pid: int) -> None:
+def train_chunk(run_path: str, resume: bool, chunk, parent_pid: int) -> None:
     """One chunk, in the process that has the GPU: `spaces`' worker on ZeroGPU (forked for the
     first call, kept for the next ones), or a trainer process of the app's own."""
-    from core.config import TrainConfig
     from core.train import train
     began = time.monotonic()
     run = RunDir(run_path)
@@ -172,7 +171,7 @@ def train_chunk(config_dict: dict, run_path: str, resume: bool, chunk, parent_pi
     going_on = chunk.number > 1 and status.state in ("running", "compiling", "paused")
     run.write_status(status.state if going_on else "starting", status.message if going_on else "Starting the trainer...",
                      pid=os.getpid(), chunk=chunk.number)
-    train(TrainConfig.from_dict(config_dict), run_path, resume=resume, watch_parent=parent_pid, chunk=chunk)
+    train(run.read_plan(), run_path, resume=resume, watch_parent=parent_pid, chunk=chunk)
     ended = run.read_status()
     # What the call spent besides training, for the next calls' duration (call_seconds): the most any
     # call of the run spent, as any call may need a new worker (after an abort, or when ZeroGPU
@@ -229,8 +228,6 @@ class GpuChunks:
     decorated before the app launches (it reports them at start-up), so app.py makes this then,
     and `attach`es the page once built (the forked worker closes the page's sockets)."""
 
-    device_kind = "cuda"   # what a chunk trains on: the data is prepared for it before the first call
-
     def __init__(self):
         import spaces
         self.blocks = None
@@ -239,19 +236,19 @@ class GpuChunks:
     def attach(self, blocks) -> None:
         self.blocks = blocks
 
-    def __call__(self, config_dict: dict, run_path: str, resume: bool, chunk, parent_pid: int) -> str | None:
+    def __call__(self, run_path: str, resume: bool, chunk, parent_pid: int) -> str | None:
         """Train the chunk; None when the call ended as the chunk did, else ZeroGPU's reason in
         words (a refusal, an expired token, an aborted call); the caller reads `outcome`."""
         from gradio.context import LocalContext
         LocalContext.blocks.set(ChunkCall(self.blocks, RunDir(run_path), chunk.number))
         LocalContext.event_id.set(f"blink-chunk-{chunk.number}")
         try:
-            self._on_gpu(config_dict, run_path, resume, chunk, parent_pid)
+            self._on_gpu(run_path, resume, chunk, parent_pid)
         except Exception as exc:   # spaces raises gr.Error: its message is the reason, in words
             return str(getattr(exc, "message", "") or exc) or type(exc).__name__
         return None
 
 
-def call_seconds_of(config_dict: dict, run_path: str, resume: bool, chunk, parent_pid: int) -> int:
+def call_seconds_of(run_path: str, resume: bool, chunk, parent_pid: int) -> int:
     """`spaces.GPU`'s duration callable: it takes the decorated function's arguments."""
     return call_seconds(chunk, run_path)

@@ -8,7 +8,7 @@ the comparison is the live run and the run it repeats trains on beside it (app/j
 
     comparison = Comparison(job)
     comparison.show(name)                               # "" for the live run alone
-    comparison.start(config, beside, change, at_once)   # now, beside it, or once the live run finishes
+    comparison.start(plan, beside, change, at_once)   # now, beside it, or once the live run finishes
     comparison.run, comparison.note                     # what every page shows
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import threading
 import time
 
-from core.config import TrainConfig
+from core.plan import Plan
 from core import devices
 from core.rundir import FINAL_STATES, RunDir, list_runs
 from core.status import Status
@@ -48,7 +48,7 @@ class Comparison:
         self.job = job
         self.run: RunDir | None = None   # the run beside the live one
         self.note = ""                   # a comparison waiting, or why one did not start
-        self._queued: tuple[TrainConfig, RunDir, str] | None = None
+        self._queued: tuple[Plan, RunDir, str] | None = None
         self._lock = threading.Lock()
 
     def forget(self) -> None:
@@ -84,8 +84,8 @@ class Comparison:
             self.run, self.note = run, ""
         return f"Run `{run.name}` is beside the live run on every page." if run else "The live run alone again."
 
-    def start(self, config: TrainConfig, beside: RunDir, change: str, at_once: bool = True) -> str:
-        """Start `config` (run `beside` with one setting changed, checked by the caller) shown beside
+    def start(self, plan: Plan, beside: RunDir, change: str, at_once: bool = True) -> str:
+        """Start `plan` (run `beside` with one setting changed, planned by the caller) shown beside
         `beside`: now if nothing trains; while the live run trains, beside it at once where the
         device takes two runs (at_once_problem), else when it finishes. The job's refusals
         (JobBusy, DiskRefused) come through."""
@@ -98,18 +98,18 @@ class Comparison:
                 problem = at_once_problem(beside.read_status(), len(os.sched_getaffinity(0))) or (
                     "" if self.job.trains_here() else "its trainer was started by another app, which supervises it")
             if training and (problem or not at_once):
-                self._queued = (config, beside, change)
+                self._queued = (plan, beside, change)
                 self.note = f"Next: run {beside.name} again with {change}, when it finishes."
                 threading.Thread(target=self._start_when_done, name="blink-comparison", daemon=True).start()
                 why = f" (not at once: {problem})" if problem else ""
                 return f"Queued: run `{beside.name}` again with {change} starts when it finishes{why}."
         # Outside this lock: the job takes its own, under which it calls forget().
         if training:
-            run = self.job.start_beside(config)
+            run = self.job.start_beside(plan)
             with self._lock:
                 self.run, self.note = beside, ""
             return f"Started run `{run.name}`: {change}, at once beside run `{beside.name}`, which trains on."
-        run = self.job.start(config)
+        run = self.job.start(plan)
         with self._lock:
             self.run, self.note = beside, ""
         return f"Started run `{run.name}`: {change}, beside run `{beside.name}`."
@@ -123,7 +123,7 @@ class Comparison:
                 if self._queued is None or self.job.closing:
                     self._queued = None
                     return
-                config, beside, change = self._queued
+                plan, beside, change = self._queued
                 if (self.job.is_active() and beside.read_status().state not in FINAL_STATES) \
                         or self.job.beside_training() is not None:   # two at once: both must end
                     continue
@@ -133,7 +133,7 @@ class Comparison:
                 self.note = f"The comparison did not start: run {beside.name} ended {state}, not finished."
                 return
             try:
-                self.job.start(config)
+                self.job.start(plan)
             except Exception as exc:   # busy, a full disk: whatever it is, every page is told
                 self.note = f"The comparison did not start: {exc}"
                 return

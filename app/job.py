@@ -27,7 +27,7 @@ from app.chain import ChunkChain
 from app.chunks import chunk_seconds
 from app.compare import Comparison
 from app.supervisor import STOP_ESCALATE_SECONDS, TrainerEnd, TrainerSupervisor
-from core.config import TrainConfig, live_change
+from core.plan import Plan
 from core.control import stepped_words
 from core.rundir import FINAL_STATES, DiskRefused, RunDir, default_root, list_runs, pid_alive, writable_problem
 from core.failures import failure_message
@@ -141,8 +141,9 @@ class Job:
         return self._beside.training()
 
     # ---- control ---------------------------------------------------------------------------
-    def start(self, config: TrainConfig, resume_run: RunDir | None = None) -> RunDir:
-        """Start a run (or resume one) in a background process; refuse if one is going."""
+    def start(self, plan: Plan, resume_run: RunDir | None = None) -> RunDir:
+        """Start a run of `plan` (or resume one, whose plan prepare_resume wrote) in a background
+        process; refuse if one is going."""
         with self._lock:
             self._trainer.settle()
             if self.is_active() or self._beside.trainer.running():
@@ -154,19 +155,19 @@ class Job:
             if resume_run is None:
                 self.comparison.forget()   # a new run is shown alone (a comparison's start says what it is beside)
                 self.prune(reserve=1)   # the folder stays bounded: old runs go before a new one comes
-            run = resume_run or RunDir.create(config, self.runs_root)
-            if resume_run is not None:   # prepare_resume has checked it, made it ready and written its plan
+            run = resume_run or RunDir.create(plan, self.runs_root)
+            if resume_run is not None:
                 run.write_status("starting", "Resuming...")
             self._attach(run)
-            seconds = chunk_seconds(config.device)
+            seconds = chunk_seconds(plan.asked.device)
             if seconds:
-                self._chain.start(config, run, resume_run is not None, seconds)
+                self._chain.start(run, resume_run is not None, seconds)
             else:
-                self._trainer.start((config.to_dict(), run.path, resume_run is not None, None), run)
+                self._trainer.start((run.path, resume_run is not None, None), run)
             return run
 
-    def start_beside(self, config: TrainConfig) -> RunDir:
-        """Start `config` as the live run now while the current one trains on beside it (a comparison
+    def start_beside(self, plan: Plan) -> RunDir:
+        """Start `plan` as the live run now while the current one trains on beside it (a comparison
         at once, app/compare.py, which has checked that the device takes two): the current trainer is
         supervised from here on as the one beside; on a CPU each run takes half the threads."""
         with self._lock:
@@ -177,20 +178,17 @@ class Job:
             if problem:
                 raise DiskRefused(problem + ".")
             self.prune(reserve=1)
-            run = RunDir.create(config, self.runs_root)
+            run = RunDir.create(plan, self.runs_root)
             self._beside.take_over(self._trainer, earlier, run)
             self._attach(run)
-            self._trainer.start((config.to_dict(), run.path, False, None), run)
+            self._trainer.start((run.path, False, None), run)
             return run
 
-    def resume(self, steps: int | None = None, config: TrainConfig | None = None) -> tuple[RunDir, str]:
+    def resume(self, device, steps: int | None = None) -> tuple[RunDir, str]:
         """Continue the current (stopped, finished or failed) run from its checkpoint; the run, and
-        what the presser is told beyond "resuming" (core.resume.prepare_resume's note).
-
-        steps: the new total (more than the run has done); None keeps the run's own. config:
-        what the caller wants the run to be; any difference other than steps is refused. The
-        policy is core.resume.prepare_resume's, the CLI's too.
-        """
+        what the presser is told beyond "resuming" (core.resume.prepare_resume's note: its policy
+        is the CLI's too). device(requested): the DeviceInfo it trains on (the page's probe).
+        steps: the new total (more than the run has done); None keeps the run's own."""
         with self._lock:
             run = self._run
             if run is None:
@@ -198,8 +196,8 @@ class Job:
             self._trainer.settle()
             if self.is_active():
                 raise JobBusy(self.busy_message())
-            new_config, note = prepare_resume(run, steps, config.to_dict() if config is not None else None)
-            return self.start(new_config, resume_run=run), note
+            plan, note = prepare_resume(run, steps, {}, device)
+            return self.start(plan, resume_run=run), note
 
     def request(self, action: str, count: int = 0, updates: str = "both") -> str:
         """stop | pause | resume | step (count updates, while paused; of both nets, or "d" / "g"
@@ -267,7 +265,7 @@ class Job:
             run = self._run
             if run is None or not self.is_active() or run.read_status().state in FINAL_STATES:
                 return "No run is training."
-            live_change(run.read_config(), values)
+            run.read_plan().changed(0, values)   # refused as the trainer would refuse it
             try:
                 run.change_settings(values)
             except DiskRefused as exc:

@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 
 from app import chunks, forkserver
-from core.config import TrainConfig
 from core.failures import ended_by_signal, oom_kills
 from core.heartbeat import unanswered
 from core.rundir import FINAL_STATES, RunDir, pid_alive
@@ -74,46 +73,42 @@ def terminate(process, term_wait: float) -> None:
         process.join(wait)
 
 
-def _train_child(config_dict: dict, run_path: str, resume: bool, chunk, parent_pid: int) -> None:
-    """Entry point of the trainer process (top level, so the fork server's child can import it).
-    chunk: a core.train.Chunk when the run trains in chunks (app/chunks.py), else None."""
+def _train_child(run_path: str, resume: bool, chunk, parent_pid: int) -> None:
+    """Entry point of the trainer process (top level, so the fork server's child can import it): the
+    run's plan, as the press that started it wrote it. chunk: a core.train.Chunk when the run trains
+    in chunks (app/chunks.py), else None."""
     _own_process_group()
     # In its own group, a terminal's Ctrl-C no longer reaches the trainer; a SIGINT sent to it
     # by hand must not kill it either: the app asks it to stop (checkpoint kept).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if chunk is not None:
-        chunks.train_chunk(config_dict, run_path, resume, chunk, parent_pid)
+        chunks.train_chunk(run_path, resume, chunk, parent_pid)
         return
     # The pid goes into the status at once, so a restarted UI can tell a live trainer that is
     # still loading data from one that died before it ever wrote a status.
-    RunDir(run_path).write_status("starting", "Starting the trainer...", pid=os.getpid())
-    config = TrainConfig.from_dict(config_dict)
-    if config.processes > 1:
-        _train_ranks(config, run_path, resume, parent_pid)   # exits with the ranks' code
+    run = RunDir(run_path)
+    run.write_status("starting", "Starting the trainer...", pid=os.getpid())
+    plan = run.read_plan()
+    if plan.device.processes > 1:
+        _train_ranks(plan.device.processes, run_path, parent_pid)   # exits with the ranks' code
         return
     from core.train import train
-    train(config, run_path, resume=resume, watch_parent=parent_pid)
+    train(plan, run_path, resume=resume, watch_parent=parent_pid)
 
 
-def _train_ranks(config: TrainConfig, run_path: str, resume: bool, parent_pid: int) -> None:
-    """A run over config.processes processes (DDP), each a rank as torchrun starts one: the CLI
-    (`core.train`'s main) with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, a rendezvous on
-    this machine), so the CLI's torchrun road trains it. Forked from this process, whose imports are
-    paid and which has touched no device (CUDA does not survive a fork), rather than a fresh
-    `python -m core.train` each; and here, not under torchrun itself (whose
-    ranks each get a session of their own), so that every rank is in this trainer's process group,
-    where the app's Stop escalation and its clean-up reach it. This process waits for them as
-    torchrun does: one that fails, or the app gone, and the others are asked to stop (a checkpoint
-    kept), then ended."""
-    from core.train import cli_flags
-    count = config.processes
+def _train_ranks(count: int, run_path: str, parent_pid: int) -> None:
+    """A run over `count` processes (DDP), each a rank as torchrun starts one: the CLI (`core.train`'s
+    main, training the run's plan) with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, a
+    rendezvous on this machine), so the CLI's torchrun road trains it. Forked from this process, whose
+    imports are paid and which has touched no device (CUDA does not survive a fork), rather than a
+    fresh `python -m core.train` each; and here, not under torchrun itself (whose ranks each get a
+    session of their own), so that every rank is in this trainer's process group, where the app's
+    Stop escalation and its clean-up reach it. This process waits for them as torchrun does: one that
+    fails, or the app gone, and the others are asked to stop (a checkpoint kept), then ended."""
     with socket.socket() as probe:   # a free port for the ranks' rendezvous
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    if resume:   # the run's own config (its plan), longer where the host asked for more steps
-        args = ["--resume", run_path, "--steps", str(config.steps)]
-    else:
-        args = [*cli_flags(config), "--run-dir", run_path]
+    args = ["--planned", run_path]
     env = {"WORLD_SIZE": str(count), "LOCAL_WORLD_SIZE": str(count), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port)}
     fork = multiprocessing.get_context("fork")
@@ -146,13 +141,13 @@ def _rank_child(args: list[str], rank_env: dict) -> None:
     raise SystemExit(main(args))
 
 
-def _prepare_child(config_dict: dict, run_path: str, device_kind: str) -> None:
+def _prepare_child(run_path: str) -> None:
     """Entry point of the process that prepares a chunked run's data on the CPU, before its first
     GPU call: a chunk's seconds are then training seconds."""
     _own_process_group()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from core.train import prepare_data
-    ready = prepare_data(TrainConfig.from_dict(config_dict), run_path, device_kind)
+    ready = prepare_data(run_path)
     raise SystemExit(0 if ready else 1)
 
 
@@ -210,9 +205,9 @@ class TrainerSupervisor:
         self._oom_kills_at_start = oom_kills()   # to tell, if it dies on SIGKILL, whether memory did it
         return process
 
-    def start_preparing(self, config_dict: dict, run_path: str, device_kind: str):
+    def start_preparing(self, run_path: str):
         """The process that prepares a chunked run's data (_prepare_child); the caller joins it."""
-        return _start(_prepare_child, config_dict, run_path, device_kind)
+        return _start(_prepare_child, run_path)
 
     def close(self) -> None:
         """No new trainer from here on (the app is closing)."""

@@ -12,7 +12,6 @@ drive the app; /live/status serves scripts that wait for changes.
 """
 from __future__ import annotations
 
-import dataclasses
 import hmac
 import math
 import os
@@ -30,10 +29,10 @@ from app.compare import ComparisonRefused
 from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed, live_grid_url
 from core import data, devices
-from core.plan import DataFacts, Plan, make_plan, resolved_for
+from core.plan import Plan, make_plan, plan_run
 from core.rundir import FINAL_STATES, STEP_UPDATES, DiskRefused
 from core import gans
-from core.config import (AUGMENT_BELOW, BATCH_SIZE, COMPARISONS, DATASETS, DEVICES, LIVE_FIELDS, PRECISIONS, PRESETS, ConfigError,
+from core.config import (AUGMENT_BELOW, BATCH_SIZE, COMPARISONS, DEVICES, LIVE_FIELDS, PRECISIONS, PRESETS, ConfigError,
                          TrainConfig, comparison, form_number, spec, whole_number)
 
 # The live panel's markup; app/static/live.js fills it from /live/events.
@@ -123,10 +122,11 @@ AUTO_GAN_LABEL = "Auto: the fastest measured here (Relativistic + R1 for MNIST o
 def batch_size_note(info: devices.DeviceInfo) -> str:
     """The batch size's one meaning (images per step over all devices), what an empty box means, and
     the other view of it."""
-    digits_on_cpu = resolved_for(TrainConfig(), "cpu")[0].batch_size   # the default images' on a CPU: auto's type's
+    one_cpu = devices.DeviceInfo("cpu", "CPU")
+    digits_on_cpu = make_plan(TrainConfig(), one_cpu).config.batch_size   # the default images' on a CPU: auto's type's
     empty = f"0: the GAN type's, {digits_on_cpu} for MNIST on a CPU, else {BATCH_SIZE}"
     if info.devices > 1:
-        batch = resolved_for(TrainConfig(), info.kind, info.processes)[0].batch_size
+        batch = make_plan(TrainConfig(), info).config.batch_size
         return (f"images per step over all {info.devices} devices ({empty}): {batch} is {batch // info.devices} per "
                 f"device; use a multiple of {info.devices}")
     return f"images per step ({empty})"
@@ -147,17 +147,6 @@ def in_page_words(message: str) -> str:
     for name, label in labels.items():
         message = re.sub(rf"\b{name}\b", label, message)
     return message
-
-
-def data_facts(dataset: str, data_path: str) -> DataFacts:
-    """What the plan needs of a dataset, from dataset_info (no decoding: a folder's size from its
-    listing; what is only known once decoded is left open, and the trainer's plan settles it)."""
-    if dataset not in DATASETS:
-        return DataFacts()   # the plan refuses the name, with the choices
-    info = data.dataset_info(dataset, data_path)
-    if not info["available"]:
-        raise ConfigError(info["message"])
-    return DataFacts.from_info(info)
 
 
 # The form: TrainConfig fields (their labels, choices and ranges are TrainConfig's), each shown by
@@ -269,7 +258,7 @@ def time_note(plan: Plan, runs_root: str) -> str:
     measured = measured_images_per_second(runs_root, plan)
     speed, source = measured, "as a run of these settings measured on this server"
     if measured is None and devices.is_cpu(info.kind) and preset == "fast":
-        speed, source = (CPU_FAST_IMAGES_PER_SECOND / gans.get(config.gan).cpu_cost,
+        speed, source = (CPU_FAST_IMAGES_PER_SECOND / plan.gan.cpu_cost,
                          "rough: no run of these settings has trained here yet")
     turn = chunks.chunk_seconds(config.device) if chunks.on_zero_gpu() else None
     if turn and speed is None:
@@ -369,22 +358,19 @@ class TrainTab:
             time.sleep(WRONG_KEY_SECONDS)
         return False
 
-    def config_from_form(self, **form) -> TrainConfig:
-        """The form's values by field name (FORM_FIELDS; one left out keeps TrainConfig's default) as
-        a TrainConfig, validated once against the dataset's size and the device's caps."""
+    def planned_start(self, **form) -> Plan:
+        """The plan Start makes of the form (plan_from_form), refused in the page's words."""
         try:
-            config, plan = self.plan_from_form(**form)
+            return self.plan_from_form(**form)
         except ConfigError as exc:
             raise refused(in_page_words(str(exc)), title="Check the settings")
         except (TypeError, ValueError) as exc:
             raise refused(f"Invalid form value: {exc}", title="Check the settings")
-        # The processes as the plan counted them (0: one per GPU): the trainer process starts that many ranks.
-        # The GAN type as it chose it: the run's folder and a comparison's words name the type, not "auto".
-        return dataclasses.replace(config, processes=plan.config.processes, gan=plan.config.gan)
 
-    def plan_from_form(self, **form) -> tuple[TrainConfig, Plan]:
-        """The config the form asks for and the plan Start makes of it (what the estimate shows):
-        ConfigError naming the field, TypeError or ValueError for a value of the wrong kind."""
+    def plan_from_form(self, **form) -> Plan:
+        """The plan Start makes of the form's values by field name (FORM_FIELDS; one left out keeps
+        TrainConfig's default), which the estimate shows: ConfigError naming the field, TypeError or
+        ValueError for a value of the wrong kind."""
         unknown = sorted(set(form) - set(FORM_FIELDS))
         if unknown:
             raise TypeError(f"not fields of the form: {', '.join(unknown)}")
@@ -402,7 +388,7 @@ class TrainTab:
         # any string. A probe is kept (DeviceCache), so this is the one probe of this Start.
         if config.device not in DEVICES:
             raise ConfigError(f"Device '{config.device}' is not supported; choose one of: {', '.join(DEVICES)}.")
-        return config, make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
+        return plan_run(config, self.devices.get(config.device))
 
     def start(self, key="", **form):
         """Start a run of the form's settings, given by field name (FORM_FIELDS), for the host."""
@@ -411,10 +397,10 @@ class TrainTab:
         # trainer that has written its final status may take a moment to exit: job.start waits.
         if self.job.is_active() and self.job.snapshot().status.state not in FINAL_STATES:
             raise refused(self.job.busy_message(), title="A run is going")
-        config = self.config_from_form(**form)
-        self.refuse_anonymous_press(config.device)
+        plan = self.planned_start(**form)
+        self.refuse_anonymous_press(plan.asked.device)
         try:
-            run = self.job.start(config)   # the job's lock decides between two Starts pressed together
+            run = self.job.start(plan)   # the job's lock decides between two Starts pressed together
         except JobBusy as exc:
             raise refused(str(exc), title="A run is going")
         except DiskRefused as exc:
@@ -439,7 +425,7 @@ class TrainTab:
         """Before Start: what the form's run will train (the plan Start makes, from every field), how
         long it takes here, and whether it will crawl; or why Start would refuse it."""
         try:
-            _, plan = self.plan_from_form(**form)
+            plan = self.plan_from_form(**form)
         except (ConfigError, TypeError, ValueError) as exc:
             return f"What will train: nothing yet. {in_page_words(str(exc))}"
         return estimate_note(plan, self.job.runs_root)
@@ -516,11 +502,10 @@ class TrainTab:
             raise refused("Start a run first: a comparison runs it again with one setting changed.",
                           title="Nothing to compare")
         try:
-            config = comparison(run.read_config(), change)
-            plan = make_plan(config, self.devices.get(config.device), data_facts(config.dataset, config.data_path))
-            config = dataclasses.replace(config, processes=plan.config.processes)
+            config = comparison(run.read_plan(), change)
+            plan = plan_run(config, self.devices.get(config.device))
             # `when` is one of COMPARISON_TIMES: the Radio refuses any other (errors.name_bad_values).
-            return self.job.comparison.start(config, run, COMPARISONS[change], at_once=when == "at once")
+            return self.job.comparison.start(plan, run, COMPARISONS[change], at_once=when == "at once")
         except ConfigError as exc:
             raise refused(in_page_words(str(exc)), title="Check the settings")
         except ComparisonRefused as exc:
@@ -542,7 +527,7 @@ class TrainTab:
             return "The run is training already (Resume continues a paused or stopped run)."
         try:
             steps = whole_number(resume_steps or 0, "Resume to step", 0, spec("steps")["range"][1])
-            run, note = self.job.resume(steps or None)
+            run, note = self.job.resume(self.devices.get, steps or None)
         except (ConfigError, ResumeRefused) as exc:
             raise refused(str(exc), title="Cannot resume")
         except JobBusy as exc:

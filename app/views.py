@@ -29,9 +29,7 @@ def _setting(name: str, value) -> str:
 
 
 def _differing(here, there) -> list[tuple[str, str, str]]:
-    """(what, its value here, there) for each setting two runs' configs (TrainConfigs) differ in."""
-    # A value left None is the GAN type's default (a run's plan holds it resolved, for its preset).
-    here, there = (config.resolved(None if config.preset == "auto" else config.preset) for config in (here, there))
+    """(what, its value here, there) for each setting two runs' configs (their plans', resolved) differ in."""
     return [(spec(name)["label"] or LIVE_LABELS.get(name, name.replace("_", " ")),
              _setting(name, getattr(here, name)), _setting(name, getattr(there, name)))
             for name in here.differences(there, ignore=())]

@@ -29,11 +29,12 @@ def bare_loop(settings: dict, steps: int, warmup: int, compile_models: bool = Fa
     compile_models: torch.compile G and D first (an experiment's lever; the trainer does not)."""
     from core import devices
     from core.config import TrainConfig
-    from core.training import build_training, planned
+    from core.plan import plan_run
+    from core.training import build_training
     config = TrainConfig(**settings)
     devices.prepare_environment(config.device)
     info = devices.probe(config.device)
-    training = build_training(*planned(config, info))
+    training = build_training(plan_run(config, info))
     config = training.config   # as it trains: 'auto' and the defaults resolved
     if compile_models:
         import torch

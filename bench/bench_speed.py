@@ -210,8 +210,9 @@ def step_flops() -> tuple[int, dict]:
     matrix products, which are nearly all of it); a step without a penalty (R1's steps are left out)."""
     from core import devices, models
     from core.config import TrainConfig
-    from core.training import build_training, planned
-    training = build_training(*planned(TrainConfig(device="cpu"), devices.probe("cpu")))
+    from core.plan import plan_run
+    from core.training import build_training
+    training = build_training(plan_run(TrainConfig(device="cpu"), devices.probe("cpu")))
     config = training.config
     counter = counted_step(training)
     info = {"preset": config.preset, "classes": training.classes, "width": models.PRESET_WIDTH[config.preset],
@@ -248,8 +249,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     from core import models
-    from core.plan import resolved_for
-    d = resolved_for(TrainConfig(), "cpu")[0]
+    from core import devices
+    from core.plan import plan_run
+    d = plan_run(TrainConfig(), devices.probe("cpu")).config
     print(f"# Blink speed bench: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"defaults: preset {d.preset} (fast width {models.PRESET_WIDTH['fast']}), gan {d.gan}, conditional "
           f"{d.conditional}, batch {d.batch_size}, "

@@ -305,9 +305,11 @@ def main() -> None:
     runs_root = tempfile.mkdtemp(prefix="bench-viewers-")
     replayer = None
     if args.replay:   # the run exists before the app starts, so the app attaches to it as its current run
+        from core import devices
         from core.config import TrainConfig
+        from core.plan import plan_run
         from core.rundir import RunDir
-        run = RunDir.create(TrainConfig(steps=1_000_000), runs_root)
+        run = RunDir.create(plan_run(TrainConfig(steps=1_000_000), devices.probe("cpu")), runs_root)
         replayer = subprocess.Popen([sys.executable, __file__, "--replayer", run.path], cwd=ROOT)
         time.sleep(3)
     app, url = start_app(runs_root, args.port)

@@ -195,9 +195,11 @@ def form_number(value, name: str) -> int | None:
     return whole_number(value, spec(name)["label"] or name, *spec(name)["range"])
 
 
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+def choose(name: str, value: str) -> None:
+    """ConfigError naming field `name` by its label when `value` is not one of its choices."""
+    choices, label = spec(name)["choices"], spec(name)["label"] or name
     if value not in choices:
-        raise ConfigError(f"{name} '{value}' is not supported; choose one of: {', '.join(choices)}.")
+        raise ConfigError(f"{label} '{value}' is not supported; choose one of: {', '.join(choices)}.")
 
 
 # What the host may change while a run trains (the page's "Change while training"): each takes effect
@@ -206,14 +208,6 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 # graph, so a new value compiles it once (tests/xla/test_xla_facts.py).
 LIVE_FIELDS = ("lr_g", "lr_d", "beta1", "beta2", "n_critic")
 MAX_BETA = 0.9999   # Adam's slowest averages in use; past it 1 - beta is lost to float precision
-
-
-def live_change(cfg: TrainConfig, values: dict) -> TrainConfig:
-    """The run's config with `values` changed, refused (ConfigError naming the field) like a Start's."""
-    unknown = sorted(set(values) - set(LIVE_FIELDS))
-    if unknown:
-        raise ConfigError(f"{unknown[0]} cannot change while a run trains; these can: {', '.join(LIVE_FIELDS)}.")
-    return validate(dataclasses.replace(cfg, **values))
 
 
 # The seed's experiments as the page's comparison starts: a run again with one setting changed, the
@@ -228,42 +222,37 @@ COMPARISONS = {
 GAN_TYPE_DEFAULTS = ("lr_g", "lr_d", "beta1", "beta2", "n_critic", "ema", "lr_decay_start")
 
 
-def comparison(cfg: TrainConfig, change: str) -> TrainConfig:
-    """`cfg` (a run's config) with the one change of COMPARISONS[change]; checked like a Start's."""
-    resolved = validate(cfg)
+def comparison(plan, change: str) -> TrainConfig:
+    """The config of a run (core.plan.Plan) as asked for, with the one change of COMPARISONS[change]."""
+    resolved = plan.config
     if change == "precision":
         values = {"precision": "bf16" if resolved.precision == "fp32" else "fp32"}
     elif change == "gan":
         # The relativistic loss against DCGAN's: the same nets, the other loss.
-        values = {"gan": "dcgan" if cfg.gan in ("wgan-gp", "rpgan") else "wgan-gp", **dict.fromkeys(GAN_TYPE_DEFAULTS)}
+        other = "dcgan" if resolved.gan in ("wgan-gp", "rpgan") else "wgan-gp"
+        values = {"gan": other, **dict.fromkeys(GAN_TYPE_DEFAULTS)}
     elif change == "batch_size":
         values = {"batch_size": 256 if resolved.batch_size <= 64 else 32}
     elif change == "lr_d":
         values = {"lr_d": resolved.lr_d * 10}
     else:
         raise ConfigError(f"Compare: choose one of {', '.join(COMPARISONS.values())}.")
-    return dataclasses.replace(cfg, **values)
+    return dataclasses.replace(plan.asked, **values)
 
 
-def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dict | None = None,
-             preset: str | None = None) -> TrainConfig:
-    """Refuse values that cannot work; return the config with defaults resolved (for `preset`,
-    the preset that will run, when the caller knows it).
-
-    dataset_size and device_caps are optional so the config can be checked in layers: the
-    static checks always, the dataset and device checks when the caller knows them (the UI
-    knows both before it starts a process).
-    """
-    resolved = cfg.resolved(preset)   # None hyper-parameters take their defaults, checked like the rest
+def validate(resolved: TrainConfig, dataset_size: int | None = None, device_caps: dict | None = None) -> TrainConfig:
+    """Refuse values that cannot work in a config whose defaults are resolved (core/plan.py
+    make_plan, the one caller, resolves them); return it. dataset_size and device_caps: the
+    dataset's and the device's checks, where the plan knows them."""
     for f in fields(TrainConfig):
         value, choices, limits = getattr(resolved, f.name), f.metadata["choices"], f.metadata["range"]
         if choices:
-            _choice(f.metadata["label"], value, choices)
+            choose(f.name, value)
         if limits:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"{f.name} must be a whole number (got {value!r}).")
             whole_number(value, f.name, *limits)
-    if cfg.dataset == "folder" and not cfg.data_path:
+    if resolved.dataset == "folder" and not resolved.data_path:
         raise ConfigError("Dataset 'folder' needs a folder or zip of images: set data_path (or upload a zip).")
     for name in ("lr_g", "lr_d"):
         lr = getattr(resolved, name)
@@ -295,7 +284,7 @@ def validate(cfg: TrainConfig, dataset_size: int | None = None, device_caps: dic
             raise ConfigError(
                 f"batch_size {resolved.batch_size} does not split evenly over {over} (each gets batch / {count}): "
                 f"use a multiple of {count}, e.g. {higher if lower == 0 else lower} or {higher}.")
-        reason = device_caps.get("precision_refused", {}).get(cfg.precision)
+        reason = device_caps.get("precision_refused", {}).get(resolved.precision)
         if reason:
-            raise ConfigError(f"Precision {cfg.precision} is not offered on {device_caps.get('name', 'this device')}: {reason}")
+            raise ConfigError(f"Precision {resolved.precision} is not offered on {device_caps.get('name', 'this device')}: {reason}")
     return resolved

@@ -80,6 +80,14 @@ class DeviceInfo:
     available: int = 1                          # processes a run may have here (DDP): the GPUs on CUDA, the cores on a CPU
 
     @property
+    def is_xla(self) -> bool:
+        return is_xla(self.kind)
+
+    @property
+    def is_cuda(self) -> bool:
+        return is_cuda(self.kind)
+
+    @property
     def shards(self) -> int:
         """How many ways each batch is split: over the devices (SPMD) or the processes (DDP)."""
         return self.devices * self.processes
@@ -88,7 +96,7 @@ class DeviceInfo:
     def layout(self) -> str:
         """How the trainer uses the devices, in words for the status line and the doctor."""
         if self.processes > 1:
-            return f"{self.processes} {'GPUs' if self.kind == 'cuda' else 'processes'} (DDP, {self.backend})"
+            return f"{self.processes} {'GPUs' if self.is_cuda else 'processes'} (DDP, {self.backend})"
         if self.devices > 1:
             return f"{self.devices} devices in one process (SPMD: each batch split {self.devices} ways)"
         return "1 device, one process"
@@ -97,7 +105,7 @@ class DeviceInfo:
     def shard_name(self) -> str:
         """What takes one piece of a batch: under DDP a GPU (a process each) or a process, else a device."""
         if self.processes > 1:
-            return "GPU" if self.kind == "cuda" else "process"
+            return "GPU" if self.is_cuda else "process"
         return "device"
 
     def batch_layout(self, batch_size: int) -> str:

@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 from core import devices, distributed
-from core.config import DEVICES, TrainConfig
+from core.config import DEVICES, ConfigError, TrainConfig
 from core.rundir import RunDir
 from core import versions
 
@@ -78,18 +78,27 @@ def describe(requested: str = "auto", ranks=None) -> tuple[devices.DeviceInfo, l
 
 def short_run(requested: str, steps: int, batch_size: int | None, ranks=None) -> tuple[bool, list[str]]:
     """A real run of `steps` steps through the trainer; (it finished, lines to print: rank 0's)."""
-    from core.train import train
+    from core.plan import plan_run
+    from core.train import SessionEnds, probe_device, train
     config = TrainConfig(device=requested, steps=steps, log_every=5, grid_every=steps, quality_every=0,
                          checkpoint_every=steps, **({"batch_size": batch_size} if batch_size else {}))
     leads = ranks is None or ranks.leads
-    folder = tempfile.mkdtemp(prefix="blink-doctor-") if leads else None
-    folder = ranks.share(folder) if ranks else folder
-    run_path = os.path.join(folder, "run")
+    planned = (None, "", None)
+    if leads:   # planned as the CLI plans a run
+        run_path = os.path.join(tempfile.mkdtemp(prefix="blink-doctor-"), "run")
+        try:
+            info = probe_device(requested, ranks)
+            plan = plan_run(config, info)
+            RunDir.create(plan, path=run_path)
+            planned = (plan, run_path, info)
+        except (SessionEnds, ConfigError) as exc:
+            planned = (None, getattr(exc, "message", str(exc)), None)
+    plan, run_path, info = ranks.share(planned) if ranks else planned
+    if plan is None:
+        return False, [f"Short run: refused: {run_path}"] if leads else []
+    state = train(plan, run_path, device_info=info, ranks=ranks)
     run = RunDir(run_path)
-    if leads:
-        os.makedirs(run.grids_folder)
-        run.write_config(config)
-    state = train(config, run_path, ranks=ranks)
+    config = plan.config
     if not leads:
         return state == "done", []
     status = run.read_status()
@@ -121,7 +130,7 @@ def short_run(requested: str, steps: int, batch_size: int | None, ranks=None) ->
             lines.append(f"  compilation cache: {devices.cache_in_words(diag['compile_cache'])}")
     if diag.get("memory_total"):
         lines.append(f"  device memory: {diag['memory_used'] / 2**30:.2f} of {diag['memory_total'] / 2**30:.1f} GiB")
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(os.path.dirname(run_path), ignore_errors=True)
     return True, lines
 
 

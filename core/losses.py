@@ -174,9 +174,8 @@ class RelativisticPairing:
         self.updates = state["updates"]
 
 
-def make_loss(gan: str, gp_weight: float = 10.0, random_rows=None):
+def make_loss(gan: gans.GanType, gp_weight: float = 10.0, random_rows=None):
     """The loss object for a GAN type (its row in core/gans.py names the class). random_rows: the
     trainer's Runtime.random_rows, for a penalty's random mixing weights."""
-    row = gans.get(gan)
-    loss = globals()[row.loss]
-    return loss(gp_weight, random_rows) if row.gradient_penalty else loss()
+    loss = globals()[gan.loss]
+    return loss(gp_weight, random_rows) if gan.gradient_penalty else loss()

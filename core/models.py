@@ -230,18 +230,12 @@ def init_weights(module: nn.Module) -> None:
         nn.init.normal_(parametrized.weight.original if parametrized is not None else module.weight, 0.0, 0.02)
 
 
-def discriminator_norm(gan: str) -> tuple[str, bool]:
-    """(norm, spectral) per GAN type (core/gans.py): WGAN-GP needs no batch statistics, hinge uses SN."""
-    row = gans.get(gan)
-    return row.d_norm, row.spectral
-
-
-def build(gan: str, preset: str, channels: int, resolution: int, z_dim: int,
+def build(gan: gans.GanType, preset: str, channels: int, resolution: int, z_dim: int,
           classes: int = 0) -> tuple[Generator, Discriminator]:
     width = PRESET_WIDTH[preset]
     generator = Generator(GeneratorSpec(z_dim, channels, resolution, width, classes))
-    norm, spectral = discriminator_norm(gan)
-    discriminator = Discriminator(channels, resolution, width, norm, spectral, classes)
+    # Per GAN type (core/gans.py): WGAN-GP needs no batch statistics, hinge uses spectral norm.
+    discriminator = Discriminator(channels, resolution, width, gan.d_norm, gan.spectral, classes)
     generator.apply(init_weights)
     discriminator.apply(init_weights)
     return generator, discriminator

@@ -80,10 +80,10 @@ COLLAPSE_WARNING = ("The fakes all look alike (mode collapse): G has found a few
 COLLAPSE_WORDS = "the fakes all look alike (mode collapse)"   # the line's, beside its stage
 
 
-def d_has_won(values: dict, gan: str) -> bool:
+def d_has_won(values: dict, gan: gans.GanType) -> bool:
     """A D that calls the real images real and the fakes fake, outright, by its GAN type's `d_won`
     (never where that is None: a critic's scores or a hinge D's logits have no "sure")."""
-    won = gans.get(gan).d_won
+    won = gan.d_won
     return won is not None and "d_real" in values and values["d_real"] > won[0] and values["d_fake"] < won[1]
 
 
@@ -134,9 +134,9 @@ def _halves(points: list[dict], key: str) -> tuple[float, float]:
     return (sum(p[key] for p in points[:half]) / half, sum(p[key] for p in points[half:]) / (len(points) - half))
 
 
-def d_winning(points: list[dict], gan: str) -> bool:
+def d_winning(points: list[dict], gan: gans.GanType) -> bool:
     """G's loss keeps climbing while D keeps telling real from fake (where the GAN type has a `d_apart`)."""
-    apart = gans.get(gan).d_apart
+    apart = gan.d_apart
     if apart is None or len(points) < WINDOW:
         return False
     window = points[-WINDOW:]
@@ -157,7 +157,7 @@ def settled(points: list[dict], tolerance: float = SETTLED_CHANGE) -> bool:
 class Phase:
     """The rules above over one run's values, as they are logged."""
 
-    def __init__(self, gan: str, conditional: bool, events: list[dict] = (), measured: bool = True):
+    def __init__(self, gan: gans.GanType, conditional: bool, events: list[dict] = (), measured: bool = True):
         """measured: the run has a quality meter (quality_every > 0); without it there is no stage."""
         self.gan, self.conditional, self.measured = gan, conditional, measured
         self.points: deque[dict] = deque(maxlen=max(WINDOW, SETTLED_WINDOW))

@@ -1,15 +1,15 @@
 """A run's plan: what the config, the device and the data make of a run, worked out once.
 
-    plan = make_plan(config, device, DataFacts.of(dataset))   # ConfigError naming the field
+    plan = plan_run(config, device)   # the data's facts from its listing; ConfigError naming the field
     plan.config        # the config as it trains: preset, precision and every default concrete
-    plan.describe()    # what will train, in words: the page before Start, the doctor
+    plan.describe()    # what will train, in words: the page before Start, the CLI's --dry-run
 
-As stylegan2-ada settles its "training options" once and saves them as training_options.json,
-one function turns (config, device, data) into a frozen Plan, and every reader takes that: the page
-makes one before Start (the device from its probe, the data from dataset_info, no decoding), the
-trainer one once its data is loaded, which it writes as the run's config.json and into every
-checkpoint; build_training and the Reporter take it, and resume compares the saved plan with the
-new one. Validation happens here, in one place. No torch: the UI process makes plans.
+As stylegan2-ada settles its "training options" once and saves them as training_options.json, the
+plan is made where the run is asked for (the page's Start, the CLI), from facts known before any
+image is decoded, and written once as the run's config.json. The trainer reads it and only checks
+it against the device and the data it finds (`check_device`, `check_data`); a live settings change,
+a comparison and a resume derive a new plan through `replan`, and so make_plan's checks. No torch:
+the UI process makes plans.
 """
 from __future__ import annotations
 
@@ -19,53 +19,53 @@ from typing import Any
 
 from core import gans
 from core.architecture import model_resolution, resolve_preset
-from core.config import LIVE_FIELDS, ConfigError, TrainConfig, augments, validate
-from core.devices import ddp_backend
+from core.config import LIVE_FIELDS, ConfigError, TrainConfig, augments, choose, validate
+from core.devices import DeviceInfo, ddp_backend, default_precision
+
+PLAN_FORMAT = "blink-plan-v2"
 
 
 @dataclass(frozen=True)
 class DataFacts:
-    """What the plan needs of a dataset. None: not known before the images are decoded (the page's
-    plan of a folder it has only listed); the trainer's plan knows them all."""
+    """What the plan needs of a dataset. None: not known before the images are decoded (a folder's
+    channels: grey or colour)."""
     size: int | None = None
     resolution: int | None = None        # native: the model's resolution is worked out from it
     channels: int | None = None
     classes: int | None = None           # labelled classes (0: unlabelled)
     class_names: tuple[str, ...] = ()    # where the dataset names its classes (a folder's subfolders)
+    unreadable: int = 0                  # files a decoded folder left out (its listing counted them)
 
     @classmethod
     def of(cls, dataset) -> "DataFacts":
         """The facts of a loaded dataset (core.data.ImageSet)."""
         labels = dataset.labels
         classes = int(labels.max()) + 1 if labels is not None and len(labels) else 0
-        return cls(len(dataset), dataset.resolution, dataset.channels, classes, tuple(dataset.class_names))
+        return cls(len(dataset), dataset.resolution, dataset.channels, classes, tuple(dataset.class_names),
+                   dataset.skipped)
 
     @classmethod
-    def from_info(cls, info: dict) -> "DataFacts":
-        """The facts core.data.dataset_info reports before any decoding."""
+    def listed(cls, dataset: str, data_path: str = "", max_mb: int | None = None) -> "DataFacts":
+        """The facts core.data.dataset_info reports before decoding (a folder's from its listing);
+        ConfigError in the dataset's own words where it cannot be had (offline, an empty folder)."""
+        from core import data
+        from core.config import DATASETS
+        if dataset not in DATASETS:
+            return cls()   # the plan refuses the name, with the choices
+        info = data.dataset_info(dataset, data_path, **({"max_mb": max_mb} if max_mb else {}))
+        if not info["available"]:
+            raise ConfigError(info["message"])
         return cls(info.get("size"), info.get("resolution"), info.get("channels"), info.get("classes"),
                    tuple(info.get("class_names") or ()))
 
 
-def resolved_for(config: TrainConfig, device_kind: str, processes: int = 1) -> tuple[TrainConfig, str]:
-    """The config a run trains with on this kind of device (in `processes` processes where torchrun
-    started them), and why it has its preset: the preset, the GAN type and the precision 'auto'
-    become concrete, and hyper-parameters left None take their defaults for that type and preset
-    (TrainConfig.resolved). A config resolved already comes back the same."""
-    from core.devices import default_precision   # no torch: devices imports it lazily
-    preset, reason = resolve_preset(config.preset, device_kind)
-    gan = (gans.auto_name(preset, device_kind, max(processes, config.processes), config.dataset)
-           if config.gan == "auto" else config.gan)
-    precision = default_precision(device_kind) if config.precision == "auto" else config.precision
-    return dataclasses.replace(dataclasses.replace(config, gan=gan).resolved(preset), preset=preset,
-                               precision=precision), reason
-
-
 @dataclass(frozen=True)
 class Plan:
+    asked: TrainConfig              # as asked for ('auto' and None left): what a new plan is made from
     config: TrainConfig             # resolved: what trains
+    gan: gans.GanType               # the row of config.gan
     preset_reason: str
-    device: Any                     # core.devices.DeviceInfo: where it trains
+    device: DeviceInfo              # where it trains
     data: DataFacts
     resolution: int | None          # the model's (the data is resized to it)
     classes: int | None             # 0: unconditional
@@ -75,12 +75,8 @@ class Plan:
     batch_reason: str = ""          # why the batch is not the one asked for ("": it is)
     # The host's settings changes, in order, each with the step it took effect after:
     # {"step": 45, "settings": {"lr_d": 0.002}, "before": {"lr_d": 0.0002}}. `config` holds the
-    # newest values; a checkpoint's plan holds those of its own step (core/resume.py rolls back).
+    # newest values; a checkpoint's plan holds those of its own step (at_step rolls back).
     changes: tuple[dict, ...] = ()
-
-    @property
-    def gan(self) -> gans.GanType:
-        return gans.get(self.config.gan)
 
     @property
     def batch_per_device(self) -> int:
@@ -89,49 +85,88 @@ class Plan:
 
     # ---- saved as the run's config.json and in every checkpoint --------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"format": PLAN_FORMAT, "config": self.config.to_dict(), "preset_reason": self.preset_reason,
-                "device": self.device.to_dict(), "data": dataclasses.asdict(self.data),
-                "resolution": self.resolution, "classes": self.classes, "class_names": list(self.class_names),
-                "augment": self.augment, "augment_reason": self.augment_reason, "batch_reason": self.batch_reason,
+        return {"format": PLAN_FORMAT, "asked": self.asked.to_dict(), "config": self.config.to_dict(),
+                "preset_reason": self.preset_reason, "device": self.device.to_dict(),
+                "data": dataclasses.asdict(self.data), "resolution": self.resolution, "classes": self.classes,
+                "class_names": list(self.class_names), "augment": self.augment,
+                "augment_reason": self.augment_reason, "batch_reason": self.batch_reason,
                 "changes": list(self.changes)}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Plan":
-        from core.devices import DeviceInfo
+        """The plan config.json holds; ValueError for a file of another format (an older Blink's)."""
+        if values.get("format") != PLAN_FORMAT:
+            raise ValueError("its config.json was written by an older Blink")
+        config = TrainConfig.from_dict(values["config"])
         data = dict(values["data"], class_names=tuple(values["data"].get("class_names") or ()))
-        return cls(config=TrainConfig.from_dict(values["config"]), preset_reason=values["preset_reason"],
-                   device=DeviceInfo(**values["device"]), data=DataFacts(**data), resolution=values["resolution"],
-                   classes=values["classes"], class_names=tuple(values["class_names"]), augment=values["augment"],
-                   augment_reason=values["augment_reason"], batch_reason=values.get("batch_reason", ""),
-                   changes=tuple(values.get("changes") or ()))
+        return cls(asked=TrainConfig.from_dict(values["asked"]), config=config, gan=gans.get(config.gan),
+                   preset_reason=values["preset_reason"], device=DeviceInfo(**values["device"]),
+                   data=DataFacts(**data), resolution=values["resolution"], classes=values["classes"],
+                   class_names=tuple(values["class_names"]), augment=values["augment"],
+                   augment_reason=values["augment_reason"], batch_reason=values["batch_reason"],
+                   changes=tuple(values["changes"]))
 
-    def differences(self, other: "Plan") -> list[str]:
-        """What differs between two plans of one run but its length and the settings the host may
-        change while it trains (their history is `changes`): a checkpoint of the one cannot continue
-        as the other (its weights have other shapes, or its optimizer other settings)."""
-        built = [name for name in ("resolution", "classes") if getattr(self, name) != getattr(other, name)]
-        if self.data.channels != other.data.channels:
-            built.append("channels")
-        return self.config.differences(other.config, ignore=("steps", "processes", *LIVE_FIELDS)) + built
+    # ---- new plans of the same run ---------------------------------------------------------
+    def replan(self, on: DeviceInfo | None = None, **values) -> "Plan":
+        """The plan of this run asked for with `values` changed (on device `on`, else its own), made
+        and checked as a Start's; the history of changes stays."""
+        plan = make_plan(dataclasses.replace(self.asked, **values), on or self.device, self.data)
+        return dataclasses.replace(plan, changes=self.changes)
 
     def changed(self, step: int, settings: dict) -> "Plan":
-        """This plan with the host's change of `settings` (core.config.live_change's checks passed)
-        taking effect after `step`, kept in its history."""
+        """This plan with the host's change of `settings` (LIVE_FIELDS) taking effect after `step`,
+        kept in its history; ConfigError naming the field, as a Start's, for a value refused."""
+        unknown = sorted(set(settings) - set(LIVE_FIELDS))
+        if unknown:
+            raise ConfigError(f"{unknown[0]} cannot change while a run trains; these can: {', '.join(LIVE_FIELDS)}.")
         before = {name: getattr(self.config, name) for name in settings}
-        change = {"step": step, "settings": dict(settings), "before": before}
-        return dataclasses.replace(self, config=dataclasses.replace(self.config, **settings),
-                                   changes=(*self.changes, change))
+        plan = self.replan(**settings)
+        return dataclasses.replace(plan, changes=(*self.changes, {"step": step, "settings": dict(settings),
+                                                                   "before": before}))
 
     def at_step(self, step: int, keep_later: bool = True) -> "Plan":
         """This plan as it trained at `step` (a checkpoint's): the settings changed after it rolled
         back. keep_later: the later changes stay in the history, to take effect again at their steps
         (core/train.py); else they are dropped."""
         later = [c for c in self.changes if c["step"] > step]
-        config = self.config
-        for change in reversed(later):
-            config = dataclasses.replace(config, **change["before"])
+        rolled = {name: value for change in reversed(later) for name, value in change["before"].items()}
+        plan = self.replan(**rolled) if rolled else self
         kept = self.changes if keep_later else tuple(c for c in self.changes if c["step"] <= step)
-        return dataclasses.replace(self, config=config, changes=kept)
+        return dataclasses.replace(plan, changes=kept)
+
+    def differences(self, other: "Plan") -> list[str]:
+        """What differs between two plans of one run but its length, its processes and the settings
+        the host may change while it trains (their history is `changes`): a checkpoint of the one
+        cannot continue as the other (its weights have other shapes, or its optimizer other settings)."""
+        built = [name for name in ("resolution", "classes") if getattr(self, name) != getattr(other, name)]
+        if None not in (self.data.channels, other.data.channels) and self.data.channels != other.data.channels:
+            built.append("channels")
+        return self.config.differences(other.config, ignore=("steps", "processes", *LIVE_FIELDS)) + built
+
+    # ---- the trainer's checks --------------------------------------------------------------
+    def check_device(self, found: DeviceInfo) -> None:
+        """ConfigError when the trainer finds another device than the plan was made for."""
+        planned = (self.device.kind, self.device.devices, self.device.processes)
+        if (found.kind, found.devices, found.processes) != planned:
+            raise ConfigError(f"The device changed since Start: the run was planned for {self.device.name} "
+                              f"({self.device.layout}), and this trainer has {found.name} ({found.layout}). "
+                              "Start it again to plan it for this one.")
+
+    def check_data(self, found: DataFacts) -> None:
+        """ConfigError when the data the trainer decoded is not the data the plan was made from
+        (a folder changed since Start), or leaves too few images for its batch."""
+        listed = self.data
+        size_fits = listed.size in (None, found.size, found.size + found.unreadable)
+        same = (size_fits and listed.resolution in (None, found.resolution)
+                and listed.classes in (None, found.classes)
+                and (not listed.class_names or tuple(listed.class_names) == tuple(found.class_names)))
+        if not same:
+            raise ConfigError(f"The images changed since Start: the run was planned for {_facts_in_words(listed)}, "
+                              f"and {_facts_in_words(found)} are there now. Press Start again to plan it for them.")
+        if self.config.batch_size > found.size:
+            raise ConfigError(f"batch_size {self.config.batch_size} is larger than the {found.size:,} images that "
+                              f"could be read ({found.unreadable:,} could not): press Start again, which plans "
+                              "for the readable ones.")
 
     def describe(self) -> str:
         """What will train, in words."""
@@ -154,60 +189,72 @@ class Plan:
         return "; ".join(parts) + "."
 
 
-PLAN_FORMAT = "blink-plan-v1"
+def _facts_in_words(facts: DataFacts) -> str:
+    classes = f" in {facts.classes} classes" if facts.classes else ""
+    return f"{facts.size:,} images{classes}" if facts.size is not None else "its images"
 
 
-def make_plan(config: TrainConfig, device, data: DataFacts = DataFacts()) -> Plan:
-    """The plan of a run of `config` on `device` (core.devices.DeviceInfo) from `data`, or a
-    ConfigError naming the field when it cannot work there: every check, in one place."""
-    resolved, preset_reason = resolved_for(config, device.kind, device.processes)
-    resolved, device = processes_for(resolved, device)
+def plan_run(config: TrainConfig, device: DeviceInfo) -> Plan:
+    """The plan of a run of `config` on `device`, from its dataset's facts as listed (no decoding)."""
+    return make_plan(config, device, DataFacts.listed(config.dataset, config.data_path, config.max_image_mb))
+
+
+def make_plan(asked: TrainConfig, device: DeviceInfo, data: DataFacts = DataFacts()) -> Plan:
+    """The plan of a run of `asked` on `device` from `data`, or a ConfigError naming the field when
+    it cannot work there: every check, in one place. 'auto' and None become concrete here."""
+    choose("gan", asked.gan)   # an unknown type refused with the choices, before its row is read
+    preset, preset_reason = resolve_preset(asked.preset, device.kind)
+    processes, device = processes_for(asked, device)
+    name = (gans.auto_name(preset, device.kind, processes, asked.dataset) if asked.gan == "auto" else asked.gan)
+    gan = gans.get(name)
+    precision = default_precision(device.kind) if asked.precision == "auto" else asked.precision
+    resolved = dataclasses.replace(dataclasses.replace(asked, gan=name).resolved(preset), preset=preset,
+                                   precision=precision, processes=processes)
     resolved, batch_reason = batch_the_set_allows(resolved, data.size, device.shards)
-    validate(resolved, dataset_size=data.size, device_caps=device.to_dict(), preset=resolved.preset)
-    refused_here(resolved, device)
-    resolution = model_resolution(resolved.preset, data.resolution) if data.resolution else None
+    validate(resolved, dataset_size=data.size, device_caps=device.to_dict())
+    refused_here(gan, resolved, device)
+    resolution = model_resolution(preset, data.resolution) if data.resolution else None
     # Class-conditional when the dataset has labels and the config leaves it "auto": a viewer can
     # ask for a class, and on MNIST it learns faster (lab/README.md, "Conditional").
     classes = data.classes if resolved.conditional == "auto" else 0
     augment, augment_reason = augments(resolved, data.size, classes or 0) if data.size else (None, "")
-    return Plan(config=resolved, preset_reason=preset_reason, device=device, data=data, resolution=resolution,
-                classes=classes, class_names=data.class_names if classes else (), augment=augment,
-                augment_reason=augment_reason, batch_reason=batch_reason)
+    return Plan(asked=asked, config=resolved, gan=gan, preset_reason=preset_reason, device=device, data=data,
+                resolution=resolution, classes=classes, class_names=data.class_names if classes else (),
+                augment=augment, augment_reason=augment_reason, batch_reason=batch_reason)
 
 
-def processes_for(config: TrainConfig, device) -> tuple[TrainConfig, Any]:
+def processes_for(asked: TrainConfig, device: DeviceInfo) -> tuple[int, DeviceInfo]:
     """The run's trainer processes, and the device as they use it (DDP when more than one): under
     torchrun the processes it started; else those asked for, 0 meaning one per CUDA GPU, else one.
     Refused (ConfigError) where they cannot be: more than the machine has, or several on an XLA device."""
     if device.processes > 1:   # launched: torchrun decided
-        if config.processes not in (0, device.processes):
-            raise ConfigError(f"processes {config.processes} asked for, but torchrun started {device.processes}: "
+        if asked.processes not in (0, device.processes):
+            raise ConfigError(f"processes {asked.processes} asked for, but torchrun started {device.processes}: "
                               "leave processes at 0 under torchrun.")
-        return dataclasses.replace(config, processes=device.processes), device
-    row = gans.BY_NAME.get(config.gan)   # an unknown type is validate's to refuse
+        return device.processes, device
+    row = gans.BY_NAME.get(asked.gan)
     one_process = row is not None and "processes" in row.refused   # 0 means one process for such a type
-    count = config.processes or (device.available if device.kind == "cuda" and not one_process else 1)
-    if count > 1 and device.kind in ("tpu", "xla-cpu"):
+    count = asked.processes or (device.available if device.is_cuda and not one_process else 1)
+    if count > 1 and device.is_xla:
         raise ConfigError(f"processes {count}: {device.name} trains in one process, which drives every device "
                           "(SPMD); leave processes at 0 or 1.")
     if count > device.available:
-        what = "GPUs" if device.kind == "cuda" else "cores"
+        what = "GPUs" if device.is_cuda else "cores"
         raise ConfigError(f"processes {count}: {device.name} has {device.available} {what}, one per process; "
                           f"use at most {device.available}.")
     if count > 1:
         device = dataclasses.replace(device, processes=count, backend=ddp_backend(device.kind))
-    return dataclasses.replace(config, processes=count), device
+    return count, device
 
 
-def refused_here(config: TrainConfig, device) -> None:
+def refused_here(gan: gans.GanType, config: TrainConfig, device: DeviceInfo) -> None:
     """A GAN type whose row refuses this device or several processes (core/gans.py `refused`):
     ConfigError naming the field, with the row's reason."""
-    refused = gans.get(config.gan).refused
-    if "xla" in refused and device.kind in ("tpu", "xla-cpu"):
-        raise ConfigError(f"gan {config.gan} does not train on {device.name}: {refused['xla']}. Use another GAN type "
-                          "there, or a CPU or CUDA device.")
-    if "processes" in refused and config.processes > 1:
-        raise ConfigError(f"gan {config.gan} trains in one process: {refused['processes']}. Set processes to 1.")
+    if "xla" in gan.refused and device.is_xla:
+        raise ConfigError(f"gan {gan.name} does not train on {device.name}: {gan.refused['xla']}. Use another GAN "
+                          "type there, or a CPU or CUDA device.")
+    if "processes" in gan.refused and config.processes > 1:
+        raise ConfigError(f"gan {gan.name} trains in one process: {gan.refused['processes']}. Set processes to 1.")
 
 
 def batch_the_set_allows(config: TrainConfig, size: int | None, shards: int) -> tuple[TrainConfig, str]:

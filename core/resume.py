@@ -1,19 +1,18 @@
 """Resume: the one policy for the CLI and the page (app/job.py).
 
-    config, note = prepare_resume(run, steps=4000)   # raises ResumeRefused with what to do instead
+    plan, note = prepare_resume(run, 4000, given, device)   # raises ResumeRefused with what to do instead
     problem = checkpoint_problem(state, training)   # the trainer's check of the checkpoint it loads
 
-The host's settings changes after the checkpoint (the plan's `changes`) take effect again at their
-steps (core/train.py), unless the run diverged after them: then they are dropped, and `note` says so.
+A resume is a new plan of the run (Plan.replan: the same function and checks as a Start's), with
+its new length, as it trained at its checkpoint: the host's settings changes after it (the plan's
+`changes`) take effect again at their steps (core/train.py), unless the run diverged after them:
+then they are dropped, and `note` says so.
 """
 from __future__ import annotations
 
-import dataclasses
-import os
-
-from core.config import LIVE_FIELDS, MAX_STEPS, TrainConfig
+from core.config import MAX_STEPS, ConfigError
 from core.failures import DIVERGED
-from core.plan import Plan, batch_the_set_allows, resolved_for
+from core.plan import Plan
 from core.rundir import FINAL_STATES, RunDir, pid_alive
 
 
@@ -26,62 +25,64 @@ def config_changed_message(changed: list[str]) -> str:
             "(only steps may change), or start a new run.")
 
 
-def prepare_resume(run: RunDir, steps: int | None = None, given: dict | None = None) -> tuple[TrainConfig, str]:
-    """Check that `run` can continue from its checkpoint, make it ready, and return the config to
-    train it with (its config.json with the new total of steps) and what the presser is told
-    beyond "resuming" ('' or the settings changes it drops). Raises ResumeRefused.
+OLDER_BLINK = ("Cannot resume: this run was saved by an older Blink. Start a new run; its last generator is kept "
+               "for sampling.")
+
+
+def prepare_resume(run: RunDir, steps: int | None, given: dict, device, one_process: bool = False) -> tuple[Plan, str]:
+    """Check that `run` can continue from its checkpoint, make it ready, write and return the plan
+    it trains on with, and what the presser is told beyond "resuming" ('' or the settings changes
+    it drops). Raises ResumeRefused.
 
     steps: the new total, more than the run has done; None keeps the run's own. given: the config
-    values the caller asked for (the CLI's flags, the page's form). The checkpoint's weights and
-    optimizer state belong to the run's own config, so any difference but steps is refused; both
-    are resolved as the trainer resolved the run, so 'auto' or a default left None matches what it
-    became there. Making ready: events logged after the checkpoint go (RunDir.trim_events), and so
-    do a request and a share of the CPU left from the last session; the plan is written as the run
-    trains on from the checkpoint (its settings then, the later changes to come or dropped).
-
-    Asked by a rank of the trainer that holds the run (a run of several processes the page started),
-    it is the same resume: that trainer's pid in the status is no other trainer."""
+    values the caller asked for (the CLI's flags), each as the run's own or refused (only steps may
+    change). device(requested): the DeviceInfo the run trains on now (the CLI probes it, the page
+    keeps its probe). one_process: the CLI outside torchrun, which trains a run of several processes
+    on in one. Making ready: events logged after the checkpoint go (RunDir.trim_events), and so do a
+    request and a share of the CPU left from the last session."""
     try:
-        plan = run.read_plan()   # None for a run saved before plans: its config alone
-        saved = plan.config if plan is not None else run.read_config()
-    except (OSError, ValueError):
+        plan = run.read_plan()
+    except OSError:
         raise ResumeRefused(f"{run.name} is not a run folder (it has no config.json): name a run to resume.")
+    except ValueError:
+        raise ResumeRefused(OLDER_BLINK)
     if not run.has_checkpoint():
         raise ResumeRefused(f"Run {run.name} has no checkpoint yet, so it cannot be resumed: start a new run.")
     status = run.read_status()
-    if status.state not in FINAL_STATES and pid_alive(status.pid) and status.pid != os.getppid():
+    if status.state not in FINAL_STATES and pid_alive(status.pid):
         raise ResumeRefused(f"Run {run.name} is still training: stop it first.")
-    # A run saved before config.json was resolved holds 'auto' and None: resolved here as its trainer did.
-    own, _ = resolved_for(saved, status.device_kind)
-    wanted, _ = resolved_for(dataclasses.replace(saved, **(given or {})), status.device_kind)
-    if plan is not None:   # the batch asked for, lowered for a small set as its first session lowered it
-        wanted, _ = batch_the_set_allows(wanted, plan.data.size, plan.device.shards)
-    changed = wanted.differences(own)
+    try:
+        changed = plan.replan(**{k: v for k, v in given.items() if k != "steps"}).config.differences(plan.config)
+    except ConfigError as exc:
+        raise ResumeRefused(f"Cannot resume: {exc}")
     if changed:
         raise ResumeRefused(config_changed_message(changed))
     done = status.saved_step
-    total = own.steps if steps is None else int(steps)
+    total = plan.config.steps if steps is None else int(steps)
     if total <= done:
         raise ResumeRefused(f"Run {run.name} already has {done} steps: ask for more than that "
-                            f"(e.g. {done + own.steps}) to continue it.")
+                            f"(e.g. {done + plan.config.steps}) to continue it.")
     if total > MAX_STEPS:
         raise ResumeRefused(f"At most {MAX_STEPS:,} steps.")
-    note = ""
-    if plan is not None:
+    try:
+        found = device(plan.asked.device)
         diverged = status.state == "failed" and status.message.startswith(DIVERGED)
-        dropped = [c for c in plan.changes if c["step"] > done] if diverged else []
-        resumed = plan.at_step(done, keep_later=not diverged)
-        own = dataclasses.replace(own, **{name: getattr(resumed.config, name) for name in LIVE_FIELDS})
-        run.write_plan(dataclasses.replace(resumed, config=dataclasses.replace(resumed.config, steps=total)))
-        if dropped:
-            note = (f"It goes on from step {done} with the settings of that checkpoint: the run diverged after "
-                    f"{changes_in_words(dropped)}, so {'that change is' if len(dropped) == 1 else 'those changes are'} "
-                    "dropped.")
+        resumed = plan.at_step(done, keep_later=not diverged).replan(
+            found, steps=total, **({"processes": found.processes} if one_process else {}))
+    except ConfigError as exc:
+        raise ResumeRefused(f"Cannot resume: {exc}")
+    note = ""
+    dropped = [c for c in plan.changes if c["step"] > done] if diverged else []
+    if dropped:
+        note = (f"It goes on from step {done} with the settings of that checkpoint: the run diverged after "
+                f"{changes_in_words(dropped)}, so {'that change is' if len(dropped) == 1 else 'those changes are'} "
+                "dropped.")
+    run.write_plan(resumed)
     run.trim_events(done)
     run.clear_request()
     run.clear_cpu_share()   # one left by an app that ended while a comparison trained beside the run
     run.remove_stale_temp_files()   # a checkpoint write killed half-way
-    return dataclasses.replace(own, steps=total), note
+    return resumed, note
 
 
 def changes_in_words(changes: list[dict]) -> str:
@@ -95,23 +96,15 @@ def changes_in_words(changes: list[dict]) -> str:
 def checkpoint_problem(state: dict, training) -> str | None:
     """Why the trainer cannot continue its plan from this checkpoint (None: it can). training: the
     core.training.Training built from the plan, whose nets the checkpoint's weights must fit."""
-    if "conditional" not in state["config"]:
-        # Saved before class-conditional training existed: unconditional, with the old defaults
-        # (batch 64, lr 1e-3, z 100), which no longer resolve from this config.
-        return ("Cannot resume: this run was saved by an older Blink (before class-conditional training and "
-                "the new defaults). Start a new run; its last generator is kept for sampling.")
-    plan = training.plan
-    if "plan" in state:
-        changed = plan.differences(Plan.from_dict(state["plan"]))
-    else:   # saved before plans: its config alone, 'auto' resolved as its trainer resolved it
-        changed = plan.config.differences(resolved_for(TrainConfig.from_dict(state["config"]), plan.device.kind)[0],
-                                          ignore=("steps", "processes", *LIVE_FIELDS))
+    try:
+        saved = Plan.from_dict(state["plan"])
+    except (KeyError, ValueError):
+        return OLDER_BLINK
+    changed = training.plan.differences(saved)
     built = [name for name in changed if name in ("resolution", "classes", "channels")]
     if changed != built:
         return config_changed_message([name for name in changed if name not in built])
     if built or not _weights_fit(state, training):
-        # The same config builds other shapes when Blink changed what it builds: an own-images run
-        # of the fast preset trained at 64x64 before that preset trained at most 32x32.
         size = f"{training.resolution}x{training.resolution}"
         return (f"Cannot resume: this run's networks were saved at another size than this Blink builds for its "
                 f"config ({size}). Start a new run; its last generator is kept for sampling.")

@@ -1,8 +1,8 @@
 """The run directory: the one contract between a trainer and everyone who watches it.
 
     runs/<run-id>/
-      config.json              the run's plan (core/plan.py) as the trainer made it: the config it trains
-                               with (preset, defaults resolved) and what its device and data made of it
+      config.json              the run's plan (core/plan.py), made where it was asked for: the config as
+                               asked and as it trains, and what its device and data made of it
       status.json              core/status.py's Status: state, message, step, pid, ... (replaced atomically)
       events.jsonl             one JSON object per logged step (append-only)
       grids/step_000100.png    fixed-noise sample grids, one per grid step, never overwritten
@@ -29,11 +29,11 @@ import math
 import os
 import re
 import shutil
-import threading
 import time
 from dataclasses import replace
-from typing import Any, BinaryIO, Callable
+from typing import Any
 
+from core.files import write_atomic
 from core.images import grid_image, png_bytes
 from core.status import Status
 
@@ -109,29 +109,6 @@ def writable_problem(root: str) -> str:
     return str(disk_refusal(OSError(errno.EACCES, "not writable"), root))
 
 
-def write_atomic(path: str, data: bytes | BinaryIO | Callable[[BinaryIO], object]) -> None:
-    """Write bytes, copy an open file, or let a function write (e.g. torch.save of a dataset too big
-    to hold twice in memory) into a temp file in the same folder, then rename: readers see old or
-    new, never half. A failed write removes its temp file: on a full disk, a leftover would keep it full."""
-    # The thread too: the trainer's heartbeat thread writes the status while its main thread may.
-    tmp = f"{path}.tmp{os.getpid()}-{threading.get_ident()}"
-    try:
-        with open(tmp, "wb") as f:
-            if isinstance(data, bytes):
-                f.write(data)
-            elif callable(data):
-                data(f)
-            else:
-                shutil.copyfileobj(data, f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def pid_alive(pid: int | None) -> bool:
     """True if a process with this pid runs (a zombie, exited but not yet reaped, does not)."""
     if not pid:
@@ -160,20 +137,24 @@ class RunDir:
 
     # ---- creation -------------------------------------------------------------------
     @classmethod
-    def create(cls, config, root: str | None = None) -> "RunDir":
+    def create(cls, plan, root: str | None = None, path: str | None = None) -> "RunDir":
+        """A new run folder holding `plan` (core.plan.Plan), the run's one record: at `path` (the
+        CLI's --run-dir), else under root, named by its time, GAN type and dataset."""
         root = root or default_root()
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = os.path.join(root, f"{stamp}-{config.gan}-{config.dataset}")
-        path, n = base, 1
-        while os.path.exists(path):
-            n += 1
-            path = f"{base}-{n}"
+        given = path is not None
+        if not given:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            base = os.path.join(root, f"{stamp}-{plan.config.gan}-{plan.config.dataset}")
+            path, n = base, 1
+            while os.path.exists(path):
+                n += 1
+                path = f"{base}-{n}"
         try:
-            os.makedirs(os.path.join(path, cls.GRIDS))
+            os.makedirs(os.path.join(path, cls.GRIDS), exist_ok=given)
         except OSError as exc:
             raise disk_refusal(exc, root) or exc
         run = cls(path)
-        run.write_config(config)
+        run.write_plan(plan)
         run.write_status("starting", "Starting the trainer...")
         return run
 
@@ -223,29 +204,18 @@ class RunDir:
         return removed
 
     # ---- config ---------------------------------------------------------------------
-    def write_config(self, config) -> None:
-        """The config as asked for, before a trainer has planned the run (its plan replaces it)."""
-        self._write(self.CONFIG, config.to_json().encode())
-
     def write_plan(self, plan) -> None:
         self._write(self.CONFIG, json.dumps(plan.to_dict(), indent=2, sort_keys=True).encode())
 
-    def _read_config_file(self) -> dict:
+    def read_plan(self):
+        """The run's core.plan.Plan; ValueError for a folder of an older Blink, OSError for none."""
+        from core.plan import Plan
         with open(self.file(self.CONFIG)) as f:
-            return json.load(f)
+            return Plan.from_dict(json.load(f))
 
     def read_config(self):
-        """The run's TrainConfig: its plan's, or the config as asked for (not planned yet, or saved
-        by a Blink before plans)."""
-        from core.config import TrainConfig
-        values = self._read_config_file()
-        return TrainConfig.from_dict(values["config"] if "format" in values else values)
-
-    def read_plan(self):
-        """The run's core.plan.Plan; None before its trainer made one (or from a Blink before plans)."""
-        from core.plan import PLAN_FORMAT, Plan
-        values = self._read_config_file()
-        return Plan.from_dict(values) if values.get("format") == PLAN_FORMAT else None
+        """The run's TrainConfig as it trains (its plan's)."""
+        return self.read_plan().config
 
     # ---- status ---------------------------------------------------------------------
     def write_status(self, state: str, message: str = "", **fields: Any) -> None:

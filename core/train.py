@@ -14,7 +14,6 @@ the step.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import math
 import os
@@ -23,13 +22,13 @@ import time
 import traceback
 from dataclasses import dataclass, fields
 
-from core import gans
-from core.config import LIVE_FIELDS, ConfigError, TrainConfig, live_change, validate
+from core.config import ConfigError, TrainConfig
 from core.control import Control, paused_message, stepped_words, stopped_message
 from core.failures import describe, divergence_message, failure_message, log_traceback
 from core.heartbeat import Heartbeat
 from core.phase import Phase
 from core.report import Reporter
+from core.plan import Plan, plan_run
 from core.resume import ResumeRefused, checkpoint_problem, prepare_resume
 from core.rundir import RunDir, default_root, writable_problem
 
@@ -61,61 +60,43 @@ class SessionEnds(Exception):
 
 
 # ------------------------------------------------------------------------------------------
-def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent: int | None = None,
+def train(plan: Plan, run_path: str, resume: bool = False, watch_parent: int | None = None,
           device_info=None, chunk: Chunk | None = None, ranks=None) -> str:
-    """Train per config into run_path; return the final state. Never raises for training faults.
+    """Train `plan` (the run's, as config.json holds it) into run_path; return the final state.
+    Never raises for training faults.
 
-    One process drives every device (SPMD on several XLA devices), so every decision here is
-    this process's own, unless torchrun started several (ranks: this one's core.distributed.Ranks):
-    then each trains its rows of every batch, rank 0 alone reads the requests and writes run_path,
-    and its decisions are every rank's (core.distributed.SharedControl). watch_parent: the pid of
-    the app that started this trainer; the run stops (checkpoint kept) when that process is gone.
-    chunk: train only that long, then save and return "running" (or "paused" when a Pause came: a
-    chunk does not wait, holding the GPU).
+    The plan was made where the run was asked for; here it is only checked against the device and
+    the data this process finds ("the images changed since Start"). One process drives every device
+    (SPMD on several XLA devices), unless torchrun started several (ranks: this one's
+    core.distributed.Ranks): then each trains its rows of every batch, rank 0 alone reads the
+    requests and writes run_path, and its decisions are every rank's (core.distributed.SharedControl).
+    watch_parent: the pid of the app that started this trainer; the run stops (checkpoint kept) when
+    that process is gone. device_info: the device as the caller probed it (the CLI). chunk: train
+    only that long, then save and return "running" (or "paused" when a Pause came: a chunk does not
+    wait, holding the GPU).
     """
     from core import devices
-    devices.prepare_environment(config.device)   # before anything imports torch_xla
+    devices.prepare_environment(plan.config.device)   # before anything imports torch_xla
     run = RunDir(run_path)
     leads = ranks is None or ranks.leads
-    try:
-        info = device_info or devices.probe(config.device)
-        if ranks:
-            info = ranks.describe(info)
-    except ValueError as exc:
-        if leads:
-            run.write_status("failed", str(exc))
-        return "failed"
-    # The plan it resumes: its preset's reason ('auto', first session) stays the run's.
-    previous = run.read_plan() if resume and leads else None
     beat = Heartbeat(run)
     if leads:
         beat.start()   # from here on the app can tell a busy trainer from a stuck one
     ended = "failed"   # what a rank other than 0 returns: it reads no status
     try:
-        from core.training import build_training, planned
+        from core.training import build_training, load_data
+        info = device_info or probe_device(plan.config.device, ranks)
         # One host decides Stop and Pause: a slice of several is refused before its runtime starts.
         refusal = devices.multi_host_refusal(devices.slice_hosts()) if devices.is_tpu(info.kind) else None
         if refusal:
             raise SessionEnds("failed", refusal)
-        rt = devices.Runtime(info, ranks)
         beat.doing("loading data")
         try:
-            plan, dataset = planned(config, info)
+            plan.check_device(info)
+            dataset = load_data(plan)
         except ConfigError as exc:
             raise SessionEnds("failed", str(exc))
-        # Its first session's reasons stay the run's: why 'auto' became its preset, and why a small
-        # set's batch was lowered (resumed, the lowered batch asks for nothing to lower).
-        if previous is not None and previous.config.preset == plan.config.preset:
-            plan = dataclasses.replace(plan, preset_reason=previous.preset_reason)
-        if previous is not None and previous.config.batch_size == plan.config.batch_size and not plan.batch_reason:
-            plan = dataclasses.replace(plan, batch_reason=previous.batch_reason)
-        if previous is not None:   # the host's settings changes: those after the checkpoint take effect again
-            plan = dataclasses.replace(plan, changes=previous.changes)
-        # From here on, config.json is the plan the run trains with: what resume, the Sample tab and
-        # every reader of the run see is what the checkpoint and the generator hold.
-        if leads:
-            run.write_plan(plan)
-        training = build_training(plan, dataset, rt)
+        training = build_training(plan, dataset, devices.Runtime(info, ranks))
         say_compiles(beat, run, training.rt)
         report = Reporter(run, training, trainer_pid=os.getpid(), chunk=chunk.number if chunk else 0)
         control = Control(run, (watch_parent,))
@@ -156,6 +137,18 @@ def train(config: TrainConfig, run_path: str, resume: bool = False, watch_parent
     return (run.read_status().state or "failed") if leads else ended
 
 
+def probe_device(requested: str, ranks=None):
+    """The device this process trains on (as torchrun's ranks share it), or SessionEnds("failed")
+    saying why it cannot."""
+    from core import devices
+    devices.prepare_environment(requested)   # before anything imports torch_xla
+    try:
+        info = devices.probe(requested)
+        return ranks.describe(info) if ranks else info
+    except ValueError as exc:
+        raise SessionEnds("failed", str(exc))
+
+
 def say_compiles(beat: Heartbeat, run: RunDir, rt) -> None:
     """A compile after the first steps (a new graph: the grid's, the quality meter's, a changed
     step) stalls the run, on a TPU for up to minutes: the status says so while it lasts, and the
@@ -168,15 +161,14 @@ def say_compiles(beat: Heartbeat, run: RunDir, rt) -> None:
     beat.compiling, beat.on_compiling = rt.compiling, say
 
 
-def prepare_data(config: TrainConfig, run_path: str, device_kind: str) -> bool:
-    """Decode, resize and cache the run's data on the CPU, as a run of `config` on a `device_kind`
-    device will train it, writing the progress into the run's status ("preparing"); False (status
-    "failed", in the dataset's own words) when the data or the config is refused. No device work:
-    a chunked run does this before its first GPU call (app/chain.py), so a call's seconds are
-    training seconds, and the trainer then reads the cached files."""
+def prepare_data(run_path: str) -> bool:
+    """Decode, resize and cache the run's data on the CPU as its plan trains it, writing the
+    progress into the run's status ("preparing"); False (status "failed", in the dataset's own
+    words) when the data is refused or changed since Start. No device work: a chunked run does this
+    before its first GPU call (app/chain.py), so a call's seconds are training seconds, and the
+    trainer then reads the cached files."""
     from core import data
-    from core.devices import DeviceInfo
-    from core.training import planned
+    from core.training import load_data
     run = RunDir(run_path)
     last_write = 0.0
 
@@ -188,8 +180,8 @@ def prepare_data(config: TrainConfig, run_path: str, device_kind: str) -> bool:
             run.write_status("preparing", f"Preparing the dataset: {done:,} of {total:,} images...", pid=os.getpid())
 
     try:
-        # Planned as the trainer will plan it on that device: the same preset, the same size.
-        plan, dataset = planned(config, DeviceInfo(device_kind, device_kind.upper()), progress)
+        plan = run.read_plan()
+        dataset = load_data(plan, progress)
         data.resized(dataset, plan.resolution, progress)
     except (ConfigError, data.DatasetError) as exc:
         run.write_status("failed", str(exc), pid=None)
@@ -228,14 +220,14 @@ class Loop:
             self.saved_step = training.step_count
             report.elapsed_before = state.get("elapsed", 0.0)
             # The settings the checkpoint was trained with; the host's later changes at their own steps.
-            own = {name: state["config"][name] for name in LIVE_FIELDS if state["config"].get(name) is not None}
-            training.change_config(dataclasses.replace(training.config, **own))
+            training.plan = training.plan.at_step(training.step_count)
+            training.follow_plan()
         self.later_changes = [c for c in training.plan.changes if c["step"] > training.step_count]
         self.last_values: dict = {}
         self.values_finite = True
         # The phase line and the warnings (D has won, mode collapse): core/phase.py's rules over the
         # run's values; a resumed run (or the next chunk) starts from the events it logged.
-        self.phase = Phase(self.config.gan, conditional=training.classes > 0,
+        self.phase = Phase(training.plan.gan, conditional=training.classes > 0,
                            events=run.read_events()[0] if resume and leads else (),
                            measured=self.config.quality_every > 0)
         self.warning = ""
@@ -396,11 +388,10 @@ class Loop:
         """Train on with the settings `asked` from the next step; record: kept in the plan's history
         (else the history holds it already: a resumed run's change taking effect again at its step)."""
         try:
-            config = live_change(self.config, asked)
+            changed = self.training.change_settings(asked, self.step_count if record else None)
         except ConfigError as exc:
             self.warning = f"Settings not changed: {exc}"
             return
-        changed = self.training.change_config(config, self.step_count if record else None)
         if not changed:
             return
         event = {"step": self.step_count, "time": round(self.report.elapsed(), 3), "settings": changed}
@@ -458,7 +449,7 @@ class Loop:
         self._work("saving the sample grid", lambda: (
             self.run_dir.save_grid(images.float().cpu().numpy(), self.step_count, training.grid_columns),
             self.run_dir.save_verdicts(self.step_count, {
-                "kind": gans.get(self.config.gan).verdict, "columns": training.grid_columns,
+                "kind": training.plan.gan.verdict, "columns": training.grid_columns,
                 "fake": [round(v, 4) for v in fake], "real": [round(v, 4) for v in real]})))
 
     def _measure_quality(self) -> None:
@@ -525,6 +516,8 @@ def _parser() -> argparse.ArgumentParser:
                             help=_flag_help(f.metadata, default))
     parser.add_argument("--run-dir", help="run directory to create (default: runs/<time>-<gan>-<dataset>)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped or finished run")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan (what would train, and why) and exit")
+    parser.add_argument("--planned", metavar="RUN_DIR", help=argparse.SUPPRESS)   # the page's runs: their ranks
     return parser
 
 
@@ -551,8 +544,8 @@ def _flag_help(spec: dict, default) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The CLI. Under torchrun (several processes: core/distributed.py) every process runs it: rank 0
-    checks the arguments and makes or reads the run directory, and tells the others what to train
-    where; they never read it themselves."""
+    checks the arguments, makes the plan and the run directory (or reads them), and tells the others
+    what to train where; they never read it themselves."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = vars(_parser().parse_args(argv))
     from core import distributed
@@ -564,18 +557,17 @@ def main(argv: list[str] | None = None) -> int:
     ranks = distributed.Ranks.join() if distributed.launched() else None
     leads = ranks is None or ranks.leads
     try:
-        problem, config, run_path, resume = _prepare_run(args, argv) if leads else (None,) * 4
-        if ranks:
-            problem, config, run_path, resume = ranks.share((problem, config, run_path, resume))
-        if problem:
+        prepared = _prepare_run(args, argv, ranks) if leads else None
+        problem, plan, run_path, resume, info = ranks.share(prepared) if ranks else prepared
+        if problem or run_path is None:
             if leads:
-                print(f"error: {problem}", file=sys.stderr)
-            return 2
+                print(f"error: {problem}" if problem else plan.describe(), file=sys.stderr if problem else sys.stdout)
+            return 2 if problem else 0
         run = RunDir(run_path)
         if leads:
             print(f"run directory: {run.path}", flush=True)
         _stop_cleanly_on_signals(run, ranks)
-        state = train(config, run.path, resume=resume, ranks=ranks)
+        state = train(plan, run.path, resume=resume, device_info=info, ranks=ranks)
         if leads:
             print(f"{state}: {run.read_status().message}")
         return 0 if state in ("done", "stopped") else 1
@@ -584,37 +576,42 @@ def main(argv: list[str] | None = None) -> int:
             ranks.leave()
 
 
-def _prepare_run(args: dict, argv: list[str]) -> tuple[str | None, TrainConfig | None, str | None, bool]:
-    """(why the CLI refuses, or None; the config to train; the run directory, made ready; resume?)."""
-    run_dir, resume = args.pop("run_dir"), args.pop("resume")
-    problem = writable_problem(os.path.dirname(os.path.abspath(resume or run_dir)) if resume or run_dir
-                               else default_root())
-    if problem:   # before anything is written: a read-only disk would otherwise end in a traceback
-        return f"{problem}.", None, None, False
-    if resume:
-        run = RunDir(resume)
-        # Flags given explicitly must match the run's config; only --steps may change.
-        given = {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
-        try:
-            config, note = prepare_resume(run, args["steps"] if "steps" in given else None,
-                                          {name: args[name] for name in given if name in args})
-        except ResumeRefused as exc:
-            return str(exc), None, None, True
-        if note:
-            print(note, flush=True)
-        return None, config, run.path, True
-    config = TrainConfig(**args)
+def _prepare_run(args: dict, argv: list[str], ranks) -> tuple:
+    """(why the CLI refuses, or None; the plan; the run directory, made ready (None: a dry run);
+    resume?; the device as probed here, or None)."""
+    run_dir, resume, planned, dry_run = (args.pop(name) for name in ("run_dir", "resume", "planned", "dry_run"))
+    if planned:   # planned by the page, which started these ranks: from its start, or its checkpoint
+        run = RunDir(planned)
+        return None, run.read_plan(), run.path, run.has_checkpoint(), None
+    where = resume or run_dir
+    problem = writable_problem(os.path.dirname(os.path.abspath(where)) if where else default_root())
+    if problem and not dry_run:   # before anything is written: a read-only disk would end in a traceback
+        return f"{problem}.", None, None, False, None
     try:
-        validate(config)
-    except ConfigError as exc:
-        return str(exc), None, None, False
-    if run_dir:
-        run = RunDir(run_dir)
-        os.makedirs(run.grids_folder, exist_ok=True)
-        run.write_config(config)
-    else:
-        run = RunDir.create(config)
-    return None, config, run.path, False
+        if resume:
+            run = RunDir(resume)
+            # Flags given explicitly must match the run's plan; only --steps may change.
+            given = {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
+            found = []   # the device, probed once the run's plan names it
+
+            def device(requested: str):
+                found.append(probe_device(requested, ranks))
+                return found[-1]
+            plan, note = prepare_resume(run, args["steps"] if "steps" in given else None,
+                                        {name: args[name] for name in given if name in args}, device,
+                                        one_process=ranks is None)
+            if note:
+                print(note, flush=True)
+            return None, plan, run.path, True, found[-1]
+        info = probe_device(args["device"], ranks)
+        plan = plan_run(TrainConfig(**args), info)
+    except (ConfigError, ResumeRefused) as exc:
+        return str(exc), None, None, bool(resume), None
+    except SessionEnds as end:
+        return end.message, None, None, bool(resume), None
+    if dry_run:
+        return None, plan, None, False, info
+    return None, plan, RunDir.create(plan, path=run_dir).path, False, info
 
 
 def _stop_cleanly_on_signals(run: RunDir, ranks=None) -> None:

@@ -1,7 +1,6 @@
 """What a run trains: the data, the nets, their optimizers and the one step, built once.
 
-    plan, dataset = planned(config, info)      # the data loaded, and the run's plan made from it (core/plan.py)
-    training = build_training(plan, dataset)
+    training = build_training(plan)            # the plan's data loaded and checked (core/plan.py), the nets built
     tensors = training.step()                  # one generator update: learning rates, GanStep, EMA
     training.checkpoint_state()                # what a checkpoint holds; load_checkpoint_state() restores it
 
@@ -11,16 +10,13 @@ run directory: the Loop adds the files, the status and the stop and pause decisi
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import gans
-from core import devices
 from core.architecture import grid_columns
 from core.config import LIVE_FIELDS, TrainConfig
-from core.plan import DataFacts, Plan, make_plan
+from core.plan import DataFacts, Plan
 from core.step import GanStep
 
 GRID_SIZE = 64        # the seed's 64 fixed noise vectors
@@ -110,20 +106,24 @@ class Training:
             for group in optimizer.param_groups:
                 group["lr"] = lr * factor
 
-    def change_config(self, config, step: int | None = None) -> dict:
-        """Train on with `config` (core.config.live_change's: only LIVE_FIELDS differ): the rates
-        from the next step (set_learning_rates reads the plan's config every step), the betas in
-        both optimizers, the critic updates in the step. step: the change is kept in the plan's
-        history as taking effect after it (None: not kept). Returns what changed, {field: new value}."""
-        changed = {name: getattr(config, name) for name in LIVE_FIELDS
-                   if getattr(config, name) != getattr(self.config, name)}
-        self.plan = (self.plan.changed(step, changed) if step is not None and changed
-                     else dataclasses.replace(self.plan, config=config))
+    def change_settings(self, settings: dict, step: int | None = None) -> dict:
+        """Train on with `settings` (LIVE_FIELDS) from the next step, through a new plan (its checks:
+        ConfigError naming the field): the rates (set_learning_rates reads the plan every step), the
+        betas in both optimizers, the critic updates in the step. step: kept in the plan's history as
+        taking effect after it (None: the history holds it already). Returns what changed."""
+        changed = {name: value for name, value in settings.items()
+                   if name not in LIVE_FIELDS or getattr(self.config, name) != value}
+        if changed:
+            self.plan = self.plan.changed(step, changed) if step is not None else self.plan.replan(**changed)
+        self.follow_plan()
+        return changed
+
+    def follow_plan(self) -> None:
+        """The optimizers and the step as the plan's settings say (after a change, or a resume's plan)."""
         for optimizer in (self.opt_g, self.opt_d):
             for group in optimizer.param_groups:
-                group["betas"] = (config.beta1, config.beta2)
-        self.gan_step.n_critic = config.n_critic
-        return changed
+                group["betas"] = (self.config.beta1, self.config.beta2)
+        self.gan_step.n_critic = self.config.n_critic
 
     def verdicts(self, fakes):
         """D's output on the grid's fakes and on the real grid, each image with its column's class:
@@ -151,7 +151,7 @@ class Training:
                 m.running_mean.copy_(mean)
                 m.running_var.copy_(var)
                 m.num_batches_tracked.copy_(count)
-        verdict = gans.get(self.config.gan).verdict
+        verdict = self.plan.gan.verdict
         if verdict == "pair":   # D's own question: which of a real and a fake image is the real one
             return torch.sigmoid(scores - scores.mean(dim=1, keepdim=True).flip(0))
         return torch.sigmoid(scores) if verdict == "probability" else scores
@@ -197,27 +197,26 @@ class Training:
             self.stream.load_state(state["random"]["stream"])
 
 
-def planned(config: TrainConfig, info, progress=None) -> tuple[Plan, Any]:
-    """The run's data, decoded, resized and cached once (core.data.load), and the plan of `config`
-    as this process trains it on info's device (core.devices.DeviceInfo), made from the data:
-    ConfigError when it cannot work. One process, unless torchrun started several (info says how
-    many): a run of several resumed by one goes on in one."""
+def load_data(plan: Plan, progress=None):
+    """The plan's dataset, decoded and cached once (core.data.load), checked against the facts the
+    plan was made from: ConfigError, in words, when the images changed since."""
     from core import data
+    config = plan.config
     dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb, progress=progress)
-    if info.processes == 1:
-        config = dataclasses.replace(config, processes=1)
-    return make_plan(config, info, DataFacts.of(dataset)), dataset
+    plan.check_data(DataFacts.of(dataset))
+    return dataset
 
 
-def build_training(plan: Plan, dataset, rt=None) -> Training:
-    """Everything a run of `plan` trains, on its device, seeded. dataset: the loaded set the plan
-    was made from (planned()); rt: the device's Runtime when the caller has one already."""
+def build_training(plan: Plan, dataset=None, rt=None) -> Training:
+    """Everything a run of `plan` trains, on its device, seeded. dataset: its data as load_data
+    gives it (None: loaded here); rt: the device's Runtime when the caller has one already."""
     import torch
     from core import data, devices, losses, models
     from core.augment import Augmented
     from core.ema import WeightAverage
 
     config, info = plan.config, plan.device
+    dataset = dataset if dataset is not None else load_data(plan)
     rt = rt or devices.Runtime(info)
     rt.seed(config.seed)
     matmul_precision = rt.set_matmul_precision(config.precision)
@@ -227,12 +226,12 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     labels = dataset.labels if plan.classes else None
     # The global batch's order from the seed, alike in every process; each takes its own rows of it.
     stream = data.BatchStream(images, config.batch_size, rt.device, config.seed,
-                              keep_on_device=devices.is_cuda(info.kind), labels=labels, place=rt.to_device,
+                              keep_on_device=info.is_cuda, labels=labels, place=rt.to_device,
                               rows=rt.local_part)
     data_load_seconds = dataset.load_seconds + time.perf_counter() - t0
 
     # ---- models and optimizers -------------------------------------------------------------
-    G, D = models.build(config.gan, config.preset, dataset.channels, plan.resolution, config.z_dim, plan.classes)
+    G, D = models.build(plan.gan, config.preset, dataset.channels, plan.resolution, config.z_dim, plan.classes)
     G, D = rt.sync_batch_norms(G), rt.sync_batch_norms(D)   # under DDP: BatchNorm over the global batch
     G.to(rt.device)
     D.to(rt.device)
@@ -246,7 +245,7 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     # the step count and Adam's bias corrections stay on the device (capturable): as Python floats
     # they become graph constants once they round to 1.0, and the step recompiled mid-run
     # (torch_xla's IsSpecialScalar; bench/README.md, "Compiles after warm-up"): a stall on a TPU.
-    fused = {"fused": True} if not devices.is_xla(info.kind) else {"capturable": True}
+    fused = {"fused": True} if not info.is_xla else {"capturable": True}
     opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas, **fused)
     opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
     # D trains on augmented images (both D's and G's steps); the checkpoint and the verdicts keep D itself.
@@ -254,10 +253,10 @@ def build_training(plan: Plan, dataset, rt=None) -> Training:
     # Under DDP the step trains the nets wrapped (rt.wrap), augmentation outside D's wrap: its p is
     # the run's, kept alike in every process.
     D_wrapped = rt.wrap(D)
-    augmented = (Augmented(D_wrapped, adaptive=gans.get(config.gan).adaptive_augment, average=rt.average,
+    augmented = (Augmented(D_wrapped, adaptive=plan.gan.adaptive_augment, average=rt.average,
                            processes=rt.processes) if plan.augment else None)
     D_trained = augmented if augmented is not None else D_wrapped
-    loss = losses.make_loss(config.gan, config.gp_weight, rt.random_rows)
+    loss = losses.make_loss(plan.gan, config.gp_weight, rt.random_rows)
     gan_step = GanStep(rt.wrap(G), D_trained, opt_g, opt_d, loss, rt, config.n_critic, config.z_dim, config.precision)
 
     # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device. A

@@ -53,13 +53,14 @@ def main(argv: list[str] | None = None) -> None:
     from core import devices
     from core.config import TrainConfig
     from core.data.stream import BatchStream
-    from core.training import build_training, planned
+    from core.plan import plan_run
+    from core.training import build_training
     config = TrainConfig(device=args.device, batch_size=args.batch_size)
     devices.prepare_environment(config.device)
     info = devices.probe(config.device)
     if info.kind != config.device:   # a fallback would measure another device under this one's name
         sys.exit(info.notice)
-    training = build_training(*planned(config, info))
+    training = build_training(plan_run(config, info))
     config = training.config   # as it trains: 'auto' and the defaults resolved
     built = training.stream
     if built.keep_on_device:

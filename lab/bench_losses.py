@@ -63,16 +63,19 @@ def train_one(gan: str, seconds: float, every: int, root: str, with_quality: boo
     from core.rundir import RunDir
     from core.train import train
 
-    n_critic = validate(TrainConfig(gan=gan)).n_critic
+    n_critic = validate(TrainConfig(gan=gan).resolved()).n_critic
     interval = max(1, every // n_critic)
     config = TrainConfig(gan=gan, dataset="bundled-mnist", device="cpu", steps=1_000_000,
                          log_every=max(1, interval // 2), grid_every=interval, checkpoint_every=1_000_000,
                          quality_every=interval if with_quality else 0)
-    run = RunDir.create(config, root=root)
+    from core import devices
+    from core.plan import plan_run
+    plan = plan_run(config, devices.probe("cpu"))
+    run = RunDir.create(plan, root=root)
     finished = threading.Event()
     stop_after(run, seconds, finished)
     t0 = time.perf_counter()
-    state = train(config, run.path)
+    state = train(plan, run.path)
     finished.set()
     wall = time.perf_counter() - t0
     events, _ = run.read_events()

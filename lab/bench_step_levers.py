@@ -90,9 +90,10 @@ def profile_child() -> None:
     from bench_speed import counted_step, matmul_peak
     from core import devices
     from core.config import TrainConfig
-    from core.training import build_training, planned
+    from core.plan import plan_run
+    from core.training import build_training
     torch.set_num_threads(2)
-    training = build_training(*planned(TrainConfig(device="cpu"), devices.probe("cpu")))
+    training = build_training(plan_run(TrainConfig(device="cpu"), devices.probe("cpu")))
     for _ in range(30):
         training.step()
     kinds = {"aten::mkldnn_convolution": "conv forward", "aten::_convolution": "conv forward",

@@ -23,9 +23,10 @@ def swings(change: dict, steps: int) -> tuple[float, list[float]]:
     import torch
     from core import devices
     from core.config import TrainConfig
-    from core.training import build_training, planned
+    from core.plan import plan_run
+    from core.training import build_training
     torch.manual_seed(0)
-    training = build_training(*planned(TrainConfig(steps=2000, device="cpu", **change), devices.probe("cpu")))
+    training = build_training(plan_run(TrainConfig(steps=2000, device="cpu", **change), devices.probe("cpu")))
     fixed, labels = training.stream.next_with_labels()
     logged, on_fixed = [], []
     norms = [m for m in training.D.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core import data, devices, losses, models, quality
+from core import data, devices, gans, losses, models, quality
 from core.step import GanStep
 
 
@@ -104,11 +104,11 @@ def main() -> None:
     stream = data.BatchStream(ds.images, a.batch, torch.device("cpu"), seed=a.seed)
     spec = models.GeneratorSpec(100, ds.channels, ds.resolution, a.gw)
     G = ExtraConvGenerator(spec) if a.extra_conv else models.Generator(spec)
-    norm, spectral = models.discriminator_norm(a.gan)
+    norm, spectral = (gans.get(a.gan).d_norm, gans.get(a.gan).spectral)
     D = models.Discriminator(ds.channels, ds.resolution, a.dw, norm, spectral)
     G.apply(models.init_weights)
     D.apply(models.init_weights)
-    loss = SmoothedNonSaturating(a.smooth) if a.smooth is not None else losses.make_loss(a.gan)
+    loss = SmoothedNonSaturating(a.smooth) if a.smooth is not None else losses.make_loss(gans.get(a.gan))
     opt_g = torch.optim.Adam(G.parameters(), lr=a.lr, betas=betas)
     opt_d = torch.optim.Adam(D.parameters(), lr=a.lr_d or a.lr, betas=betas)
     rt = devices.Runtime(devices.probe("cpu"))

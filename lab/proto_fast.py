@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from core import data, devices, models, quality
+from core import data, devices, gans, models, quality
 from core.step import GanStep
 
 STRUCTURE_FLAGS = ("gw", "dw", "dnorm", "sn", "dropout", "mbstd", "extra_conv", "d_extra")
@@ -262,7 +262,7 @@ def main() -> None:
     nc = 10 if a.cond else 0
     if a.production:   # as core/train.py Loop builds them for the fast preset on a CPU
         batches = data.BatchStream(ds.images, a.batch, torch.device("cpu"), seed=a.seed, labels=ds.labels)
-        g, d = models.build("dcgan", "fast", 1, 28, a.zdim, nc)
+        g, d = models.build(gans.get("dcgan"), "fast", 1, 28, a.zdim, nc)
         g.to(memory_format=torch.channels_last)
         d.to(memory_format=torch.channels_last)
     else:

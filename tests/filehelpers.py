@@ -61,3 +61,14 @@ def mount(tmp_path):
     yield make
     for path in reversed(mounted):
         subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+def cpu_plan(config=None, data=None, **values):
+    """A run's plan as a Start on a 2-core CPU makes it (its dataset listed, nothing decoded; or from
+    `data`, a core.plan.DataFacts, for a dataset this machine has not fetched), for a test that
+    seeds a run directory: RunDir.create(cpu_plan(steps=40), root)."""
+    from core.config import TrainConfig
+    from core.devices import DeviceInfo
+    from core.plan import make_plan, plan_run
+    config, cpu = config or TrainConfig(**values), DeviceInfo("cpu", "CPU (2 cores)", available=2)
+    return plan_run(config, cpu) if data is None else make_plan(config, cpu, data)

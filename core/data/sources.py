@@ -35,7 +35,7 @@ import numpy as np
 from core.data import own
 from core.data.cache import DatasetError, availability, cache_dir, cache_file, file_lock, read_meta
 from core.data.own import APP_FOLDER, DEFAULT_MAX_MB, OWN_RESOLUTION, Listing
-from core.rundir import write_atomic
+from core.files import write_atomic
 
 if TYPE_CHECKING:
     from core.data.tensors import ImageSet

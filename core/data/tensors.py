@@ -16,7 +16,7 @@ import torch
 
 from core.data.cache import PREP_VERSION, read_meta
 from core.images import to_model_range
-from core.rundir import write_atomic
+from core.files import write_atomic
 
 
 @dataclass

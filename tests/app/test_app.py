@@ -19,10 +19,11 @@ import pytest
 from gradio_client.exceptions import AppError
 from PIL import Image
 
-from core import quality
+from core import gans, quality
 from core.rundir import FINAL_STATES, RunDir
 from tests.apphelpers import (ROOT, Refused, RunningApp, alive, children_of, paused_beat, press_start, torch_loaded,
                               wait_for)
+from tests.filehelpers import cpu_plan
 
 pytestmark = pytest.mark.slow
 
@@ -144,7 +145,7 @@ def test_a_short_run_streams_events_and_grids_then_samples(app):
     assert [e["step"] for e in quality] == [50, 120] and all(math.isfinite(q["quality_fd"]) for q in quality)
     # The phase line is core/phase.py's rules over this run's own events, written by its trainer.
     from core.phase import Phase
-    assert status["phase"] == Phase("dcgan", True, events).line() and status["phase"].split(":")[0] in (
+    assert status["phase"] == Phase(gans.get("dcgan"), True, events).line() and status["phase"].split(":")[0] in (
         "blobs", "strokes", "digits")
     # Grids every 10 steps early on, then every 100 and at the end, each kept (never overwritten).
     grid_files = sorted(os.listdir(os.path.join(run_path, "grids")))   # each with D's verdicts, and the real grid
@@ -332,7 +333,7 @@ def _seed_runs(runs_root: str) -> tuple[RunDir, RunDir]:
     from tests.apphelpers import seed_finished_run
     from tests.filehelpers import save_generator_pair, tiny_generator
     older = seed_finished_run(runs_root, [str(c) for c in range(10)], 40, (20, 40), 60)
-    newer = RunDir.create(TrainConfig(gan="hinge", conditional="off", steps=40), runs_root)
+    newer = RunDir.create(cpu_plan(gan="hinge", conditional="off", steps=40), runs_root)
     save_generator_pair(newer.path, tiny_generator(), step=40, config={"gan": "hinge", "dataset": "bundled-mnist"})
     for run in (older, newer):
         run.write_status("done", "Finished 40 steps.", step=40, saved_step=40)

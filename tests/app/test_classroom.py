@@ -289,14 +289,12 @@ def test_query_parameters_preset_the_form_and_bad_ones_are_noted():
 
 def test_retention_keeps_newest_and_never_the_current_run(tmp_path):
     from app.job import Job
-    from core.config import TrainConfig
     from core.rundir import RunDir
+    from tests.filehelpers import cpu_plan
     root = str(tmp_path)
     made = []
     for i in range(5):
-        run = RunDir(os.path.join(root, f"2026010{i}-000000-dcgan-bundled-mnist"))
-        os.makedirs(os.path.join(run.path, "grids"))
-        run.write_config(TrainConfig())
+        run = RunDir.create(cpu_plan(), path=os.path.join(root, f"2026010{i}-000000-dcgan-bundled-mnist"))
         run.write_status("done", "")
         made.append(run.name)
     job = Job(root, keep_runs=2, max_runs_mb=0)

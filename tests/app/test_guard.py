@@ -25,7 +25,7 @@ from core import data
 from core.config import TrainConfig
 from core.rundir import RunDir
 from tests.apphelpers import children_of, wait_for
-from tests.filehelpers import png_bytes, save_generator_pair, tiny_generator
+from tests.filehelpers import cpu_plan, png_bytes, save_generator_pair, tiny_generator
 
 pytestmark = pytest.mark.slow
 KEY = "the-host-key"
@@ -51,7 +51,7 @@ def APP_SETUP(folder) -> None:
     for i in range(2):                     # a folder the server must never read for a viewer
         _solid(secret / f"{i}.png", RED)
     config = TrainConfig(dataset="folder", data_path=str(allowed / "pics"))
-    run = RunDir.create(config, str(folder / "runs"))
+    run = RunDir.create(cpu_plan(config), str(folder / "runs"))
     save_generator_pair(run.path, tiny_generator(), config=config.to_dict())
     run.save_grid(np.zeros((4, 1, 28, 28), np.float32), 100)
 

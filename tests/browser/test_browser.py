@@ -370,9 +370,9 @@ def test_an_earlier_run_beside_the_live_one_on_every_screen(app, person):
     screen and a phone each show its grid beside the live one, both in view without scrolling,
     its loss curves dashed on the live run's chart, and what differs in words."""
     from playwright.sync_api import expect
-    from core.config import TrainConfig
+    from tests.filehelpers import cpu_plan
     earlier = seed_finished_run(app.runs_root, NAMES, SEEDED_STEP, grid_steps=(100, SEEDED_STEP), tiles=60)
-    earlier.write_config(TrainConfig(steps=SEEDED_STEP, grid_every=100, checkpoint_every=SEEDED_STEP, lr_d=2e-3))
+    earlier.write_plan(cpu_plan(steps=SEEDED_STEP, grid_every=100, checkpoint_every=SEEDED_STEP, lr_d=2e-3))
     for step in range(20, SEEDED_STEP + 1, 20):
         earlier.append_event({"step": step, "loss_d": 1.2 - step / 1000, "loss_g": 0.8 + step / 1000})
     earlier.write_status("done", "Finished.", step=SEEDED_STEP, steps=SEEDED_STEP, gan="dcgan")

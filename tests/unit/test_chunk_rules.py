@@ -7,10 +7,11 @@ from core.plan import DataFacts, make_plan
 from core.config import TrainConfig
 from core.rundir import RunDir
 from core.train import Chunk
+from tests.filehelpers import cpu_plan
 
 
 def make_run(tmp_path, **status) -> RunDir:
-    run = RunDir.create(TrainConfig(steps=1000), str(tmp_path))
+    run = RunDir.create(cpu_plan(steps=1000), str(tmp_path))
     run.write_status("running", "Training...", **status)
     return run
 
@@ -62,7 +63,7 @@ def test_on_zero_gpu_the_page_describes_the_gpu_a_chunk_gets(tmp_path, monkeypat
     assert time_note(plan, str(tmp_path)).startswith(
         "On ZeroGPU a run trains in turns, one GPU call each with 45 s of training on NVIDIA H200 MIG 3g.71gb")
     # Once a chunked run of the same settings measured its speed, the estimate is in turns.
-    run = RunDir.create(config, str(tmp_path))
+    run = RunDir.create(cpu_plan(config), str(tmp_path))
     run.write_status("running", "", device_kind="cuda", preset="dcgan64", gan="dcgan", batch_size=128, resolution=64,
                      images_per_second=1280.0)
     assert time_note(plan, str(tmp_path)) == (

@@ -20,42 +20,49 @@ from core.rundir import RunDir
 from core.status import Status
 from tests.apphelpers import wait_for
 from tests.clihelpers import start_cli
+from core.plan import DataFacts
+from tests.filehelpers import cpu_plan
 
 
 def test_each_comparison_changes_one_setting_and_keeps_the_seed_and_length():
-    base = TrainConfig(precision="fp32", batch_size=128, seed=5, steps=300)
-    changed = {name: comparison(base, name) for name in COMPARISONS}
-    assert changed["precision"].precision == "bf16" and comparison(changed["precision"], "precision").precision == "fp32"
-    assert changed["batch_size"].batch_size == 32 and comparison(changed["batch_size"], "batch_size").batch_size == 256
-    assert changed["lr_d"].lr_d == pytest.approx(10 * base.resolved().lr_d)
+    base = TrainConfig(gan="dcgan", precision="fp32", batch_size=128, seed=5, steps=300)
+    changed = {name: comparison(cpu_plan(base), name) for name in COMPARISONS}
+    assert changed["precision"].precision == "bf16"
+    assert comparison(cpu_plan(changed["precision"]), "precision").precision == "fp32"
+    assert changed["batch_size"].batch_size == 32
+    assert comparison(cpu_plan(changed["batch_size"]), "batch_size").batch_size == 256
+    assert changed["lr_d"].lr_d == pytest.approx(10 * cpu_plan(base).config.lr_d)
     # Another GAN type takes its own learning rates and betas, not the first type's.
-    wgan = comparison(TrainConfig(lr_d=2e-4, lr_g=2e-4, beta1=0.5), "gan")
+    wgan = comparison(cpu_plan(gan="dcgan", lr_d=2e-4, lr_g=2e-4, beta1=0.5), "gan")
     assert wgan.gan == "wgan-gp" and (wgan.lr_d, wgan.lr_g, wgan.beta1, wgan.n_critic) == (None, None, None, None)
-    assert comparison(wgan, "gan").gan == "dcgan" and comparison(TrainConfig(gan="rpgan"), "gan").gan == "dcgan"
+    assert comparison(cpu_plan(wgan), "gan").gan == "dcgan" and comparison(cpu_plan(gan="rpgan"), "gan").gan == "dcgan"
+    assert comparison(cpu_plan(), "gan").gan == "dcgan"   # the CPU's default, the relativistic pairing
     for name, config in changed.items():
         assert base.differences(config, ignore=()) == [name], name
     with pytest.raises(ConfigError, match="Compare: choose one of"):
-        comparison(base, "steps")
+        comparison(cpu_plan(base), "steps")
 
 
 def test_the_differences_are_said_with_the_pages_labels():
-    here, there = TrainConfig(lr_d=2e-3, gan="wgan-gp"), TrainConfig(lr_d=2e-4, gan="dcgan")
+    def planned(**values):   # as the runs' plans hold them: every value resolved
+        return cpu_plan(**values).config
+    here, there = planned(lr_d=2e-3, gan="wgan-gp"), planned(lr_d=2e-4, gan="dcgan")
     words = differences_words(here, there)
     assert "GAN type WGAN-GP here, DCGAN (non-saturating) there" in words
     assert "D's learning rate 0.002 here, 0.0002 there" in words
     # A value left to the GAN type is compared as the type sets it: WGAN-GP's 5 critic updates.
     assert "D updates per G update 5 here, 1 there" in words
-    assert differences_words(TrainConfig(), TrainConfig()) == "the same settings"
+    assert differences_words(planned(), planned()) == "the same settings"
     from app.views import differences_captions
-    assert differences_captions(TrainConfig(gan="dcgan", lr_d=3e-2), TrainConfig(gan="dcgan", lr_d=3e-3)) == \
+    assert differences_captions(planned(gan="dcgan", lr_d=3e-2), planned(gan="dcgan", lr_d=3e-3)) == \
         ("D's learning rate 0.03", "D's learning rate 0.003")
-    assert differences_captions(TrainConfig(), TrainConfig()) == ("", "")
+    assert differences_captions(planned(), planned()) == ("", "")
 
 
 def seed_run(root: str, config: TrainConfig, grid_steps: tuple[int, ...], loss_d: float, state: str = "done") -> RunDir:
     """A run as a trainer leaves it: config, status, loss points every 25 steps and grids."""
     import numpy as np
-    run = RunDir.create(config, root)
+    run = RunDir.create(cpu_plan(config, data=DataFacts() if config.dataset != "bundled-mnist" else None), root)
     images = np.zeros((4, 1, 28, 28), np.float32)
     for step in grid_steps:
         run.save_grid(images, step, columns=2)
@@ -97,7 +104,7 @@ def test_every_page_gets_the_compared_runs_grid_at_the_live_step_its_curves_and_
     # The live grid is at step 250: the compared run's grid at the nearest step before it.
     assert shown["compare"]["run"] == earlier.name and shown["compare"]["grid"] == f"live/grid/{earlier.name}/200"
     assert shown["compare"]["differences"] == ("Training length (steps) 250 here, 300 there; "
-                                               "D's learning rate 0.002 here, 0.0002 there")
+                                               "D's learning rate 0.002 here, 0.003 there")
     assert shown["compare_points"]["loss_d"] == [[step, 0.5] for step in range(25, 301, 25)]
     assert grid_answer(feed, earlier.name, 200) == 200 and grid_answer(feed, other_images.name, 100) == 404
     # Its curves go to a page once (and again on connect): later messages carry the live run's news alone.
@@ -120,11 +127,11 @@ def test_a_comparison_queued_behind_a_run_that_is_stopped_does_not_start(tmp_pat
     run.write_status("running", "Training...", step=50, steps=100, gan="dcgan", pid=os.getpid())
     job = Job(root)
     assert job.is_active()
-    answer = job.comparison.start(comparison(config, "lr_d"), run, COMPARISONS["lr_d"])
+    answer = job.comparison.start(cpu_plan(comparison(run.read_plan(), "lr_d")), run, COMPARISONS["lr_d"])
     assert answer.startswith(f"Queued: run `{run.name}` again with D's learning rate x10")
     assert job.comparison.note == f"Next: run {run.name} again with D's learning rate x10, when it finishes."
     with pytest.raises(ComparisonRefused, match="already waiting"):
-        job.comparison.start(comparison(config, "batch_size"), run, COMPARISONS["batch_size"])
+        job.comparison.start(cpu_plan(comparison(run.read_plan(), "batch_size")), run, COMPARISONS["batch_size"])
     run.write_status("stopped", "Stopped.", step=60, steps=100, gan="dcgan")
     wait_for(lambda: "did not start" in job.comparison.note, 10, what="the queued comparison's end")
     assert job.comparison.note == f"The comparison did not start: run {run.name} ended stopped, not finished."

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from core.config import ConfigError, TrainConfig, validate
+from core import gans
 from core.models import build
 from core.rundir import RunDir
 from tests.clihelpers import run_cli
+from tests.filehelpers import cpu_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,33 +31,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ])
 def test_invalid_config_is_refused_with_a_specific_message(change, words):
     with pytest.raises(ConfigError, match=words):
-        validate(TrainConfig(**change))
+        validate(TrainConfig(**change).resolved())
 
 
 def test_batch_larger_than_dataset_and_unsupported_precision_are_refused():
     with pytest.raises(ConfigError, match="larger than the dataset"):
-        validate(TrainConfig(batch_size=128), dataset_size=100)
+        validate(TrainConfig(batch_size=128).resolved(), dataset_size=100)
     caps = {"name": "CPU", "precision_refused": {"bf16": "no native bfloat16"}}
     with pytest.raises(ConfigError, match="no native bfloat16"):
-        validate(TrainConfig(precision="bf16"), device_caps=caps)
+        validate(TrainConfig(precision="bf16").resolved(), device_caps=caps)
 
 
 def test_config_round_trips_and_resolves_gan_defaults():
     config = TrainConfig(gan="wgan-gp", batch_size=32)
     assert TrainConfig.from_json(config.to_json()) == config
-    resolved = validate(config)
+    resolved = validate(config.resolved())
     assert (resolved.n_critic, resolved.beta1, resolved.beta2) == (5, 0.0, 0.9)
     # DCGAN's learning rate: measured 3e-3 for the CPU preset, the paper's 2e-4 for the seed's network.
-    assert validate(TrainConfig(), preset="fast").lr_g == 3e-3
-    assert validate(TrainConfig(), preset="dcgan64").lr_g == validate(TrainConfig()).lr_g == 2e-4
-    assert validate(TrainConfig(lr_g=5e-4), preset="fast").lr_g == 5e-4          # a chosen value wins
+    assert TrainConfig().resolved("fast").lr_g == 3e-3
+    assert TrainConfig().resolved("dcgan64").lr_g == validate(TrainConfig().resolved()).lr_g == 2e-4
+    assert TrainConfig(lr_g=5e-4).resolved("fast").lr_g == 5e-4          # a chosen value wins
     with pytest.raises(ConfigError, match="Unknown config field"):
         TrainConfig.from_dict({"batch": 3})
 
 
 @pytest.mark.parametrize("channels, resolution, preset", [(1, 28, "fast"), (3, 32, "fast"), (3, 64, "dcgan64")])
 def test_models_follow_the_data_shape(channels, resolution, preset):
-    G, D = build("dcgan", preset, channels, resolution, z_dim=100)
+    G, D = build(gans.get("dcgan"), preset, channels, resolution, z_dim=100)
     images = G(torch.randn(4, 100, 1, 1))
     assert images.shape == (4, channels, resolution, resolution)
     assert images.min() >= -1 and images.max() <= 1
@@ -63,7 +65,7 @@ def test_models_follow_the_data_shape(channels, resolution, preset):
 
 
 def test_dcgan64_is_the_seeds_network():
-    G, D = build("dcgan", "dcgan64", 1, 64, z_dim=100)
+    G, D = build(gans.get("dcgan"), "dcgan64", 1, 64, z_dim=100)
     convt = [m for m in G.modules() if isinstance(m, torch.nn.ConvTranspose2d)]
     assert [m.out_channels for m in convt] == [512, 256, 128, 64, 1]
     convs = [m for m in D.modules() if isinstance(m, torch.nn.Conv2d)]
@@ -94,7 +96,7 @@ def test_logit_head_computes_the_seeds_final_convolution_in_both_memory_formats(
 
 def test_conditional_generator_draws_the_asked_classes_and_discriminator_needs_them():
     from core.models import default_labels
-    G, D = build("dcgan", "fast", 1, 28, z_dim=100, classes=10)
+    G, D = build(gans.get("dcgan"), "fast", 1, 28, z_dim=100, classes=10)
     G.eval()
     z = torch.randn(12, 100, 1, 1)
     labels = default_labels(12, 10)
@@ -145,13 +147,13 @@ def test_every_grid_comes_with_ds_verdicts_on_its_fakes_and_on_real_images_of_th
     assert (digits == np.arange(60) % 10).mean() >= 0.9, digits
 
 
-def test_a_run_saved_before_conditional_training_is_refused_with_the_reason(tmp_path):
+def test_a_checkpoint_an_older_blink_saved_is_refused_with_the_reason(tmp_path):
     from core import train
     run_path = tmp_path / "old"
     assert train.main(["--steps", "2", "--batch-size", "16", "--device", "cpu", "--quality-every", "0",
                        "--run-dir", str(run_path)]) == 0
     checkpoint = torch.load(run_path / "checkpoint.pt", weights_only=False)
-    del checkpoint["config"]["conditional"]          # what an older Blink wrote
+    del checkpoint["plan"]          # what an older Blink wrote: its config alone
     torch.save(checkpoint, run_path / "checkpoint.pt")
     assert train.main(["--resume", str(run_path), "--steps", "4"]) == 1
     status = json.loads((run_path / "status.json").read_text())
@@ -160,7 +162,7 @@ def test_a_run_saved_before_conditional_training_is_refused_with_the_reason(tmp_
 
 
 def test_event_reader_tolerates_a_half_written_line(tmp_path):
-    run = RunDir.create(TrainConfig(), root=str(tmp_path))
+    run = RunDir.create(cpu_plan(), root=str(tmp_path))
     run.append_event({"step": 1, "loss_d": 0.5})
     with open(run.file("events.jsonl"), "a") as f:
         f.write('{"step": 2, "loss')            # the trainer is mid-write
@@ -215,14 +217,12 @@ def test_config_json_is_the_resolved_config_the_checkpoint_and_generator_hold(tm
 
 
 def test_cli_and_page_refuse_a_changed_config_with_the_same_message(tmp_path):
-    from app.job import Job
     from core import train
-    from core.resume import ResumeRefused
+    from core.resume import ResumeRefused, prepare_resume
     run = _two_step_run(tmp_path / "runs" / "run")
     cli = run_cli(["-m", "core.train", "--resume", run.path, "--lr-g", "0.0005"], timeout=120)
-    with pytest.raises(ResumeRefused) as page:
-        Job(runs_root=str(tmp_path / "runs")).resume(config=TrainConfig(device="cpu", batch_size=16, steps=2,
-                                                                        quality_every=0, lr_g=0.0005))
+    with pytest.raises(ResumeRefused) as page:   # the page's road: the same policy, another caller
+        prepare_resume(run, None, {"lr_g": 0.0005}, lambda requested: run.read_plan().device)
     assert "config changed in lr_g" in str(page.value) and "only steps may change" in str(page.value)
     assert cli.returncode == 2 and cli.stderr.strip() == f"error: {page.value}"
     assert run.read_status().step == 2                      # nothing trained
@@ -256,16 +256,13 @@ def test_a_checkpoint_write_killed_half_way_leaves_nothing_once_resumed_or_the_a
     assert [n for n in os.listdir(second.path) if ".tmp" in n] == [live.name]
 
 
-def test_a_run_saved_before_config_json_was_resolved_still_resumes(tmp_path):
-    from core import train
+def test_a_run_an_older_blink_saved_is_refused_in_words_and_keeps_its_generator(tmp_path):
     run = _two_step_run(tmp_path / "old")
-    # What an older Blink kept: config.json as typed, the checkpoint's config with the preset 'auto'.
-    run.write_config(TrainConfig(steps=2, batch_size=16, device="cpu", quality_every=0))
-    checkpoint = torch.load(run.file("checkpoint.pt"), weights_only=False)
-    checkpoint["config"]["preset"] = "auto"
-    torch.save(checkpoint, run.file("checkpoint.pt"))
-    assert train.main(["--resume", run.path, "--steps", "4"]) == 0
-    assert run.read_status().step == 4 and run.read_config().preset == run.read_status().preset != "auto"
+    with open(run.file("config.json"), "w") as f:   # what an older Blink kept: the config as typed
+        f.write(TrainConfig(steps=2, batch_size=16, device="cpu", quality_every=0).to_json())
+    refused = run_cli(["-m", "core.train", "--resume", run.path, "--steps", "4"], timeout=120)
+    assert refused.returncode == 2 and "saved by an older Blink" in refused.stderr, refused.stderr
+    assert run.read_status().step == 2 and os.path.exists(run.file("generator.safetensors"))
 
 
 def test_cli_help_lists_every_config_field():
@@ -280,9 +277,9 @@ def test_cli_flags_take_their_fields_types_even_when_the_default_is_none():
     args = _parser().parse_args(["--n-critic", "2", "--z-dim", "16", "--lr-g", "1e-3"])
     assert (args.n_critic, args.z_dim, args.lr_g) == (2, 16, 1e-3)
     assert type(args.n_critic) is int and type(args.z_dim) is int     # range(n_critic) needs an int
-    config = validate(TrainConfig(n_critic=args.n_critic, z_dim=args.z_dim), preset="fast")
+    config = TrainConfig(n_critic=args.n_critic, z_dim=args.z_dim).resolved("fast")
     assert (config.n_critic, config.z_dim) == (2, 16)
-    assert validate(TrainConfig(), preset="fast").z_dim == 16 and validate(TrainConfig()).z_dim == 100
+    assert TrainConfig().resolved("fast").z_dim == 16 and validate(TrainConfig().resolved()).z_dim == 100
 
 
 def test_cli_refuses_a_bad_config_before_training(tmp_path):
@@ -312,17 +309,17 @@ def test_cli_help_the_page_and_validate_hold_each_fields_declared_choices_and_li
             assert "one of: " + ", ".join(meta["choices"]) in line
             with pytest.raises(ConfigError, match=re.escape(f"'nonsense' is not supported; choose one of: "
                                                             f"{', '.join(meta['choices'])}")):
-                validate(TrainConfig(**{name: "nonsense"}))
+                validate(TrainConfig(**{name: "nonsense"}).resolved())
         if meta["range"]:
             low, high = meta["range"]
             assert (f"{low:,} to {high:,}" if high is not None else f"at least {low:,}") in line
-            validate(TrainConfig(**{name: low}))
+            validate(TrainConfig(**{name: low}).resolved())
             with pytest.raises(ConfigError, match=name):
-                validate(TrainConfig(**{name: low - 1}))
+                validate(TrainConfig(**{name: low - 1}).resolved())
             if high is not None:
-                validate(TrainConfig(**{name: high}))
+                validate(TrainConfig(**{name: high}).resolved())
                 with pytest.raises(ConfigError, match=f"{name} must be between {low:,} and {high:,}"):
-                    validate(TrainConfig(**{name: high + 1}))
+                    validate(TrainConfig(**{name: high + 1}).resolved())
     for name in ("batch_size", "steps", "log_every", "grid_every", "checkpoint_every"):   # the page's boxes
         low, high = spec(name)["range"]
         assert form_number(str(high), name) == high
@@ -432,12 +429,12 @@ def test_divergence_message_names_the_values_what_is_kept_and_what_to_change():
 
 def test_gan_step_updates_d_n_critic_times_then_g_with_d_frozen():
     """The one production step on the real models and losses, with no Loop around it."""
-    from core import data, devices, losses
+    from core import data, devices, gans, losses
     from core.step import GanStep
     torch.manual_seed(0)
-    G, D = build("wgan-gp", "fast", 1, 28, 16)
+    G, D = build(gans.get("wgan-gp"), "fast", 1, 28, 16)
     opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
-    step = GanStep(G, D, opt_g, opt_d, losses.make_loss("wgan-gp"), devices.Runtime(devices.probe("cpu")),
+    step = GanStep(G, D, opt_g, opt_d, losses.make_loss(gans.get("wgan-gp")), devices.Runtime(devices.probe("cpu")),
                    n_critic=3, z_dim=16)
     stream = data.BatchStream(data.load("bundled-mnist").images, 8, torch.device("cpu"), seed=0)
     d_grads = []   # D's gradients as each optimizer step sees them
@@ -478,8 +475,9 @@ def test_device_memory_is_read_at_the_first_step_and_about_every_hundred():
 def test_reporter_writes_the_status_with_no_speed_until_a_step_after_the_steady_one(tmp_path):
     from core import devices
     from core.report import Reporter
-    from core.training import build_training, planned
-    training = build_training(*planned(TrainConfig(steps=100), devices.probe("cpu")))
+    from core.plan import plan_run
+    from core.training import build_training
+    training = build_training(plan_run(TrainConfig(steps=100), devices.probe("cpu")))
     config = training.config
     run = RunDir(str(tmp_path))
     report = Reporter(run, training, trainer_pid=os.getpid())

@@ -53,12 +53,12 @@ def test_weight_average_moves_toward_the_model_by_the_ramp_and_copies_its_buffer
 
 
 def test_ema_is_on_for_dcgans_fast_preset_only_and_a_chosen_value_wins():
-    assert validate(TrainConfig(), preset="fast").ema == 0.99
-    assert validate(TrainConfig(), preset="dcgan64").ema == 0.0
-    assert validate(TrainConfig(gan="wgan-gp"), preset="fast").ema == 0.0
-    assert validate(TrainConfig(gan="hinge"), preset="fast").ema == 0.0
-    assert validate(TrainConfig(ema=0.0), preset="fast").ema == 0.0
-    assert validate(TrainConfig(gan="hinge", ema=0.9), preset="fast").ema == 0.9
+    assert TrainConfig().resolved("fast").ema == 0.99
+    assert TrainConfig().resolved("dcgan64").ema == 0.0
+    assert TrainConfig(gan="wgan-gp").resolved("fast").ema == 0.0
+    assert TrainConfig(gan="hinge").resolved("fast").ema == 0.0
+    assert TrainConfig(ema=0.0).resolved("fast").ema == 0.0
+    assert TrainConfig(gan="hinge", ema=0.9).resolved("fast").ema == 0.9
 
 
 @pytest.mark.parametrize("value", ["1.0", "-0.1"])

@@ -7,6 +7,7 @@ import time
 from core.config import TrainConfig
 from core.heartbeat import BUSY_SECONDS, Heartbeat, silent_since, unanswered
 from core.rundir import RunDir
+from tests.filehelpers import cpu_plan
 
 GRACE = 20.0
 
@@ -57,7 +58,7 @@ def _next_beat(run, after: float, timeout: float = 60.0) -> dict:
 
 
 def test_the_heartbeat_thread_beats_while_the_main_thread_is_busy(tmp_path):
-    run = RunDir.create(TrainConfig(), str(tmp_path))
+    run = RunDir.create(cpu_plan(), str(tmp_path))
     compiling = [False]
     said = []
     pulse = Heartbeat(run, compiling=lambda: compiling[0])
@@ -105,7 +106,7 @@ def test_a_trainer_silent_past_the_bound_is_said_silent_since_its_last_sign_of_l
 
 
 def test_a_stopped_heartbeat_reads_silent_once_the_bound_has_passed(tmp_path):
-    run = RunDir.create(TrainConfig(), str(tmp_path))
+    run = RunDir.create(cpu_plan(), str(tmp_path))
     pulse = Heartbeat(run).start()
     pulse.doing("training")
     _next_beat(run, after=time.time())   # one beat from the thread, saying what the trainer does
@@ -124,7 +125,7 @@ def test_a_compile_notice_read_as_the_run_ends_never_lands_over_its_final_status
     import threading
     from types import SimpleNamespace
     from core.train import say_compiles
-    run = RunDir.create(TrainConfig(), str(tmp_path))
+    run = RunDir.create(cpu_plan(), str(tmp_path))
     run.write_status("running", "Training.")
     compiling, read = threading.Event(), threading.Event()
     pulse = Heartbeat(run, compiling=compiling.is_set)

@@ -120,11 +120,12 @@ def test_a_class_with_too_few_images_is_refused_by_name(cache, tmp_path):
 def test_the_trainer_is_class_conditional_on_a_class_folder_unless_told_off(cache, tmp_path):
     from core import devices
     from core.config import TrainConfig
-    from core.training import build_training, planned
+    from core.plan import plan_run
+    from core.training import build_training
     folder = write_folder(tmp_path / "colours", class_files())
     info = devices.probe("cpu")
     for conditional, classes, names in (("auto", 3, list(CLASSES)), ("off", 0, [])):
-        training = build_training(*planned(TrainConfig(dataset="folder", data_path=folder, preset="fast",
+        training = build_training(plan_run(TrainConfig(dataset="folder", data_path=folder, preset="fast",
                                                        batch_size=8, steps=2, device="cpu",
                                                        conditional=conditional), info))
         assert (training.classes, training.class_names, training.G.spec.classes) == (classes, names, classes)
@@ -149,10 +150,10 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
     # Resumed with the form's batch of 128 again (the page's and the CLI's default): the same run,
     # not a changed config, and its status still says why the batch is 30.
     from core.resume import prepare_resume
-    from core.train import train
-    resumed_config, _ = prepare_resume(RunDir(str(run)), steps=6, given={"batch_size": 128})
-    assert resumed_config.batch_size == 30
-    assert train(resumed_config, str(run), resume=True) == "done"
+    from core.train import probe_device, train
+    resumed, _ = prepare_resume(RunDir(str(run)), 6, {"batch_size": 128}, lambda requested: probe_device(requested))
+    assert resumed.config.batch_size == 30
+    assert train(resumed, str(run), resume=True) == "done"
     status = json.loads((run / "status.json").read_text())
     assert (status["step"], status["batch_size"]) == (6, 30), status
     assert status["batch_reason"] == "lowered from 128: the set has 30 images", status
@@ -193,15 +194,14 @@ def test_a_cli_run_on_class_folders_names_its_classes_to_the_status_the_generato
                and update.get("info") == "3 classes"]
     assert len(pickers) == 3
     assert all(picker["choices"][1:] == [("blue", "0"), ("green", "1"), ("red", "2")] for picker in pickers)
-    # A run an older Blink saved, when the fast preset trained this folder at 64x64: resuming it
-    # refuses in words, and keeps its checkpoint and generator.
-    from core import models
+    # A checkpoint of nets of another size (an older Blink's fast preset trained this folder at
+    # 64x64): resuming it refuses in words, and keeps its checkpoint and generator.
+    from core import gans, models
     state = torch.load(run / "checkpoint.pt", weights_only=False)
     config = RunDir(str(run)).read_config()
-    old_g, old_d = models.build(config.gan, config.preset, 3, 64, config.z_dim, 3)
+    old_g, old_d = models.build(gans.get(config.gan), config.preset, 3, 64, config.z_dim, 3)
     state.update(G=old_g.state_dict(), D=old_d.state_dict())
     state.pop("G_ema", None)
-    state.pop("plan")   # its checkpoints held the config alone
     torch.save(state, run / "checkpoint.pt")
     kept = (run / "checkpoint.pt").read_bytes(), (run / "generator.safetensors").read_bytes()
     resumed = run_cli(["-m", "core.train", "--resume", str(run), "--steps", "8"], timeout=300)

@@ -6,6 +6,7 @@ from app.live import MAX_POINTS, LiveFeed, downsample, plot_points, status_html
 from core.config import TrainConfig
 from core.rundir import RunDir
 from core.status import Status
+from tests.filehelpers import cpu_plan
 
 
 def message(data: bytes) -> dict:
@@ -14,7 +15,7 @@ def message(data: bytes) -> dict:
 
 
 def test_each_change_is_rendered_once_and_deltas_carry_only_new_points(runs_root):
-    run = RunDir.create(TrainConfig(), runs_root)
+    run = RunDir.create(cpu_plan(), runs_root)
     run.write_status("running", "Training...", step=1, steps=100, gan="dcgan")
     run.append_event({"step": 1, "loss_d": 1.0, "loss_g": 2.0, "d_real": 0.5, "d_fake": 0.4})
     feed = LiveFeed(Job(runs_root))
@@ -36,7 +37,7 @@ def test_a_page_shows_what_the_run_holds_after_its_events_are_trimmed(runs_root)
     """An aborted chunk's steps (or a killed session's, before a resume) are dropped from events.jsonl
     (RunDir.trim_events); a page that had them starts over from the trimmed file, even once the run
     has logged more events than it had before."""
-    run = RunDir.create(TrainConfig(), runs_root)
+    run = RunDir.create(cpu_plan(), runs_root)
     run.write_status("running", "Training...", step=30, steps=100, gan="dcgan")
     for step in range(1, 31):
         run.append_event({"step": step, "loss_d": 1.0, "loss_g": 2.0})
@@ -73,7 +74,7 @@ def _routes_of(feed):
 
 
 def test_numbers_in_live_urls_that_int_refuses_are_a_400_or_a_404_not_a_server_error(runs_root):
-    run = RunDir.create(TrainConfig(), runs_root)
+    run = RunDir.create(cpu_plan(), runs_root)
     run.write_status("running", "Training...", step=1, steps=100, gan="dcgan")
     run.save_grid([[[[0.0]]]], 1, columns=1)
     client = _routes_of(LiveFeed(Job(runs_root)))
@@ -91,7 +92,7 @@ def test_a_since_wait_ends_at_its_limit_while_the_run_keeps_changing(runs_root, 
     import time
     from app import live
     monkeypatch.setattr(live, "STATUS_WAIT_SECONDS", 1.0)
-    run = RunDir.create(TrainConfig(), runs_root)
+    run = RunDir.create(cpu_plan(), runs_root)
     run.write_status("running", "Training...", step=1, steps=10_000, gan="dcgan")
     client, writing = _routes_of(LiveFeed(Job(runs_root), watch_seconds=0.05)), threading.Event()
 
@@ -116,7 +117,7 @@ def test_a_since_wait_ends_at_its_limit_while_the_run_keeps_changing(runs_root, 
 
 def test_the_grid_route_serves_no_link_placed_in_the_grids_folder(runs_root, tmp_path):
     import os
-    run = RunDir.create(TrainConfig(), runs_root)
+    run = RunDir.create(cpu_plan(), runs_root)
     run.write_status("running", "Training...", step=2, steps=100, gan="dcgan")
     run.save_grid([[[[0.0]]]], 1, columns=1)
     secret = tmp_path / "secret.png"
@@ -132,7 +133,7 @@ def test_a_trainer_that_falls_silent_is_shown_to_every_viewer_once_and_again_onc
     import re
     import time
     from app.supervisor import STOP_ESCALATE_SECONDS
-    run = RunDir.create(TrainConfig(), runs_root)
+    run = RunDir.create(cpu_plan(), runs_root)
     # A live trainer (this process) whose last status and last beat are older than the Stop watchdog's bound.
     run.write_status("running", "Training...", step=12, steps=100, saved_step=10, gan="dcgan", pid=os.getpid())
     last = time.time() - STOP_ESCALATE_SECONDS - 10
@@ -171,7 +172,7 @@ def test_a_stepped_update_is_a_marked_point():
 
 
 def test_a_settings_change_is_a_mark_every_page_gets_and_not_a_point(runs_root):
-    run = RunDir.create(TrainConfig(), runs_root)
+    run = RunDir.create(cpu_plan(), runs_root)
     run.write_status("running", "Training...", step=25, steps=100, gan="dcgan")
     run.append_event({"step": 20, "loss_d": 1.0, "loss_g": 2.0, "d_real": 0.5, "d_fake": 0.4})
     feed = LiveFeed(Job(runs_root))
@@ -192,7 +193,7 @@ def test_before_a_run_the_page_says_nothing_of_a_gan_type_it_has_not_chosen(runs
     feed.refresh()
     first = message(feed.current.full)
     assert first["gan"] == "" and set(first["healthy"]) == {"quality"}, first["healthy"]
-    run = RunDir.create(TrainConfig(gan="rpgan"), runs_root)
+    run = RunDir.create(cpu_plan(gan="rpgan"), runs_root)
     run.write_status("running", "Training...", step=1, steps=100, gan="rpgan")
     feed = LiveFeed(Job(runs_root))
     feed.refresh()

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from core import train
-from core.config import ConfigError, TrainConfig, live_change, validate
+from core.config import ConfigError, TrainConfig
+from tests.filehelpers import cpu_plan
 from core.rundir import FINAL_STATES, RunDir
 from tests.apphelpers import wait_for
 from tests.clihelpers import start_cli
@@ -81,9 +82,9 @@ def test_a_resumed_run_trains_on_with_the_changed_settings(changed_run):
     ({"batch_size": 8}, "batch_size cannot change while a run trains; these can: lr_g, lr_d, beta1, beta2, n_critic."),
 ])
 def test_a_change_the_config_refuses_names_the_field(values, message):
-    config = validate(TrainConfig(gan="dcgan", preset="fast"))
+    plan = cpu_plan(gan="dcgan", preset="fast")
     with pytest.raises(ConfigError) as refused:
-        live_change(config, values)
+        plan.changed(10, values)
     assert message in str(refused.value)
 
 
@@ -113,8 +114,9 @@ def test_a_step_of_one_net_alone_updates_that_net_only(gan, updates, d_moves, g_
     """The host's Step with "D alone" or "G alone": the other net (and G's average) stays as it
     was; both nets' losses are still there for the charts."""
     from core import devices
-    from core.training import build_training, planned
-    training = build_training(*planned(TrainConfig(gan=gan, steps=10, batch_size=16, preset="fast", device="cpu",
+    from core.plan import plan_run
+    from core.training import build_training
+    training = build_training(plan_run(TrainConfig(gan=gan, steps=10, batch_size=16, preset="fast", device="cpu",
                                                    ema=0.9), devices.probe("cpu")))
     training.step()   # the optimizers' state exists from here on, as in a paused run
 

@@ -15,6 +15,7 @@ from core import devices, gans, losses, models
 from core.config import TrainConfig, validate
 from core.rundir import RunDir
 from core.train import train
+from tests.filehelpers import cpu_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -103,7 +104,7 @@ def test_gp_matches_jacobian_reference_on_the_wgan_critic():
     """The shipped WGAN-GP critic: penalty and its parameter gradients (the double backward)
     against per-sample gradients read off torch.autograd.functional.jacobian."""
     torch.manual_seed(0)
-    _, D = models.build("wgan-gp", "fast", 1, 28, 100)
+    _, D = models.build(gans.get("wgan-gp"), "fast", 1, 28, 100)
     real, fake = _pair(batch=3)
     alpha = torch.tensor([0.1, 0.5, 0.9]).view(3, 1, 1, 1)
 
@@ -131,7 +132,7 @@ def test_gp_matches_jacobian_reference_on_the_wgan_critic():
 
 
 def test_gp_refuses_a_batchnorm_critic():
-    _, D = models.build("dcgan", "fast", 1, 28, 100)
+    _, D = models.build(gans.get("dcgan"), "fast", 1, 28, 100)
     real, fake = _pair(batch=3)
     # Why: with batch statistics, one sample's score depends on the others' inputs.
     jac = torch.autograd.functional.jacobian(D, real)
@@ -144,14 +145,14 @@ def test_critic_normalisation_per_gan():
     def kinds(D):
         return {type(m).__name__ for m in D.modules()}
 
-    _, D = models.build("wgan-gp", "fast", 1, 28, 100)
+    _, D = models.build(gans.get("wgan-gp"), "fast", 1, 28, 100)
     assert "GroupNorm" in kinds(D) and not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in D.modules())
     assert all(m.num_groups == 1 for m in D.modules() if isinstance(m, nn.GroupNorm))   # layer norm
-    _, D = models.build("hinge", "fast", 1, 28, 100)
+    _, D = models.build(gans.get("hinge"), "fast", 1, 28, 100)
     convs = [m for m in D.modules() if isinstance(m, nn.Conv2d)]
     assert convs and all(nn.utils.parametrize.is_parametrized(m, "weight") for m in convs)   # SN everywhere
     assert not {"GroupNorm", "FP32BatchNorm2d"} & kinds(D)
-    _, D = models.build("dcgan", "fast", 1, 28, 100)
+    _, D = models.build(gans.get("dcgan"), "fast", 1, 28, 100)
     assert "FP32BatchNorm2d" in kinds(D)
 
 
@@ -194,8 +195,8 @@ def test_loss_values_by_hand():
 
 @pytest.mark.parametrize("gan", gans.NAMES)
 def test_extra_series_are_the_stats_the_loss_returns(gan):
-    loss = losses.make_loss(gan)
-    _, D = models.build(gan, "fast", 1, 28, 16)
+    loss = losses.make_loss(gans.get(gan))
+    _, D = models.build(gans.get(gan), "fast", 1, 28, 16)
     real, fake = _pair(batch=4)
     _, d_stats = loss.discriminator_loss(D, real, fake)
     _, g_stats = loss.generator_loss(D, fake)
@@ -206,9 +207,9 @@ def test_extra_series_are_the_stats_the_loss_returns(gan):
 
 
 def test_make_loss_passes_gp_weight_and_refuses_unknown_names():
-    assert losses.make_loss("wgan-gp", gp_weight=3.0).gp_weight == 3.0
+    assert losses.make_loss(gans.get("wgan-gp"), gp_weight=3.0).gp_weight == 3.0
     with pytest.raises(ValueError, match="wgan-gp"):
-        losses.make_loss("lsgan")
+        losses.make_loss(gans.get("lsgan"))
 
 
 # ---- the critic schedule, on the production step (core/step.py, what the trainer runs) ---------
@@ -217,13 +218,13 @@ def test_gan_step_makes_n_critic_critic_updates_per_generator_update(n_critic):
     from core import data
     from core.step import GanStep
     config = validate(TrainConfig(gan="wgan-gp", device="cpu", preset="fast", batch_size=8, steps=3,
-                                  n_critic=n_critic))
+                                  n_critic=n_critic).resolved())
     dataset = data.load(config.dataset)
-    G, D = models.build(config.gan, config.preset, dataset.channels, dataset.resolution, config.z_dim)
+    G, D = models.build(gans.get(config.gan), config.preset, dataset.channels, dataset.resolution, config.z_dim)
     betas = (config.beta1, config.beta2)
     opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas)
     opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas)
-    step = GanStep(G, D, opt_g, opt_d, losses.make_loss(config.gan, config.gp_weight),
+    step = GanStep(G, D, opt_g, opt_d, losses.make_loss(gans.get(config.gan), config.gp_weight),
                    devices.Runtime(devices.probe("cpu")), config.n_critic, config.z_dim)
     batches = data.BatchStream(dataset.images, config.batch_size, torch.device("cpu"), seed=config.seed)
     order = []
@@ -243,8 +244,9 @@ def test_gan_step_makes_n_critic_critic_updates_per_generator_update(n_critic):
 def test_short_training_run(tmp_path, gan):
     config = TrainConfig(gan=gan, device="cpu", preset="fast", batch_size=8, steps=20, log_every=10,
                          grid_every=15, checkpoint_every=20)
-    run = RunDir.create(config, root=str(tmp_path))
-    assert train(config, run.path) == "done"
+    plan = cpu_plan(config)
+    run = RunDir.create(plan, root=str(tmp_path))
+    assert train(plan, run.path) == "done"
     assert run.read_status().state == "done"
 
     events, _ = run.read_events()
@@ -263,7 +265,7 @@ def test_short_training_run(tmp_path, gan):
 
     # The checkpoint's optimizer counters: n_critic critic updates for each of the 20 G updates.
     state = run.load_checkpoint()
-    n_critic = validate(config).n_critic
+    n_critic = validate(config.resolved()).n_critic
     assert {int(s["step"]) for s in state["opt_d"]["state"].values()} == {20 * n_critic}
     assert {int(s["step"]) for s in state["opt_g"]["state"].values()} == {20}
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from core import phase
+from core import gans, phase
 from core.phase import Phase
 
 RECORDED = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "phase")
@@ -23,7 +23,7 @@ def events(name: str) -> list[dict]:
 def replay(name: str) -> list[tuple[int, str, str, str]]:
     """(step, stage, line, warning) after each event, as the trainer's status would carry them."""
     gan, conditional = RUNS[name]
-    followed = Phase(gan, conditional)
+    followed = Phase(gans.get(gan), conditional)
     seen = []
     for event in events(name):
         followed.add(event)
@@ -93,8 +93,8 @@ def test_a_resumed_run_picks_up_the_line_from_its_events(name):
     gan, conditional = RUNS[name]
     logged = events(name)
     half = len(logged) // 2
-    resumed = Phase(gan, conditional, logged[:half])
-    unbroken = Phase(gan, conditional)
+    resumed = Phase(gans.get(gan), conditional, logged[:half])
+    unbroken = Phase(gans.get(gan), conditional)
     for event in logged[:half]:
         unbroken.add(event)
     for event in logged[half:]:
@@ -105,7 +105,7 @@ def test_a_resumed_run_picks_up_the_line_from_its_events(name):
 
 def test_without_a_quality_meter_there_is_no_stage_only_what_the_losses_say():
     kept = [e for e in events("d_wins") if "loss_d" in e]
-    followed = Phase("dcgan", True, kept, measured=False)
+    followed = Phase(gans.get("dcgan"), True, kept, measured=False)
     assert followed.stage() == "" and followed.line().startswith("D has won")
 
 
@@ -122,18 +122,18 @@ def test_stepped_updates_trip_no_rule():
     would otherwise say the losses settled (seen at step 99 of a stepped run), and a streak of D's
     outright wins would say D has won."""
     steady = [{"step": s, "loss_d": 0.5, "loss_g": 3.0, "d_real": 0.999, "d_fake": 0.001} for s in range(1, 17)]
-    logged = Phase("dcgan", True, steady, measured=False)
+    logged = Phase(gans.get("dcgan"), True, steady, measured=False)
     assert logged.is_settled and logged.line().startswith("D has won")
-    stepped = Phase("dcgan", True, [{**e, "stepped": True} for e in steady], measured=False)
+    stepped = Phase(gans.get("dcgan"), True, [{**e, "stepped": True} for e in steady], measured=False)
     assert not stepped.is_settled and stepped.won_streak == 0 and stepped.warning() == ""
 
 
 def test_d_has_won_only_when_it_calls_both_batches_outright():
-    assert phase.d_has_won({"loss_d": 0.01, "d_real": 0.999, "d_fake": 0.001}, "dcgan")
-    assert not phase.d_has_won({"d_real": 0.999, "d_fake": 0.02}, "dcgan")      # fakes still fool it sometimes
-    assert not phase.d_has_won({"d_real": 0.98, "d_fake": 0.001}, "dcgan")
-    assert not phase.d_has_won({"wasserstein": 5.0, "gp": 0.1}, "wgan-gp")      # a critic reports no probabilities
-    assert not phase.d_has_won({"d_real": 5.0, "d_fake": -5.0}, "hinge")         # logits have no "sure"
+    assert phase.d_has_won({"loss_d": 0.01, "d_real": 0.999, "d_fake": 0.001}, gans.get("dcgan"))
+    assert not phase.d_has_won({"d_real": 0.999, "d_fake": 0.02}, gans.get("dcgan"))      # fakes still fool it sometimes
+    assert not phase.d_has_won({"d_real": 0.98, "d_fake": 0.001}, gans.get("dcgan"))
+    assert not phase.d_has_won({"wasserstein": 5.0, "gp": 0.1}, gans.get("wgan-gp"))      # a critic reports no probabilities
+    assert not phase.d_has_won({"d_real": 5.0, "d_fake": -5.0}, gans.get("hinge"))         # logits have no "sure"
 
 
 def test_every_viewers_status_line_leads_with_the_phase():
@@ -148,14 +148,14 @@ def test_d_is_winning_for_the_relativistic_pairing_when_its_scores_stay_apart_wh
     def climbing(gap):
         return [{"step": s, "loss_d": 0.05, "loss_g": 2.0 + s, "d_real": -4.0 + gap, "d_fake": -4.0}
                 for s in range(1, 9)]
-    assert phase.d_winning(climbing(3.5), "rpgan")
-    assert not phase.d_winning(climbing(0.5), "rpgan")   # a healthy gap: the scores move together
+    assert phase.d_winning(climbing(3.5), gans.get("rpgan"))
+    assert not phase.d_winning(climbing(0.5), gans.get("rpgan"))   # a healthy gap: the scores move together
 
 
 def test_digits_once_read_stay_digits_through_a_readings_wobble_and_no_share_is_rounded_up_past_a_rule():
     """A meter reading near the 80% rule flipped the line digits, strokes, digits; now the line stays
     "digits" until fewer than DIGITS_KEPT read as digits, and 0.796 is said 79%, not the rule's 80%."""
-    followed = Phase("dcgan", conditional=True)
+    followed = Phase(gans.get("dcgan"), conditional=True)
     readings = [(0.85, 10), (0.796, 10), (0.72, 10), (0.66, 10), (0.83, 10), (0.9, 9)]
     stages = []
     for step, (confident, classes) in enumerate(readings, start=1):

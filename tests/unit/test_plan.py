@@ -1,5 +1,7 @@
 """The run plan (core/plan.py): made once from the config, the device and the data, refused by
 field, saved as config.json and in the checkpoint, and compared on resume."""
+import dataclasses
+
 import pytest
 
 from core.config import ConfigError, TrainConfig
@@ -98,8 +100,43 @@ def test_the_plan_is_the_runs_config_json_and_reads_back_whole(tmp_path):
     run.write_plan(plan)
     assert run.read_plan() == plan and run.read_config() == plan.config
     assert Plan.from_dict(plan.to_dict()) == plan
-    run.write_config(TrainConfig(steps=7))   # the config as asked, before a trainer has planned the run
-    assert run.read_plan() is None and run.read_config().steps == 7
+    with open(run.file("config.json"), "w") as f:   # what an older Blink kept: the config alone
+        f.write(TrainConfig(steps=7).to_json())
+    with pytest.raises(ValueError, match="older Blink"):
+        run.read_plan()
+
+
+def test_a_new_plan_of_the_run_keeps_its_reasons_and_passes_the_same_checks():
+    """A live change, a resume and a comparison plan again from the config as asked: 'auto' stays
+    auto (its reason too), and a value a Start would refuse is refused the same."""
+    plan = make_plan(TrainConfig(dataset="folder", data_path="/x"), CPU, DataFacts(size=90, resolution=64))
+    longer = plan.replan(steps=4000)
+    assert (longer.preset_reason, longer.batch_reason) == (plan.preset_reason, plan.batch_reason)
+    assert longer.batch_reason == "lowered from 128: the set has 90 images" and longer.config.steps == 4000
+    changed = plan.changed(45, {"lr_d": 0.002})
+    assert changed.config.lr_d == 0.002 and changed.changes[-1] == {"step": 45, "settings": {"lr_d": 0.002},
+                                                                    "before": {"lr_d": plan.config.lr_d}}
+    assert changed.at_step(40) == dataclasses.replace(plan.replan(lr_d=plan.config.lr_d), changes=changed.changes)
+    with pytest.raises(ConfigError, match="lr_d 5.0 is out of range"):
+        plan.changed(45, {"lr_d": 5.0})
+    with pytest.raises(ConfigError, match="seed cannot change while a run trains"):
+        plan.changed(45, {"seed": 3})
+
+
+def test_the_trainer_refuses_a_plan_whose_device_or_images_changed_since_start():
+    plan = make_plan(TrainConfig(dataset="folder", data_path="/x", batch_size=32), CPU,
+                     DataFacts(size=90, resolution=64, classes=3, class_names=("a", "b", "c")))
+    plan.check_device(DeviceInfo("cpu", "CPU (8 cores)", available=8))   # the same device, described anew
+    with pytest.raises(ConfigError, match="The device changed since Start"):
+        plan.check_device(FOUR_TPU_CORES)
+    plan.check_data(DataFacts(85, 64, 3, 3, ("a", "b", "c"), unreadable=5))   # 5 unreadable: the listing counted them
+    with pytest.raises(ConfigError, match="The images changed since Start: the run was planned for 90 images in "
+                                          "3 classes, and 120 images in 3 classes are there now"):
+        plan.check_data(DataFacts(120, 64, 3, 3, ("a", "b", "c")))
+    with pytest.raises(ConfigError, match="The images changed since Start"):
+        plan.check_data(DataFacts(90, 64, 3, 3, ("a", "b", "d")))
+    with pytest.raises(ConfigError, match="larger than the 30 images that could be read"):
+        plan.check_data(DataFacts(30, 64, 3, 3, ("a", "b", "c"), unreadable=60))
 
 
 def test_plans_of_one_run_differ_only_where_a_checkpoint_could_not_continue():
@@ -114,11 +151,11 @@ def test_plans_of_one_run_differ_only_where_a_checkpoint_could_not_continue():
 def test_resume_refuses_a_checkpoint_whose_plan_built_other_nets(cache):
     """The trainer's check (core/resume.py checkpoint_problem) on a real Training: a checkpoint of
     the same config whose plan had no classes cannot continue as a conditional run."""
-    import dataclasses
     from core import devices
     from core.resume import checkpoint_problem
-    from core.training import build_training, planned
-    training = build_training(*planned(TrainConfig(steps=4, batch_size=16, device="cpu"), devices.probe("cpu")))
+    from core.plan import plan_run
+    from core.training import build_training
+    training = build_training(plan_run(TrainConfig(steps=4, batch_size=16, device="cpu"), devices.probe("cpu")))
     state = training.checkpoint_state()
     assert checkpoint_problem(state, training) is None
     unconditional = dataclasses.replace(training.plan, classes=0, class_names=())

@@ -21,6 +21,7 @@ from core.data import own, stream
 from core.rundir import RunDir
 from core.train import Chunk, prepare_data, train
 from tests.clihelpers import run_cli
+from tests.filehelpers import cpu_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGES = 40
@@ -81,7 +82,7 @@ def test_progress_counts_the_images_decoded_then_resized(cache, folder):
 
 def test_prepare_data_says_how_far_it_is_and_leaves_the_trainer_its_files(cache, folder, tmp_path, monkeypatch):
     config = TrainConfig(dataset="folder", data_path=folder, preset="fast", batch_size=16)
-    run = RunDir.create(config, str(tmp_path / "runs"))
+    run = RunDir.create(cpu_plan(config), str(tmp_path / "runs"))
     written = []
     write_status = RunDir.write_status
 
@@ -89,7 +90,7 @@ def test_prepare_data_says_how_far_it_is_and_leaves_the_trainer_its_files(cache,
         written.append((state, message, fields.get("pid")))
         write_status(self, state, message, **fields)
     monkeypatch.setattr(RunDir, "write_status", recorded)
-    assert prepare_data(config, run.path, "cuda") is True
+    assert prepare_data(run.path) is True
     preparing = [(message, pid) for state, message, pid in written if state == "preparing"]
     assert preparing[-1] == (f"Preparing the dataset: {IMAGES} of {IMAGES} images...", os.getpid())
     assert [state for state, _, _ in written] == ["preparing"] * len(written)
@@ -100,34 +101,42 @@ def test_prepare_data_says_how_far_it_is_and_leaves_the_trainer_its_files(cache,
     assert data.resized(data.load("folder", folder), 32).shape == (IMAGES, 3, 32, 32)
 
 
-def test_prepare_data_resolves_the_config_for_the_device_and_touches_none(cache, folder, tmp_path):
+def test_prepare_data_prepares_what_the_plan_trains_and_touches_no_device(cache, folder, tmp_path):
     """'auto' is the 64x64 preset on a GPU (the data's own size: nothing resized) and the 32x32 one
-    on a CPU; neither imports torch_xla nor starts CUDA."""
+    on a CPU; preparing either imports no torch_xla and starts no CUDA."""
+    from core.devices import DeviceInfo
+    from core.plan import DataFacts, make_plan
     config = TrainConfig(dataset="folder", data_path=folder, preset="auto", batch_size=16)
     script = ("import sys, json\n"
-              "from core.config import TrainConfig\n"
               "from core.train import prepare_data\n"
-              "ok = prepare_data(TrainConfig.from_json(sys.argv[1]), sys.argv[2], sys.argv[3])\n"
+              "ok = prepare_data(sys.argv[1])\n"
               "import torch\n"
               "print(json.dumps([ok, 'torch_xla' in sys.modules, torch.cuda.is_initialized()]))\n")
     for kind, resized in (("cuda", []), ("cpu", ["-32px.pt"])):
-        run = RunDir.create(config, str(tmp_path / "runs"))
-        out = run_cli(["-c", script, config.to_json(), run.path, kind], timeout=300,
-                      env={**os.environ, "PYTHONPATH": ROOT})
+        plan = make_plan(config, DeviceInfo(kind, kind.upper()), DataFacts.listed("folder", folder))
+        run = RunDir.create(plan, str(tmp_path / "runs"))
+        out = run_cli(["-c", script, run.path], timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
         assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False, False], out.stderr
         files = os.listdir(os.path.join(cache, "own"))
         assert [name[-8:] for name in files if name.endswith("px.pt")] == resized, files
 
 
-def test_prepare_data_refuses_a_folder_without_images_in_the_datasets_words(cache, tmp_path):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    (empty / "notes.txt").write_text("no images here")
+def test_prepare_data_refuses_a_folder_emptied_since_start_in_the_datasets_words(cache, tmp_path):
+    """Start planned the folder's images; they are gone when its data is prepared."""
+    from tests.filehelpers import png_bytes
+    from PIL import Image
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    for i in range(20):
+        (gone / f"{i}.png").write_bytes(png_bytes(Image.new("RGB", (8, 8), (10 * i, 0, 0))))
+    run = RunDir.create(cpu_plan(dataset="folder", data_path=str(gone), preset="fast", batch_size=16),
+                        str(tmp_path / "runs"))
+    for image in gone.iterdir():
+        image.unlink()
+    (gone / "notes.txt").write_text("no images here")
     with pytest.raises(data.DatasetError) as refused:
-        data.load("folder", str(empty))
-    config = TrainConfig(dataset="folder", data_path=str(empty), preset="fast", batch_size=16)
-    run = RunDir.create(config, str(tmp_path / "runs"))
-    assert prepare_data(config, run.path, "cuda") is False
+        data.load("folder", str(gone))
+    assert prepare_data(run.path) is False
     status = run.read_status()
     assert (status.state, status.message) == ("failed", str(refused.value))
 
@@ -144,8 +153,9 @@ def test_a_chunks_seconds_are_counted_from_its_first_step(cache, tmp_path, monke
     monkeypatch.setattr(data, "load", slow_load)
     config = TrainConfig(preset="fast", batch_size=16, steps=10000, log_every=5, grid_every=1000,
                          quality_every=0, device="cpu")
-    run = RunDir.create(config, str(tmp_path))
-    assert train(config, run.path, chunk=Chunk(1, 2.0)) == "running"
+    plan = cpu_plan(config)
+    run = RunDir.create(plan, str(tmp_path))
+    assert train(plan, run.path, chunk=Chunk(1, 2.0)) == "running"
     status = run.read_status()
     assert status.message.startswith("Chunk 1 ended at step"), status.message
     # Counted from the trainer's start, the chunk would have ended after its first step.

@@ -12,6 +12,7 @@ from core.config import TrainConfig
 from core.control import Control
 from core.rundir import RunDir
 from core.status import Status
+from tests.filehelpers import cpu_plan
 
 # (pending, pressed) -> (what request() returns: the pending request kept, or "" when asked;
 #                        the request pending afterwards)
@@ -116,7 +117,7 @@ def test_a_stop_stays_when_a_later_press_races_it_from_another_thread(tmp_path, 
 
 def test_the_app_answers_a_press_after_a_stop_in_words_and_the_page_keeps_saying_stopping(tmp_path):
     runs = str(tmp_path / "runs")
-    run = RunDir.create(TrainConfig(), runs)
+    run = RunDir.create(cpu_plan(), runs)
     run.write_status("running", "Training...", pid=os.getpid())   # a live trainer, as Job sees one
     job = Job(runs)                                                # adopts the newest run
     assert job.request("stop").startswith("Stopping...")
@@ -134,7 +135,7 @@ def test_the_app_answers_a_press_after_a_stop_in_words_and_the_page_keeps_saying
 
 def test_the_app_keeps_a_step_under_way_and_says_so(tmp_path):
     runs = str(tmp_path / "runs")
-    run = RunDir.create(TrainConfig(), runs)
+    run = RunDir.create(cpu_plan(), runs)
     run.write_status("paused", "Paused at step 5.", pid=os.getpid())
     job = Job(runs)
     assert "Pause first" in job.request("step", 1)       # paused, but its Pause not pending: resuming

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from core import sample as S
 from core.images import gif_bytes, to_model_range, to_uint8
 from core.models import Generator, GeneratorSpec, init_weights
-from tests.filehelpers import save_generator_pair, tiny_generator
+from tests.filehelpers import cpu_plan, save_generator_pair, tiny_generator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = os.path.join(ROOT, "assets", "generator")
@@ -326,7 +326,7 @@ def app_client(tmp_path_factory):
             return devices.DeviceInfo(kind="cpu", name="CPU (test)")
 
     root = str(tmp_path_factory.mktemp("runs"))
-    run = RunDir.create(TrainConfig(), root)
+    run = RunDir.create(cpu_plan(), root)
     generator = tiny_generator(width=8, z_dim=100)
     with torch.no_grad():   # an untrained net outputs ~0 (flat grey): give its images contrast
         generator.net[-1].weight.mul_(40)

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from core import devices, train
-from core.config import TrainConfig, validate
-from core.plan import resolved_for
+from core.config import TrainConfig
+from core.plan import plan_run
 from core.resume import prepare_resume
 from core.rundir import RunDir
-from core.training import build_training, lr_factor, planned
+from core.training import build_training, lr_factor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_DEFAULTS = resolved_for(TrainConfig(), "cpu")[0]   # the CPU's default type and fast preset: what these CLI runs train at
+_DEFAULTS = plan_run(TrainConfig(), devices.probe("cpu")).config   # the CPU's default type and fast preset: what these CLI runs train at
 RATES = (_DEFAULTS.lr_g, _DEFAULTS.lr_d)
 SMALL_RUN = ["--batch-size", "8", "--device", "cpu", "--quality-every", "0", "--grid-every", "1000"]
 
@@ -42,11 +42,11 @@ def test_the_factor_is_one_until_the_decay_starts_then_falls_linearly_and_never_
 
 
 def test_the_decay_is_on_for_dcgans_fast_preset_only_and_a_chosen_value_wins():
-    assert validate(TrainConfig(), preset="fast").lr_decay_start == 0.5
-    assert validate(TrainConfig(), preset="dcgan64").lr_decay_start == 1.0
-    assert validate(TrainConfig(gan="hinge"), preset="fast").lr_decay_start == 1.0
-    assert validate(TrainConfig(lr_decay_start=1.0), preset="fast").lr_decay_start == 1.0
-    assert validate(TrainConfig(gan="wgan-gp", lr_decay_start=0.8), preset="fast").lr_decay_start == 0.8
+    assert TrainConfig().resolved("fast").lr_decay_start == 0.5
+    assert TrainConfig().resolved("dcgan64").lr_decay_start == 1.0
+    assert TrainConfig(gan="hinge").resolved("fast").lr_decay_start == 1.0
+    assert TrainConfig(lr_decay_start=1.0).resolved("fast").lr_decay_start == 1.0
+    assert TrainConfig(gan="wgan-gp", lr_decay_start=0.8).resolved("fast").lr_decay_start == 0.8
 
 
 @pytest.mark.parametrize("value", ["1.5", "-0.1"])
@@ -75,7 +75,7 @@ def test_the_first_step_after_a_resume_sets_the_rates_the_checkpoint_brought(tmp
     run_path = tmp_path / "run"
     assert train.main(["--steps", "10", *SMALL_RUN, "--run-dir", str(run_path)]) == 0
     run = RunDir(str(run_path))
-    training = build_training(*planned(prepare_resume(run, steps=40)[0], devices.probe("cpu")))
+    training = build_training(prepare_resume(run, 40, {}, devices.probe)[0])
     training.load_checkpoint_state(run.load_checkpoint())
     assert training.opt_g.param_groups[0]["lr"] == pytest.approx(scaled(1 / 5)[0])   # as the checkpoint brought it
     training.step()

@@ -31,7 +31,7 @@ def tab(tmp_path_factory):
 
 def refusal(tab, **changes) -> str:
     with pytest.raises(gr.Error) as refused:
-        tab.config_from_form(**{**FORM, **changes})
+        tab.planned_start(**{**FORM, **changes})
     return refused.value.message
 
 
@@ -41,7 +41,7 @@ def a_request(query: str = "", host: str = "class.example:7860") -> gr.Request:
 
 
 def test_the_form_becomes_the_config_it_shows(tab):
-    config = tab.config_from_form(**FORM)
+    config = tab.planned_start(**FORM).asked
     assert isinstance(config, TrainConfig)
     assert (config.dataset, config.batch_size, config.steps, config.device) == ("bundled-mnist", 64, 50, "cpu")
 
@@ -54,7 +54,7 @@ def test_bad_numbers_are_refused_naming_the_field_and_its_range(tab):
     assert refusal(tab, steps=None).startswith(f"{spec('steps')['label']} is empty: type a whole number")
     assert refusal(tab, batch_size="lots").startswith(f"{label} must be a whole number")
     assert refusal(tab, seed=-1) == f"Seed must be between 0 and {2**31 - 1:,} (got -1)."
-    assert tab.config_from_form(**FORM, seed=12).seed == 12
+    assert tab.planned_start(**FORM, seed=12).config.seed == 12
 
 
 def test_a_fraction_where_a_whole_number_is_meant_is_refused_not_rounded(tab):
@@ -65,7 +65,7 @@ def test_a_fraction_where_a_whole_number_is_meant_is_refused_not_rounded(tab):
     assert tab.resume_steps.preprocess(2.5) == 2.5
     assert refusal(tab, steps=tab.steps.preprocess(2.5)) == "Training length (steps) must be a whole number (got 2.5)."
     assert refusal(tab, seed=tab.seed.preprocess(1.5)) == "Seed must be a whole number (got 1.5)."
-    assert tab.config_from_form(**{**FORM, "steps": tab.steps.preprocess(40.0)}).steps == 40   # 40.0 is whole
+    assert tab.planned_start(**{**FORM, "steps": tab.steps.preprocess(40.0)}).config.steps == 40   # 40.0 is whole
 
 
 def test_an_unknown_device_is_refused_with_the_choices(tab):
@@ -89,15 +89,16 @@ def test_my_images_outside_the_allowed_roots_are_refused_without_naming_the_path
 def test_a_batch_larger_than_my_images_starts_lowered_to_the_set_and_the_page_says_so(tab, tmp_path, monkeypatch):
     monkeypatch.setenv("BLINK_DATA_ROOTS", str(tmp_path))
     folder = _images(tmp_path / "mine", 3)
-    # Start takes the form's batch; the run's plan (the page's before Start, the trainer's) lowers it.
-    assert tab.config_from_form(**{**FORM, "dataset": "folder", "data_path": folder, "batch_size": 128}).batch_size == 128
+    # Start takes the form's batch; the run's plan lowers it, and says why.
+    plan = tab.planned_start(**{**FORM, "dataset": "folder", "data_path": folder, "batch_size": 128})
+    assert (plan.asked.batch_size, plan.config.batch_size) == (128, 3)
     note = tab.estimate(**{**FORM, "dataset": "folder", "data_path": folder, "batch_size": 128})
     assert "batch 3 (lowered from 128: the set has 3 images)" in note, note
 
 
 def test_a_refused_start_says_what_kind_of_refusal_in_its_heading(tab):
     with pytest.raises(gr.Error) as refused:
-        tab.config_from_form(**{**FORM, "steps": 0})
+        tab.planned_start(**{**FORM, "steps": 0})
     assert refused.value.title == "Check the settings"   # not Gradio's own "Error"
 
 
@@ -160,15 +161,15 @@ def test_the_estimate_takes_the_speed_of_a_run_of_the_same_settings_and_says_wha
     plan = make_plan(TrainConfig(gan="dcgan", batch_size=128, steps=1000, device="cpu"), tab.info, DataFacts(60000, 28, 1, 10))
     rough = time_note(plan, str(tmp_path))
     assert "(rough: no run of these settings has trained here yet)" in rough and "if nothing else keeps it busy" in rough
-    older = RunDir.create(plan.config, str(tmp_path))
+    older = RunDir.create(plan, str(tmp_path))
     older.write_status("done", "", device_kind="cpu", preset="fast", gan="dcgan", batch_size=128, resolution=28,
                        images_per_second=1280.0)
     # The newest run trained at batch 1: its images a second say nothing of batch 128's; nor do those
     # of a run over two processes of one process's.
-    newest = RunDir.create(plan.config, str(tmp_path))
+    newest = RunDir.create(plan, str(tmp_path))
     newest.write_status("done", "", device_kind="cpu", preset="fast", gan="dcgan", batch_size=1, resolution=28,
                         images_per_second=30.0)
-    two = RunDir.create(plan.config, str(tmp_path))
+    two = RunDir.create(plan, str(tmp_path))
     two.write_status("done", "", device_kind="cpu", processes=2, preset="fast", gan="dcgan", batch_size=128,
                      resolution=28, images_per_second=640.0)
     assert time_note(plan, str(tmp_path)).startswith(   # 1,000 steps x 128 images at 1,280 a second
@@ -236,10 +237,10 @@ def test_the_forms_auto_type_and_empty_batch_start_what_the_plan_gives_for_the_i
     (the relativistic pairing at 64 for MNIST on a CPU, DCGAN at 128 on own images), and says which."""
     from core.plan import DataFacts, make_plan
     assert (tab.gan.value, tab.batch_size.value) == ("auto", 0)
-    config = tab.config_from_form(**{**FORM, "gan": "auto", "batch_size": 0})
-    assert (config.gan, config.batch_size) == ("rpgan", None)   # the run's folder names the type
+    config = tab.planned_start(**{**FORM, "gan": "auto", "batch_size": 0}).asked
+    assert (config.gan, config.batch_size) == ("auto", None)   # as asked: the plan settles both
     digits = make_plan(config, tab.info, DataFacts(60000, 28, 1, 10))
-    own = make_plan(dataclasses.replace(config, gan="auto", dataset="folder", data_path="x"), tab.info,
+    own = make_plan(dataclasses.replace(config, dataset="folder", data_path="x"), tab.info,
                     DataFacts(1000, 64, 3, 9))
     assert (digits.config.gan, digits.config.batch_size) == ("rpgan", 64)
     assert (own.config.gan, own.config.batch_size) == ("dcgan", 128)
@@ -262,8 +263,11 @@ def _classes(folder, classes: int, each: int) -> str:
     dict(processes=2, batch_size=16),                 # two trainer processes (DDP over gloo)
 ])
 def test_what_will_train_is_the_plan_the_trainer_writes(tab, tmp_path, monkeypatch, form):
-    """The page's "What will train" is the plan Start uses, word for word, from every field: the
-    plan the trainer writes once it has loaded the data, Start's road (the job's trainer process)."""
+    """The page's "What will train" is the plan Start uses, word for word, from every field: the one
+    config.json holds, which the trainer (Start's road: the job's trainer process) checked against the
+    data it loaded, trained and kept in its checkpoint."""
+    import torch
+    from core.plan import Plan
     from core.rundir import FINAL_STATES
     from tests.apphelpers import wait_for
     monkeypatch.setenv("BLINK_DATA_ROOTS", str(tmp_path))
@@ -271,12 +275,20 @@ def test_what_will_train_is_the_plan_the_trainer_writes(tab, tmp_path, monkeypat
     if form.get("dataset") == "folder":
         form = {**form, "data_path": _classes(tmp_path / "pets", 3, 10)}
     asked = {**FORM, "steps": 2, **form}
-    _, page = tab.plan_from_form(**asked)
-    run = tab.job.start(tab.config_from_form(**asked))
+    if form.get("precision") in tab.info.precision_refused:   # a CPU without bf16 units: both refuse it alike
+        with pytest.raises(gr.Error) as refused:
+            tab.planned_start(**asked)
+        assert tab.estimate(**asked) == f"What will train: nothing yet. {refused.value.message}"
+        return
+    page = tab.plan_from_form(**asked)
+    run = tab.job.start(tab.planned_start(**asked))
     ended = wait_for(lambda: (s := run.read_status()).state in FINAL_STATES and s, 180, interval=0.1,
                      what="the run to end")
     assert ended.state == "done", ended.message
-    written = run.read_plan()
-    assert written.describe() == page.describe()
-    assert written.config == page.config and (written.classes, written.augment) == (page.classes, page.augment)
+    trained = Plan.from_dict(torch.load(run.file("checkpoint.pt"), weights_only=False)["plan"])
+    assert run.read_plan() == trained == page and trained.describe() == page.describe()
+    status = run.read_status()   # the trainer's own report of what it built
+    assert (status.gan, status.preset, status.batch_size, status.classes, status.resolution, status.processes) == (
+        page.config.gan, page.config.preset, page.config.batch_size, page.classes, page.resolution,
+        page.device.processes)
     assert tab.estimate(**asked).startswith(f"What will train: {page.describe()}")

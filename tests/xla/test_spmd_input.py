@@ -100,8 +100,9 @@ def test_status_shows_the_fullest_device_each_device_and_warns_when_one_is_nearl
     from core.config import TrainConfig
     from core.report import Reporter
     from core.rundir import RunDir
-    from core.training import build_training, planned
-    training = build_training(*planned(TrainConfig(steps=100), devices.probe("cpu")))
+    from core.plan import plan_run
+    from core.training import build_training
+    training = build_training(plan_run(TrainConfig(steps=100), devices.probe("cpu")))
     run = RunDir(str(tmp_path))
     rt = training.rt
     report = Reporter(run, training, trainer_pid=os.getpid())
@@ -141,7 +142,8 @@ def test_train_refuses_a_slice_of_several_hosts_before_its_runtime_starts(tmp_pa
     run_path = str(tmp_path / "run")
     os.makedirs(os.path.join(run_path, "grids"))
     tpu = devices.DeviceInfo("tpu", "TPU v5e (8 chips)", devices=8)
-    assert train(TrainConfig(device="tpu", steps=1), run_path, device_info=tpu) == "failed"
+    from core.plan import plan_run
+    assert train(plan_run(TrainConfig(device="tpu", steps=1), tpu), run_path, device_info=tpu) == "failed"
     status = RunDir(run_path).read_status()
     assert status.state == "failed" and status.message == devices.multi_host_refusal(4)
 

@@ -27,7 +27,7 @@ def gradient_penalty(dev) -> dict:
     import torch
     import torch_xla
     import torch_xla.debug.metrics as met
-    from core import losses, models
+    from core import gans, losses, models
     torch.manual_seed(0)
     # The smallest critic (compile time grows with the graph), at PyTorch's default init: the
     # seed's N(0, 0.02) makes input-gradients so small that GP ~ 1 whatever the gradient is.
@@ -48,7 +48,7 @@ def gradient_penalty(dev) -> dict:
         return torch.zeros(p.shape) if p.grad is None else p.grad.cpu()
     grad_diff = max((grad(a) - grad(b)).abs().max().item() for a, b in zip(D.parameters(), Dx.parameters()))
     grad_scale = max(grad(a).abs().max().item() for a in D.parameters())
-    loss_fn = losses.make_loss("wgan-gp")
+    loss_fn = losses.make_loss(gans.get("wgan-gp"))
     opt = torch.optim.Adam(Dx.parameters(), lr=1e-4, betas=(0.0, 0.9))
     counts = []
     for _ in range(3):
@@ -75,12 +75,11 @@ def autocast_policy(rt) -> dict:
     "Mixed precision"): read from the lazy graph as it is traced, so nothing compiles."""
     import torch
     from torch import nn
-    from core import losses, models
-    from core.config import validate
-    z_dim = validate(tiny_config(), preset="fast").z_dim
+    from core import gans, losses, models
+    z_dim = tiny_config().resolved("fast").z_dim
     result = {"layers": {}, "losses": {}}
     for gan in ("dcgan", "wgan-gp", "hinge"):
-        G, D = models.build(gan, "fast", 1, 28, z_dim)
+        G, D = models.build(gans.get(gan), "fast", 1, 28, z_dim)
         G.to(rt.device), D.to(rt.device)
         seen: dict[str, set] = {}
 
@@ -89,7 +88,7 @@ def autocast_policy(rt) -> dict:
         for m in list(G.modules()) + list(D.modules()):
             if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d, nn.BatchNorm2d, nn.GroupNorm)):
                 m.register_forward_hook(hook)
-        loss = losses.make_loss(gan)
+        loss = losses.make_loss(gans.get(gan))
         real = torch.rand(8, 1, 28, 28, device=rt.device) * 2 - 1
         z = torch.randn(8, z_dim, 1, 1, device=rt.device)
         with rt.autocast("bf16"):
@@ -111,9 +110,9 @@ def compiles_settling(info, steps: int = 16, beta: float = 0.3) -> list[int]:
     a Python float of the step would become a graph constant (torch_xla's special scalars): the
     compile count after every step. Then the compile counts around settings changed as the host
     changes them mid-run: {"settling": [...], "changed": {what: [before, 1 step, 2 steps after]}}."""
-    from core.config import live_change
-    from core.training import build_training, planned
-    training = build_training(*planned(tiny_config(gan="dcgan", preset="fast", precision="fp32", batch_size=8,
+    from core.plan import plan_run
+    from core.training import build_training
+    training = build_training(plan_run(tiny_config(gan="dcgan", preset="fast", precision="fp32", batch_size=8,
                                                    beta1=beta, beta2=beta, steps=steps), info))
     counts = []
 
@@ -129,7 +128,7 @@ def compiles_settling(info, steps: int = 16, beta: float = 0.3) -> list[int]:
     after = {}
     for name, change in (("rates", {"lr_d": 1e-3, "lr_g": 5e-4}), ("rates again", {"lr_d": 2e-3, "lr_g": 3e-4}),
                          ("beta1", {"beta1": 0.2})):
-        training.change_config(live_change(training.config, change))
+        training.change_settings(change)
         step()
         step()
         after[name] = counts[-3:]
@@ -144,11 +143,12 @@ def compile_said_mid_run(info, folder: str) -> dict:
     from core.heartbeat import Heartbeat
     from core.rundir import RunDir
     from core.train import say_compiles
-    from core.training import build_training, planned
+    from core.plan import plan_run
+    from core.training import build_training
     os.makedirs(folder, exist_ok=True)
     run = RunDir(folder)
     run.write_status("running", "Training...", step=16)
-    training = build_training(*planned(tiny_config(gan="hinge", batch_size=8), info))
+    training = build_training(plan_run(tiny_config(gan="hinge", batch_size=8), info))
     beat = Heartbeat(run).start()
     beat.stepped(16)
     say_compiles(beat, run, training.rt)
