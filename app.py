@@ -1,7 +1,6 @@
 """Launch Blink: `python app.py` (add --help for options)."""
 import argparse
 import atexit
-import logging
 import os
 import signal
 
@@ -59,15 +58,6 @@ def room_host_key(host: str, share: bool) -> str:
     return key
 
 
-def quiet_queue_when_idle(demo) -> None:
-    """Gradio's queue checks for work every 1 ms when it has none, and for progress every 10 ms:
-    CPU an idle server takes from the trainer (lab/README.md, "Viewers": the idle server). 50 ms
-    and 250 ms cost a queued event at most 50 ms before it starts (a button press; the live view
-    is not queued)."""
-    demo._queue.sleep_when_free = 0.05
-    demo._queue.progress_update_sleep_when_free = 0.25
-
-
 def limit_malloc_arenas() -> None:
     """glibc gives each thread that allocates its own malloc arena, where freed memory stays:
     Gradio's worker threads grew the app past its memory target in the issue-13 soak, and two
@@ -91,9 +81,7 @@ def use_own_upload_folder() -> None:
         os.environ["GRADIO_TEMP_DIR"] = app_temp_folder(UPLOADS_FOLDER_PREFIX)
 
 
-def main() -> None:
-    from app.gradio_import import trim_gradio_import
-    trim_gradio_import()    # before anything imports Gradio (spaces, app.ui)
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Blink: watch a GAN learn.")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                         help="0.0.0.0 to let a classroom on the same network open the page")
@@ -108,6 +96,74 @@ def main() -> None:
                         help="delete the oldest runs while the runs folder is over this size (0: no limit)")
     parser.add_argument("--no-share", action="store_true",
                         help="in a Colab or Kaggle notebook, do not make the public share link it otherwise makes")
+    return parser
+
+
+def start_job_and_page(args, chunk_runner, host_key: str):
+    """The job (its trainers' process server started) and the page built for it."""
+    from app.job import Job
+    from app import forkserver
+    from app.ui import build_app
+    forkserver.start()   # the trainers' and viewer work's imports paid now, while the page loads
+    job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, chunk_runner=chunk_runner)
+    demo = build_app(job, host_key=host_key)
+    if chunk_runner is not None:
+        chunk_runner.attach(demo)
+    from app import viewer_work
+    viewer_work.rest_while(job.is_active)
+    viewer_work.warm_up()
+    # Closing the app ends its trainer (with a checkpoint) rather than leaving an orphan.
+    atexit.register(job.shutdown)
+    atexit.register(viewer_work.shutdown)
+    return job, demo
+
+
+def stop_trainer_on_signals(job, demo) -> None:
+    from app import viewer_work
+    from app.patches import close_quickly
+    app_pid = os.getpid()
+
+    def stop_trainer_then_exit(signum, frame):
+        if os.getpid() != app_pid:
+            # ZeroGPU's worker, forked from this process, inherits this handler (Ctrl-C reaches the
+            # whole terminal's group): the app itself stops the run the worker trains.
+            return
+        # Ctrl-C or SIGTERM (docker stop, systemd, a Space restart): stop the trainer first,
+        # then let Gradio's launch loop close the server on KeyboardInterrupt. Waiting for atexit
+        # instead left the trainer running for as long as Gradio took to close (long under load:
+        # lab/README.md, "Figures taken out of code comments"), and a supervisor's SIGKILL in that
+        # window lost the final checkpoint.
+        job.shutdown()
+        viewer_work.shutdown()
+        close_quickly(demo)   # the trainer has stopped and saved: open streams need not hold the server
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_trainer_then_exit)
+    signal.signal(signal.SIGINT, stop_trainer_then_exit)
+
+
+def launch(demo, args, share: bool, host_key: str) -> None:
+    from app import patches
+    from app.serving import file_handles, upload_limits
+    from app.ui import PAGE_CSS, behind_proxy
+    from core.config import TrainConfig
+    demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
+    patches.apply(demo)
+    # ssr_mode=False: the page is rendered in the browser, as the live panel's script and the
+    # /live routes expect, also on a Space (where server-side rendering is otherwise the default).
+    demo.launch(server_name=args.host, server_port=args.port, share=share, show_error=True, css=PAGE_CSS,
+                ssr_mode=False, state_session_capacity=int(os.environ.get("BLINK_SESSIONS", SESSIONS_KEPT)),
+                max_file_size=f"{TrainConfig.max_image_mb}mb",
+                app_kwargs={"routes": demo.blink_feed.routes(),   # the live view's push routes (/live/...)
+                            # Outermost first: answers name Gradio's files by a handle, not their server folder.
+                            "middleware": [file_handles(os.environ["GRADIO_TEMP_DIR"]),
+                                           upload_limits(TrainConfig.max_image_mb, behind_proxy(), host_key)]})
+
+
+def main() -> None:
+    from app.patches import trim_gradio_import
+    trim_gradio_import()    # before anything imports Gradio (spaces, app.ui)
+    parser = argument_parser()
     args = parser.parse_args()
     if args.keep_runs < 1:
         parser.error("--keep-runs must be at least 1 (the current run is always kept)")
@@ -126,66 +182,10 @@ def main() -> None:
         print(f"Warning: {problem}. Start refuses new runs until then.", flush=True)
     share = page_needs_share_link(args.share, args.no_share)
     host_key = args.host_key or room_host_key(args.host, share)
-
     limit_malloc_arenas()
-    from app.job import Job
-    from app import forkserver
-    from app.ui import PAGE_CSS, build_app
-    from core.config import TrainConfig
-    forkserver.start()   # the trainers' and viewer work's imports paid now, while the page loads
-    job = Job(keep_runs=args.keep_runs, max_runs_mb=args.max_runs_mb, chunk_runner=chunk_runner)
-    demo = build_app(job, host_key=host_key)
-    if chunk_runner is not None:
-        chunk_runner.attach(demo)
-    from app import viewer_work
-    viewer_work.rest_while(job.is_active)
-    viewer_work.warm_up()
-    # Closing the app ends its trainer (with a checkpoint) rather than leaving an orphan.
-    atexit.register(job.shutdown)
-    atexit.register(viewer_work.shutdown)
-
-    app_pid = os.getpid()
-
-    def stop_trainer_then_exit(signum, frame):
-        if os.getpid() != app_pid:
-            # ZeroGPU's worker, forked from this process, inherits this handler (Ctrl-C reaches the
-            # whole terminal's group): the app itself stops the run the worker trains.
-            return
-        # Ctrl-C or SIGTERM (docker stop, systemd, a Space restart): stop the trainer first,
-        # then let Gradio's launch loop close the server on KeyboardInterrupt. Waiting for atexit
-        # instead left the trainer running for as long as Gradio took to close (long under load:
-        # lab/README.md, "Figures taken out of code comments"), and a supervisor's SIGKILL in that
-        # window lost the final checkpoint.
-        job.shutdown()
-        viewer_work.shutdown()
-        # Open streams (students' pages, scripts' heartbeats) would hold the server for Gradio's
-        # 5 s close timeout; the trainer has stopped and saved, so a second is enough for them.
-        # Their cancelled tasks are the shutdown itself, not errors to log with a traceback.
-        server = getattr(demo, "server", None)
-        if server is not None:
-            server.config.timeout_graceful_shutdown = 1
-            logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop_trainer_then_exit)
-    signal.signal(signal.SIGINT, stop_trainer_then_exit)
-    from app.errors import refuse_malformed_calls
-    from app.serving import close_slow_requests, file_handles, upload_limits, write_cached_images_whole
-    from app.ui import behind_proxy
-    close_slow_requests()
-    write_cached_images_whole()
-    refuse_malformed_calls(demo)
-    demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
-    quiet_queue_when_idle(demo)
-    # ssr_mode=False: the page is rendered in the browser, as the live panel's script and the
-    # /live routes expect, also on a Space (where server-side rendering is otherwise the default).
-    demo.launch(server_name=args.host, server_port=args.port, share=share, show_error=True, css=PAGE_CSS,
-                ssr_mode=False, state_session_capacity=int(os.environ.get("BLINK_SESSIONS", SESSIONS_KEPT)),
-                max_file_size=f"{TrainConfig.max_image_mb}mb",
-                app_kwargs={"routes": demo.blink_feed.routes(),   # the live view's push routes (/live/...)
-                            # Outermost first: answers name Gradio's files by a handle, not their server folder.
-                            "middleware": [file_handles(os.environ["GRADIO_TEMP_DIR"]),
-                                           upload_limits(TrainConfig.max_image_mb, behind_proxy(), host_key)]})
+    job, demo = start_job_and_page(args, chunk_runner, host_key)
+    stop_trainer_on_signals(job, demo)
+    launch(demo, args, share, host_key)
 
 
 if __name__ == "__main__":   # required: each trainer process re-imports the main module

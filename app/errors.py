@@ -6,6 +6,8 @@ import sys
 
 import gradio as gr
 
+from app.patches import name_bad_values  # noqa: F401  (app/ui.py applies it from here)
+
 
 # The most of a refusal's words one log line keeps: a caller's value never fills the log.
 LOGGED_CHARACTERS = 500
@@ -48,9 +50,6 @@ REFUSAL_TOAST_CSS = """
 
 
 # ---- a bad value in a named API's field: the project's message, naming the field --------------
-_checked_classes: dict[type, type] = {}
-
-
 def _expected(component) -> str:
     """What a component's field takes, in words."""
     choices = getattr(component, "choices", None)
@@ -68,7 +67,7 @@ def _expected(component) -> str:
     return "a value this field takes (a file it can read, for a file field)"
 
 
-def _label(component) -> str:
+def field_label(component) -> str:
     return component.label or component.elem_id or component.get_block_name()
 
 
@@ -79,42 +78,10 @@ def text_bound(component) -> int:
 
 
 def bad_value_message(component, payload) -> str:
-    label = _label(component)
+    label = field_label(component)
     shown = repr(payload)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return f"{label}: {shown} is not {_expected(component)}. Change this value and try again."
-
-
-def _checked_class(cls: type) -> type:
-    """cls with a preprocess whose failures are the project's refusal. Same name and module, so
-    the page draws it as cls; a class (not a patched method) so per-session copies keep it."""
-    if cls not in _checked_classes:
-        def preprocess(self, payload):
-            if isinstance(payload, str) and len(payload) > text_bound(self):
-                raise refused(f"{_label(self)}: {len(payload):,} characters, more than the {text_bound(self):,} this "
-                              "field takes. Change this value and try again.", title="Check the value")
-            if isinstance(self, gr.Checkbox) and not isinstance(payload, (bool, type(None))):
-                raise refused(bad_value_message(self, payload), title="Check the value")   # Gradio takes any truthy thing
-            if isinstance(self, gr.Number) and payload is not None and not isinstance(payload, (int, float)):
-                raise refused(bad_value_message(self, payload), title="Check the value")   # unrounded, Gradio passes anything
-            try:
-                return cls.preprocess(self, payload)
-            except Exception:   # Gradio's own words (and its gr.Errors) name no field
-                raise refused(bad_value_message(self, payload), title="Check the value") from None
-        _checked_classes[cls] = type(cls.__name__, (cls,), {"preprocess": preprocess, "__module__": cls.__module__,
-                                                            "__qualname__": cls.__qualname__})
-    return _checked_classes[cls]
-
-
-def name_bad_values(demo: gr.Blocks) -> None:
-    """Every input of every event: a value its component cannot take is refused in one line that
-    names the field ("Batch size: 'abc' is not a number."), not Gradio's
-    "Could not preprocess input component at index 4 ..." with a traceback in the log."""
-    for fn in demo.fns.values():
-        for component in fn.inputs:
-            if isinstance(component, gr.components.Component) and not component.stateful \
-                    and not hasattr(component, "is_template") and type(component) not in _checked_classes.values():
-                component.__class__ = _checked_class(type(component))
 
 
 # ---- a call Gradio itself refuses: one line, not its traceback --------------------------------------
@@ -136,23 +103,3 @@ def malformed_call_reason(exc: BaseException) -> str | None:
         if "embedded null byte" in str(exc):
             return "a file path with a NUL character"
     return None
-
-
-def refuse_malformed_calls(demo: gr.Blocks) -> None:
-    """Gradio refuses a call that sends too few values, a file without its `meta`, or a path it
-    cannot take, then prints the whole traceback (gradio 6.31 queueing.py and routes.py call
-    traceback.print_exc(), no logger) as if the server had failed. Here they are the project's
-    refusal: the caller reads one line naming the endpoint, the log gets one line."""
-    preprocess_data = demo.preprocess_data
-
-    async def refusing_preprocess_data(block_fn, inputs, state, explicit_call: bool = False):
-        try:
-            return await preprocess_data(block_fn, inputs, state, explicit_call)
-        except gr.Error:
-            raise
-        except Exception as exc:
-            reason = malformed_call_reason(exc)
-            if reason is None:
-                raise
-            raise refused(f"/{block_fn.api_name or block_fn.name}: {reason}.", title="Malformed call") from None
-    demo.preprocess_data = refusing_preprocess_data
