@@ -6,8 +6,6 @@ import sys
 
 import gradio as gr
 
-from app.patches import name_bad_values  # noqa: F401  (app/ui.py applies it from here)
-
 
 # The most of a refusal's words one log line keeps: a caller's value never fills the log.
 LOGGED_CHARACTERS = 500

@@ -24,7 +24,8 @@ import gradio as gr
 
 from app import chunks, dataset_work, forkserver, sample_tab, serving, viewer_work, views
 from app.dataset_work import check_data_path
-from app.errors import REFUSAL_TOAST_CSS, log_refusal, name_bad_values, refused
+from app.errors import REFUSAL_TOAST_CSS, log_refusal, refused
+from app.patches import name_bad_values
 from app.compare import ComparisonRefused
 from app.job import Job, JobBusy, ResumeRefused
 from app.live import LiveFeed, live_grid_url
@@ -504,7 +505,7 @@ class TrainTab:
         try:
             config = comparison(run.read_plan(), change)
             plan = plan_run(config, self.devices.get(config.device))
-            # `when` is one of COMPARISON_TIMES: the Radio refuses any other (errors.name_bad_values).
+            # `when` is one of COMPARISON_TIMES: the Radio refuses any other (patches.name_bad_values).
             return self.job.comparison.start(plan, run, COMPARISONS[change], at_once=when == "at once")
         except ConfigError as exc:
             raise refused(in_page_words(str(exc)), title="Check the settings")

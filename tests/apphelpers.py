@@ -193,7 +193,7 @@ def seed_finished_run(runs_root: str, names: list[str], step: int, grid_steps: t
     from app.job import SHIPPED_GENERATOR
     from core.config import TrainConfig
     from core.rundir import RunDir
-    run = RunDir.create(cpu_plan(steps=step, grid_every=100, checkpoint_every=step), runs_root)
+    run = RunDir.create(cpu_plan(gan="dcgan", steps=step, grid_every=100, checkpoint_every=step), runs_root)
     shutil.copy(os.path.join(SHIPPED_GENERATOR, "generator.safetensors"), run.path)
     with open(os.path.join(SHIPPED_GENERATOR, "generator.json")) as f:
         meta = {**json.load(f), "class_names": names, "step": step}

@@ -372,7 +372,7 @@ def test_an_earlier_run_beside_the_live_one_on_every_screen(app, person):
     from playwright.sync_api import expect
     from tests.filehelpers import cpu_plan
     earlier = seed_finished_run(app.runs_root, NAMES, SEEDED_STEP, grid_steps=(100, SEEDED_STEP), tiles=60)
-    earlier.write_plan(cpu_plan(steps=SEEDED_STEP, grid_every=100, checkpoint_every=SEEDED_STEP, lr_d=2e-3))
+    earlier.write_plan(cpu_plan(gan="dcgan", steps=SEEDED_STEP, grid_every=100, checkpoint_every=SEEDED_STEP, lr_d=2e-3))
     for step in range(20, SEEDED_STEP + 1, 20):
         earlier.append_event({"step": step, "loss_d": 1.2 - step / 1000, "loss_g": 0.8 + step / 1000})
     earlier.write_status("done", "Finished.", step=SEEDED_STEP, steps=SEEDED_STEP, gan="dcgan")
@@ -404,9 +404,9 @@ def test_an_earlier_run_beside_the_live_one_on_every_screen(app, person):
         # Each grid captioned by what differs, its own value, and then which run it is.
         expect(page.locator("#live .compare-caption")).to_have_text(
             f"D's learning rate 0.002 (run {earlier.name}, step {SEEDED_STEP})")
-        expect(page.locator("#live .own-caption")).to_have_text(f"D's learning rate 0.0002 (this run, step {SEEDED_STEP})")
+        expect(page.locator("#live .own-caption")).to_have_text(f"D's learning rate 0.003 (this run, step {SEEDED_STEP})")
         expect(page.locator("#live .live-compare-note")).to_contain_text(
-            f"Beside run {earlier.name} (right grid, dashed lines): D's learning rate 0.0002 here, 0.002 there.")
+            f"Beside run {earlier.name} (right grid, dashed lines): D's learning rate 0.003 here, 0.002 there.")
         losses = page.locator("#live svg[data-chart='losses']")
         expect(losses.locator("polyline.compare-line")).to_have_count(2)
         expect(page.locator("#live .live-chart:has(svg[data-chart='losses']) .compare-legend")).to_have_text(

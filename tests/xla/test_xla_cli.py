@@ -55,23 +55,21 @@ def test_bf16_refused_on_a_cpu_without_native_bf16(tmp_path):
     run = str(tmp_path / "run")
     proc = run_cli(["-m", "core.train", "--device", "cpu", "--precision", "bf16", "--preset", "fast",
                     "--batch-size", "8", "--steps", "1", "--run-dir", run], xla_env(), timeout=180)
-    status = status_of(run)
     if native:
-        assert proc.returncode == 0 and status["state"] == "done"
-    else:
-        assert proc.returncode != 0 and status["state"] == "failed"
-        assert "bf16" in status["message"] and "native bfloat16" in status["message"]
+        assert proc.returncode == 0 and status_of(run)["state"] == "done"
+    else:   # refused by the plan, before any run directory or trainer
+        assert proc.returncode == 2 and not os.path.exists(run), proc.stderr
+        assert "bf16" in proc.stderr and "native bfloat16" in proc.stderr
 
 
 def test_a_precision_the_device_refuses_fails_the_cli_run_with_the_reason(tmp_path):
-    """fp16 is refused on every CPU: the run fails at once, saying why (XLA's own reason: the doctor's test)."""
+    """fp16 is refused on every CPU: the CLI refuses it at once, saying why (XLA's own reason: the doctor's test)."""
     run = str(tmp_path / "run")
     proc = run_cli(["-m", "core.train", "--device", "cpu", "--precision", "fp16", "--steps", "1",
                     "--run-dir", run], xla_env(), timeout=180)
-    status = status_of(run)
-    assert proc.returncode != 0 and status["state"] == "failed"
-    assert status["message"].startswith("Precision fp16 is not offered on CPU"), status["message"]
-    assert "CPUs have no fast fp16 path" in status["message"], status["message"]
+    assert proc.returncode == 2 and not os.path.exists(run)
+    assert proc.stderr.strip().startswith("error: Precision fp16 is not offered on CPU"), proc.stderr
+    assert "CPUs have no fast fp16 path" in proc.stderr, proc.stderr
 
 
 # ------------------------------------------------------------------------------------------
