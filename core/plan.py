@@ -52,7 +52,7 @@ class DataFacts:
         from core.config import DATASETS
         if dataset not in DATASETS:
             return cls()   # the plan refuses the name, with the choices
-        info = data.dataset_info(dataset, data_path, **({"max_mb": max_mb} if max_mb else {}))
+        info = data.dataset_info(dataset, data_path, max_mb or data.DEFAULT_MAX_MB)
         if not info["available"]:
             raise ConfigError(info["message"])
         return cls(info.get("size"), info.get("resolution"), info.get("channels"), info.get("classes"),

@@ -592,17 +592,12 @@ def _prepare_run(args: dict, argv: list[str], ranks) -> tuple:
             run = RunDir(resume)
             # Flags given explicitly must match the run's plan; only --steps may change.
             given = {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
-            found = []   # the device, probed once the run's plan names it
-
-            def device(requested: str):
-                found.append(probe_device(requested, ranks))
-                return found[-1]
             plan, note = prepare_resume(run, args["steps"] if "steps" in given else None,
-                                        {name: args[name] for name in given if name in args}, device,
-                                        one_process=ranks is None)
+                                        {name: args[name] for name in given if name in args},
+                                        lambda requested: probe_device(requested, ranks), one_process=ranks is None)
             if note:
                 print(note, flush=True)
-            return None, plan, run.path, True, found[-1]
+            return None, plan, run.path, True, plan.device   # the device as probed here, as the plan uses it
         info = probe_device(args["device"], ranks)
         plan = plan_run(TrainConfig(**args), info)
     except (ConfigError, ResumeRefused) as exc:
