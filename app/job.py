@@ -223,6 +223,10 @@ class Job:
             if action == "resume" and pending == "pause" and run.read_status().state != "paused":
                 run.clear_request("pause")   # pressed just after a Pause the trainer has not heard: the later press wins
                 return "Training on: the Pause pressed just before is cancelled."
+            if action == "pause" and pending == "pause" and run.read_status().state == "paused":
+                # Only while the trainer still holds the Pause: one that has just taken a Resume (the
+                # status not yet written) is paused again by this press.
+                return "The run is already paused: press Resume to continue."
             if action == "resume" and self._chain.going():
                 self._chain.charge_to_presser()   # the next chunks spend the quota of whoever pressed Resume
             try:

@@ -448,8 +448,6 @@ class TrainTab:
 
     def pause(self, key=""):
         self.require_host(key)
-        if self.job.snapshot().status.state == "paused" and self.job.pending_request() != "resume":
-            return "The run is already paused: press Resume to continue."
         return self.job.request("pause")
 
     def change_settings(self, lr_g=None, lr_d=None, beta1=None, beta2=None, n_critic=None, key=""):

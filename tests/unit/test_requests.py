@@ -146,3 +146,20 @@ def test_the_app_keeps_a_step_under_way_and_says_so(tmp_path):
     assert run.read_step_count() == 10
     assert views.status_line(Status(state="paused", request="pause")).startswith("**paused**")
     assert views.status_line(Status(state="running", request="pause")).startswith("**pausing...**")
+
+
+def test_a_pause_pressed_while_the_trainer_takes_a_resume_pauses_it_again(tmp_path):
+    """The trainer clears a Resume it heard before it writes that it trains: in that window the run
+    still reads "paused" with nothing pending, and a Pause must be written, not answered "already"."""
+    runs = str(tmp_path / "runs")
+    run = RunDir.create(cpu_plan(), runs)
+    run.write_status("paused", "Paused at step 5.", pid=os.getpid())
+    run.request("pause")
+    job = Job(runs)
+    assert job.request("pause") == "The run is already paused: press Resume to continue."
+    assert job.request("resume") == "Resuming..."
+    assert job.request("pause") == "Staying paused: the Resume pressed just before is cancelled."
+    run.request("resume")
+    Control(run).wait_while_paused()                      # the trainer hears the Resume: cleared
+    assert run.read_request() == "" and run.read_status().state == "paused"
+    assert job.request("pause") == "Pausing..." and run.read_request() == "pause"
