@@ -5,7 +5,7 @@ Between two chunks the chain decides what a trainer's Loop decides between two s
 pause, stop. It takes those decisions, and their words, from core/control.py, as the Loop does;
 what it adds is the chunk's own: a GPU refused, a call aborted, the data prepared first.
 
-    chain = ChunkChain(lock, trainer, runner, failed)
+    chain = ChunkChain(job, runner)     # job: app/job.py's, which starts and reaps each chunk's trainer
     chain.start(run, resume, seconds)
     chain.going(); chain.charge_to_presser(); chain.join(timeout)
 """
@@ -18,7 +18,7 @@ import threading
 import time
 
 from app import chunks
-from app.supervisor import TrainerSupervisor, alive, end_process_group, terminate
+from app.supervisor import alive, end_process_group, start_preparing, terminate
 from core.control import Control, paused_message, stopped_message
 from core.devices import CPU_KINDS
 from core.failures import describe
@@ -29,12 +29,11 @@ log = logging.getLogger("blink.job")
 
 
 class ChunkChain:
-    def __init__(self, lock, trainer: TrainerSupervisor, runner, failed):
-        """lock: the job's, held while a chunk's process starts and while a chunk's end is read;
-        trainer: starts each chunk's trainer process when a chunk is no GPU call; runner: trains
-        one chunk in a GPU call (app/chunks.py GpuChunks on ZeroGPU), None: each chunk is a trainer
-        process of this app's own; failed(run, message): the job's word for a run the chain failed."""
-        self._lock, self._trainer, self._runner, self._failed = lock, trainer, runner, failed
+    def __init__(self, job, runner):
+        """job: trains a chunk that is no GPU call in its live slot (train_chunk) and says a run the
+        chain failed (mark_failed); runner: trains one chunk in a GPU call (app/chunks.py GpuChunks
+        on ZeroGPU), None: each chunk is a trainer process of this app's own."""
+        self._job, self._runner = job, runner
         self._thread = None
         self._presser = contextvars.copy_context()   # whose quota a chunk's GPU call spends (ZeroGPU)
 
@@ -61,7 +60,7 @@ class ChunkChain:
         """Chunk after chunk, each continuing the run from the last one's checkpoint."""
         from core.train import Chunk
         # The app's own closing is the "gone" here: the chain runs inside the app.
-        control = Control(run, app_closing=lambda: self._trainer.closing)
+        control = Control(run, app_closing=lambda: self._job.closing)
         # A run on this machine's CPU needs no GPU call.
         on_gpu = self._runner is not None and run.read_plan().asked.device not in CPU_KINDS
         if on_gpu and not resume and not self._prepare_data(run, control):
@@ -74,12 +73,11 @@ class ChunkChain:
                 if on_gpu:
                     self._gpu_chunk(run, job, control)
                 else:
-                    self._train_chunk_in_process(run, job)
+                    self._job.train_chunk(run, job)
                 resume = resume or run.has_checkpoint()
             except Exception as exc:   # the chain itself failed: say so in the run rather than hang
                 log.exception("The chunks of run %s ended unexpectedly", run.name)
-                with self._lock:
-                    self._failed(run, f"The trainer ended unexpectedly: {describe(exc)}.")
+                self._job.mark_failed(run, f"The trainer ended unexpectedly: {describe(exc)}.")
                 return
             if chunks.outcome(run, number) == "never began":
                 number -= 1   # the same chunk is asked for again on Resume
@@ -109,10 +107,9 @@ class ChunkChain:
     def _prepare_data(self, run: RunDir, control: Control) -> bool:
         """The run's data decoded, resized and cached on the CPU before its first GPU call, with
         the progress on the page; False when the run ended here (a dataset refused, a Stop)."""
-        with self._lock:
-            if self._trainer.closing:
-                return False
-            process = self._trainer.start_preparing(run.path)
+        if self._job.closing:   # closing after this look is "gone" to the loop below
+            return False
+        process = start_preparing(run.path)
         while alive(process):
             process.join(CHUNK_POLL_SECONDS)
             if control.decision() in ("stop", "gone"):
@@ -121,14 +118,6 @@ class ChunkChain:
                 run.clear_request()
         end_process_group(process.pid)
         return run.read_status().state not in FINAL_STATES
-
-    def _train_chunk_in_process(self, run: RunDir, job: tuple) -> None:
-        with self._lock:
-            if self._trainer.closing:
-                return
-            process = self._trainer.start(job, run)
-        process.join()
-        self._trainer.reap()   # a chunk that died is the run's failure, said as any trainer's
 
     def _go_on_after_chunk(self, run: RunDir, control: Control) -> bool:
         """Between chunks: True to train the next one; else the run ends here, and says why.

@@ -7,14 +7,12 @@ checkpoint (weights, optimizers, EMA, step, schedule, random state), trains for 
 saves and returns, and app/chain.py starts the next one until the run is done, stopped or paused.
 Viewers see one run: the chunks write the same run directory.
 
-What ended a chunk is read from what the chunk wrote, never from pids (ZeroGPU keeps its worker
-process and runs the next call in it): a chunk writes its number into the status when it begins
-and `chunk_ended` once its checkpoint is saved. So a chunk that never wrote its number was never
-given a GPU, and one that began but never ended was aborted while training.
+What ended a chunk is read from what it wrote, never from pids (ZeroGPU runs the next call in the
+same worker): its number in the status when it begins, `chunk_ended` once its checkpoint is saved.
+One that never wrote its number was never given a GPU; one that began but never ended was aborted.
 
-The same road runs anywhere with BLINK_CHUNK_SECONDS set (each chunk then a trainer process of
-its own), which is how it is tested on the CPU; tests/zerogpu/ runs the real `spaces` package
-against a stand-in of ZeroGPU's device API.
+With BLINK_CHUNK_SECONDS set the same road runs anywhere (each chunk a trainer process of its own),
+as the CPU tests run it; tests/zerogpu/ runs the real `spaces` against a stand-in of ZeroGPU's API.
 
     seconds = chunk_seconds(config.device)    # None: train in one piece
     runner = GpuChunks(seconds)               # on ZeroGPU, made before launch()

@@ -1,10 +1,7 @@
 """Runs side by side: an earlier run every page shows beside the live one, and the comparison starts
-(the live run again with one setting changed), at once beside it where the device takes two runs,
-else once it finishes.
-
-The live feed (app/live.py) sends the compared run's grid at the live grid's step, its curves and
-what differs; the page's Compare runs (app/ui.py) picks it or starts a comparison. Started at once,
-the comparison is the live run and the run it repeats trains on beside it (app/job.py start_beside).
+(the live run again with one setting changed): at once beside it where the device takes two runs
+(app/job.py start_beside), else once it finishes. The live feed (app/live.py) sends what every page
+shows of it; the page's Compare runs (app/ui.py) picks it or starts a comparison.
 
     comparison = Comparison(job)
     comparison.show(name)                               # "" for the live run alone

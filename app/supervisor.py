@@ -1,13 +1,12 @@
-"""The trainer process: started, stopped, ended by force when it does not answer, and reaped.
+"""A trainer process: started, stopped, ended by force when it does not answer, and reaped.
 
-The supervisor owns the one trainer process of the job (app/job.py), forked from the app's fork
-server (app/forkserver.py), which paid the imports. It never writes the run: it reports how each
-trainer ended through one callback, and the job decides what the run says of it.
+Each of the job's run slots (app/job.py) holds one trainer process, forked from the app's fork
+server (app/forkserver.py), which paid the imports. A slot never writes the run: it says how its
+trainer ended, and the job decides what the run says of it.
 
-    trainer = TrainerSupervisor(lock, on_end=job_ended)
-    trainer.start(job, run)    # job: _train_child's arguments
-    trainer.watch_stop()       # after a Stop: a trainer that does not answer is ended
-    trainer.reap()             # on_end(run, TrainerEnd(...)) once the trainer has exited
+    slot.start(job, run)    # job: _train_child's arguments
+    slot.watch_stop()       # after a Stop; slot.end_if_unanswered() then ends a trainer that is stuck
+    slot.reap()             # a TrainerEnd once the trainer has exited, else None
 """
 from __future__ import annotations
 
@@ -16,28 +15,28 @@ import multiprocessing
 import os
 import signal
 import socket
-import threading
 import time
 from dataclasses import dataclass
 
 from app import chunks, forkserver
 from core.failures import ended_by_signal, oom_kills
-from core.heartbeat import unanswered
+from core.heartbeat import silent_since, unanswered
 from core.rundir import FINAL_STATES, RunDir, pid_alive
+from core.status import Status
 
 # A healthy trainer answers Stop within about a second; one silent this long, or whose step has not
 # returned this long after the click, is stuck (a compile or a data load it reports is waited for).
 STOP_ESCALATE_SECONDS = float(os.environ.get("BLINK_STOP_ESCALATE", "20"))
-WATCH_SECONDS = 0.5   # how often the Stop watchdog reads the trainer's heartbeat
+WATCH_SECONDS = 0.5   # how often the job's reaper looks at its trainers
 log = logging.getLogger("blink.job")
 
 
 @dataclass(frozen=True)
 class TrainerEnd:
-    """How a trainer process ended, as the supervisor saw it."""
+    """How a trainer process ended, as its slot saw it."""
     reason: str           # in words: "it exited with code 1", ended_by_signal's, or why a Stop went unanswered
     clean: bool = False   # it exited with code 0, on its own
-    forced: bool = False  # the supervisor ended it: it did not answer a Stop
+    forced: bool = False  # the app ended it: it did not answer a Stop
 
 
 def _own_process_group() -> None:
@@ -97,14 +96,11 @@ def _train_child(run_path: str, resume: bool, chunk, parent_pid: int) -> None:
 
 
 def _train_ranks(count: int, run_path: str, parent_pid: int) -> None:
-    """A run over `count` processes (DDP), each a rank as torchrun starts one: the CLI (`core.train`'s
-    main, training the run's plan) with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, a
-    rendezvous on this machine), so the CLI's torchrun road trains it. Forked from this process, whose
-    imports are paid and which has touched no device (CUDA does not survive a fork), rather than a
-    fresh `python -m core.train` each; and here, not under torchrun itself (whose ranks each get a
-    session of their own), so that every rank is in this trainer's process group, where the app's
-    Stop escalation and its clean-up reach it. This process waits for them as torchrun does: one that
-    fails, or the app gone, and the others are asked to stop (a checkpoint kept), then ended."""
+    """A run over `count` processes (DDP): each rank the CLI's main with torchrun's environment, so
+    the CLI's torchrun road trains it. Forked from this process (imports paid, no device touched: CUDA
+    does not survive a fork), not under torchrun (whose ranks get sessions of their own), so every
+    rank is in this trainer's process group, where the app's Stop escalation reaches it. Waited for as
+    torchrun does: one that fails, or the app gone, and the others are asked to stop, then ended."""
     with socket.socket() as probe:   # a free port for the ranks' rendezvous
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -151,6 +147,11 @@ def _prepare_child(run_path: str) -> None:
     raise SystemExit(0 if ready else 1)
 
 
+def start_preparing(run_path: str):
+    """The process that prepares a chunked run's data (_prepare_child); the caller joins it."""
+    return _start(_prepare_child, run_path)
+
+
 def alive(process) -> bool:
     """A trainer process is alive as long as the kernel says so, whatever multiprocessing thinks:
     an exit it did not see (its pid reaped by another wait) would otherwise keep the job busy for good."""
@@ -159,136 +160,91 @@ def alive(process) -> bool:
 
 def _start(target, *args):
     """A trainer process, forked from the app's fork server. Not a daemon (a daemonic process may
-    start no children of its own): the supervisor's close ends it instead."""
+    start no children of its own): the job's shutdown ends it instead."""
     process = forkserver.context().Process(target=target, args=args, name="blink-trainer")
     process.start()
     return process
 
 
-class TrainerSupervisor:
-    def __init__(self, lock, on_end):
-        """lock: the job's, so that reaping a trainer and the job's decisions about its run are one
-        sequence; on_end(run, TrainerEnd): called once for each trainer that ended, under the lock."""
-        self._lock = lock
-        self._on_end = on_end
-        self._process = None
-        self._run: RunDir | None = None  # the run the trainer process trains
-        self._watched = None            # the trainer process a Stop watchdog was started for
-        self._forced = ""               # why the supervisor is ending the trainer (an unanswered Stop)
+def silent_since_of(run: RunDir, status: Status) -> float | None:
+    """When a live trainer that has gone quiet was last heard from (core/heartbeat.py), else
+    None: the same bound as the Stop watchdog's, so the page warns before a Stop is pressed.
+    It changes twice per silence (falling silent, heard again), so the snapshot does too."""
+    # A status written within the bound is a sign of life: no heartbeat to read on a viewer's poll.
+    if time.time() - status.updated <= STOP_ESCALATE_SECONDS or not pid_alive(status.pid):
+        return None   # heard lately, or no trainer (between chunks, or gone: said otherwise)
+    beat = run.read_heartbeat()
+    if beat.get("pid") != status.pid:   # an earlier trainer's (a resumed run), or none yet
+        beat = {}
+    return silent_since(beat, time.time(), STOP_ESCALATE_SECONDS, heard_at=status.updated)
+
+
+class Slot:
+    """One of the job's run slots (the live run, or one beside it): a run and its trainer process.
+    It takes no lock and writes nothing in the run: the job (app/job.py) calls it under its own."""
+
+    def __init__(self):
+        self.run: RunDir | None = None
+        self.process = None
+        self._stop_asked_at = None       # when this trainer was first asked to Stop (the watchdog's start)
+        self._forced = ""                # why the trainer was ended: a Stop it did not answer
         self._oom_kills_at_start = None  # the kernel's out-of-memory kill count when the trainer started
-        self.closing = False
-
-    @property
-    def process(self):
-        return self._process
-
-    @property
-    def run(self) -> RunDir | None:
-        """The run of the trainer this supervisor started or was handed (None before any)."""
-        return self._run
-
-    def hand_over(self, other: "TrainerSupervisor") -> None:
-        """`other` supervises this supervisor's trainer from here on (reaps it, reports its end,
-        watches its Stop); this one is free to start another. Both under the job's lock."""
-        other._process, other._run, other._forced = self._process, self._run, self._forced
-        other._watched, other._oom_kills_at_start = self._watched, self._oom_kills_at_start
-        self._process, self._run, self._forced, self._watched = None, None, "", None
 
     def running(self) -> bool:
-        """True while a trainer process is alive."""
-        return self._process is not None and alive(self._process)
+        return self.process is not None and alive(self.process)
 
     def start(self, job: tuple, run: RunDir):
         """A trainer process for job (_train_child's arguments) on `run`."""
-        process = _start(_train_child, *job, os.getpid())
-        self._process, self._run, self._forced = process, run, ""
+        self.process = _start(_train_child, *job, os.getpid())
+        self.run, self._forced, self._stop_asked_at = run, "", None
         self._oom_kills_at_start = oom_kills()   # to tell, if it dies on SIGKILL, whether memory did it
-        return process
+        return self.process
 
-    def start_preparing(self, run_path: str):
-        """The process that prepares a chunked run's data (_prepare_child); the caller joins it."""
-        return _start(_prepare_child, run_path)
-
-    def close(self) -> None:
-        """No new trainer from here on (the app is closing)."""
-        self.closing = True
-
-    # ---- ending it -----------------------------------------------------------------------------
     def stop(self, grace: float) -> None:
-        """Ask the trainer to stop (checkpoint kept) and wait `grace` seconds; then SIGTERM and
-        SIGKILL whatever has not ended."""
-        process, run = self._process, self._run
-        if process is None:
-            return
-        if alive(process) and run is not None:
-            try:
-                run.request("stop")
-                process.join(grace)
-            except OSError:   # a full or read-only disk cannot carry the request: end it below
-                pass
-        terminate(process, term_wait=5)
-        self.reap()
+        """Wait `grace` seconds for a trainer asked to Stop; then SIGTERM and SIGKILL what is left."""
+        process = self.process
+        if process is not None:
+            process.join(grace)
+            terminate(process, term_wait=5)
 
     def settle(self, timeout: float = STOP_ESCALATE_SECONDS) -> None:
-        """A trainer writes its final status, then exits: between the two it is still alive.
-        A Start or Resume pressed in that moment waits for the exit rather than being refused;
-        a trainer that has written its end but not exited within the time a Stop gets has nothing
-        left to save, so it is ended."""
-        process = self._process
-        if process is None or not alive(process) or self._run is None \
-                or self._run.read_status().state not in FINAL_STATES:
-            self.reap()
+        """A trainer writes its final status, then exits: a Start pressed between the two waits for
+        the exit rather than being refused. One that has not exited within the time a Stop gets has
+        nothing left to save, so it is ended."""
+        process = self.process
+        if process is None or not alive(process) or self.run.read_status().state not in FINAL_STATES:
             return
         process.join(timeout)
         if alive(process):
             log.warning("The trainer wrote its final status but had not exited after %g s: ending it.", timeout)
             end_process_group(process.pid)   # SIGKILL at once: nothing of the run is left to save
             process.join()
-        self.reap()
 
     def watch_stop(self) -> None:
-        """After a Stop: Stop must end the run even if the trainer never reads the request (a wedged
-        device, a hung collective). The process object is captured: a later Start's trainer is
-        never the one this watchdog ends."""
-        process = self._process
-        if process is not None and process is not self._watched:
-            self._watched = process
-            threading.Thread(target=self._end_if_unanswered, args=(process, self._run),
-                             name="blink-stop-watchdog", daemon=True).start()
+        """After a Stop: Stop must end the run even if the trainer never reads it (a wedged device,
+        a hung collective); end_if_unanswered, from the job's reaper, ends it then."""
+        if self.process is not None and self._stop_asked_at is None:
+            self._stop_asked_at = time.time()
 
-    def _end_if_unanswered(self, process, run: RunDir) -> None:
-        """The Stop watchdog: a trainer that has not answered Stop is ended, and reported as forced.
-        Not on a clock from the click: the trainer's heartbeat says whether it is busy (compiling,
-        loading data: waited for) or stuck (silent, or its step not returning) for
-        STOP_ESCALATE_SECONDS (core/heartbeat.py)."""
-        asked_at = time.time()
-        reason = ""
-        while alive(process):
-            reason = unanswered(run.read_heartbeat(), time.time(), asked_at, STOP_ESCALATE_SECONDS)
-            if reason:
-                break
-            process.join(WATCH_SECONDS)
-        # Under the lock from the kill to the report: a reap in between (any viewer's snapshot)
-        # would otherwise report the killed trainer as ended by a signal, not by this watchdog.
-        with self._lock:
-            if not alive(process) or process is not self._process:
-                return   # it answered (or the app already ended it): nothing to do
+    def end_if_unanswered(self) -> None:
+        """A trainer that has not answered Stop is ended, and its end reported as forced. Not on a
+        clock from the click: its heartbeat says whether it is busy (compiling, loading data: waited
+        for) or stuck (silent, or its step not returning) for STOP_ESCALATE_SECONDS (core/heartbeat.py)."""
+        if self._stop_asked_at is None or not self.running():
+            return
+        reason = unanswered(self.run.read_heartbeat(), time.time(), self._stop_asked_at, STOP_ESCALATE_SECONDS)
+        if reason:
             self._forced = reason
-            terminate(process, term_wait=3)
-            self.reap()   # clears the process: Start works again
+            terminate(self.process, term_wait=3)
 
-    def reap(self) -> None:
-        """Join a finished trainer and report how it ended (on_end), once."""
-        with self._lock:
-            process, run = self._process, self._run
-            if process is None or alive(process):
-                return
-            process.join(5)   # at once for an exited process; bounded for one whose exit another wait took
-            end_process_group(process.pid)   # anything a dead trainer left behind
-            self._process = None
-            self._on_end(run, self._how_it_ended(process))
-
-    def _how_it_ended(self, process) -> TrainerEnd:
+    def reap(self) -> TrainerEnd | None:
+        """How the trainer ended, once it has exited; None while it lives, and once said."""
+        process = self.process
+        if process is None or alive(process):
+            return None
+        process.join(5)   # at once for an exited process; bounded for one whose exit another wait took
+        end_process_group(process.pid)   # anything a dead trainer left behind
+        self.process = None
         code = process.exitcode
         if self._forced:
             return TrainerEnd(self._forced, forced=True)
