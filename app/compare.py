@@ -101,14 +101,11 @@ class Comparison:
                 why = f" (not at once: {problem})" if problem else ""
                 return f"Queued: run `{beside.name}` again with {change} starts when it finishes{why}."
         # Outside this lock: the job takes its own, under which it calls forget().
-        if training:
-            run = self.job.start_beside(plan)
-            with self._lock:
-                self.run, self.note = beside, ""
-            return f"Started run `{run.name}`: {change}, at once beside run `{beside.name}`, which trains on."
-        run = self.job.start(plan)
+        run = self.job.start_beside(plan) if training else self.job.start(plan)
         with self._lock:
             self.run, self.note = beside, ""
+        if training:
+            return f"Started run `{run.name}`: {change}, at once beside run `{beside.name}`, which trains on."
         return f"Started run `{run.name}`: {change}, beside run `{beside.name}`."
 
     def _start_when_done(self) -> None:
