@@ -30,7 +30,7 @@ statistics are computed once, when the meter is built.
 """
 from __future__ import annotations
 
-import json
+import functools
 import os
 import time
 
@@ -43,7 +43,6 @@ from core.images import to_model_range
 
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 CLASSIFIER_WEIGHTS = os.path.join(ASSETS, "mnist_classifier.safetensors")
-CLASSIFIER_META = os.path.join(ASSETS, "mnist_classifier.json")
 
 MNIST_FAMILY = ("bundled-mnist", "mnist")
 CONFIDENT_P = 0.9          # a sample "is a digit" when the classifier gives one class p > 0.9
@@ -95,11 +94,6 @@ def load_classifier(path: str = CLASSIFIER_WEIGHTS) -> MnistNet:
     # NHWC: oneDNN classifies faster so, and the meter runs inside training time (lab/README.md,
     # "The quality curve").
     return net.to(memory_format=torch.channels_last).eval()
-
-
-def classifier_info(path: str = CLASSIFIER_META) -> dict:
-    with open(path) as f:
-        return json.load(f)
 
 
 def to_classifier_input(images) -> torch.Tensor:
@@ -204,6 +198,7 @@ def _spread_pixels(images: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------
 # Meters
 # ------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)   # drawn once per meter size and z_dim: every measurement uses the same
 def _fixed_latents(n: int, z_dim: int) -> torch.Tensor:
     return torch.randn(n, z_dim, 1, 1, generator=torch.Generator().manual_seed(MEASURE_SEED))
 
@@ -262,7 +257,22 @@ def sample_labels(G: nn.Module, n: int) -> torch.Tensor | None:
     return default_labels(n, classes) if classes else None
 
 
-class MnistMeter:
+class Meter:
+    """What both meters share: n_fake samples of G from fixed latents, scored by score_samples."""
+
+    def asked_labels(self, G: nn.Module) -> torch.Tensor | None:
+        """The classes a conditional G is asked for (0, 1, ..., 9, 0, ...); None for an unconditional G."""
+        return sample_labels(G, self.n_fake)
+
+    def measure(self, G: nn.Module, device) -> dict[str, float]:
+        t0 = time.perf_counter()
+        asked = self.asked_labels(G)
+        values = self.score_samples(generate(G, _fixed_latents(self.n_fake, G.z_dim), device, labels=asked), asked)
+        values["seconds"] = time.perf_counter() - t0   # the meter's own cost, shown beside its values
+        return values
+
+
+class MnistMeter(Meter):
     """Classifier-based meter for digits: fd, confident, classes (see the module docstring)."""
 
     def __init__(self, real_images, n_real: int = 2000, n_fake: int = 1024,
@@ -277,23 +287,15 @@ class MnistMeter:
         self.asked = None if real_labels is None else proportional_labels(
             _reference_subset(torch.as_tensor(real_labels), n_real), n_fake)
         real = _reference_subset(torch.as_tensor(real_images), n_real)
-        features, probs = classify(self.net, real)
+        features, _ = classify(self.net, real)
         self.reference = Gaussian(features)
         self.real_std = features.std(0)
-        self.real_scores = _digit_scores(probs)
-        self._latents: dict[int, torch.Tensor] = {}
-
-    def latents(self, z_dim: int) -> torch.Tensor:
-        if z_dim not in self._latents:
-            self._latents[z_dim] = _fixed_latents(self.n_fake, z_dim)
-        return self._latents[z_dim]
 
     def asked_labels(self, G: nn.Module) -> torch.Tensor | None:
-        """The digits a conditional G is asked for: the real set's proportions where the meter
-        has its labels, else each digit in turn; None for an unconditional G."""
+        """The real set's proportions where the meter has its labels, else each digit in turn."""
         if getattr(G, "classes", 0) and self.asked is not None:
             return self.asked
-        return sample_labels(G, self.n_fake)
+        return super().asked_labels(G)
 
     def score_samples(self, images, asked: torch.Tensor | None = None) -> dict[str, float]:
         """fd / confident / classes; with `asked` (the classes a conditional G was given) also
@@ -303,15 +305,6 @@ class MnistMeter:
                   "spread": spread(features, self.real_std)}
         if asked is not None:
             values["label_match"] = float((probs.argmax(1) == asked.numpy()).mean())
-        return values
-
-    def measure(self, G: nn.Module, device) -> dict[str, float]:
-        t0 = time.perf_counter()
-        latents = self.latents(G.z_dim)
-        asked = self.asked_labels(G)
-        images = generate(G, latents, device, labels=asked)
-        values = self.score_samples(images, asked)
-        values["seconds"] = time.perf_counter() - t0   # the meter's own cost, shown beside its values
         return values
 
 
@@ -370,12 +363,13 @@ def sliced_wasserstein(a: torch.Tensor, b: torch.Tensor, directions: torch.Tenso
     return float((pa - pb).abs().mean())
 
 
-class SwdMeter:
+class SwdMeter(Meter):
     """Sliced Wasserstein distance over Laplacian pyramid 7x7 patches, per level and mean (x1e3)."""
 
     def __init__(self, real_images, resolution: int, n_images: int = 256, patches_per_image: int = 32,
                  n_directions: int = 128, real_labels=None):
-        self.n_images, self.per_image = n_images, patches_per_image
+        self.n_images = self.n_fake = n_images
+        self.per_image = patches_per_image
         self.resolution = resolution
         # Levels down to 16x16 (ProGAN stops at 16 px): 64 px -> 3 bands, 28/32 px -> 2.
         self.levels = max(1, int(np.log2(resolution / 16)) + 1)
@@ -395,7 +389,6 @@ class SwdMeter:
         # A conditional G's spread is measured within each class (a folder's class subfolders).
         self.real_std_by_class = {} if real_labels is None else std_by_class(
             pixels, _reference_subset(torch.as_tensor(real_labels), n_images))
-        self._latents: dict[int, torch.Tensor] = {}
 
     def _descriptors(self, images: torch.Tensor) -> list[torch.Tensor]:
         """Always n_images * patches_per_image descriptors per level, whatever len(images) is.
@@ -421,15 +414,6 @@ class SwdMeter:
         pixels = _spread_pixels(x[: self.n_images])
         values["spread"] = (spread_within_classes(pixels, labels[: self.n_images], self.real_std_by_class)
                             if labels is not None and self.real_std_by_class else spread(pixels, self.real_std))
-        return values
-
-    def measure(self, G: nn.Module, device) -> dict[str, float]:
-        t0 = time.perf_counter()
-        if G.z_dim not in self._latents:
-            self._latents[G.z_dim] = _fixed_latents(self.n_images, G.z_dim)
-        labels = sample_labels(G, self.n_images)
-        values = self.score_samples(generate(G, self._latents[G.z_dim], device, labels=labels), labels)
-        values["seconds"] = time.perf_counter() - t0
         return values
 
 
