@@ -278,7 +278,7 @@ def test_forced_nan_fails_with_explanation_and_cli_resumes(runs_root):
 
 # ---- fast checks of the pieces (no trainer) ----------------------------------------------------
 def test_query_parameters_preset_the_form_and_bad_ones_are_noted():
-    from app.ui import setup_from_query, share_query
+    from app.train_form import setup_from_query, share_query
     values, notes = setup_from_query({"dataset": "cifar10", "batch_size": "32", "steps": "1e9", "gan": "evil",
                                       "precision": "bf16", "device": "cpu", "preset": "fast", "__theme": "dark"})
     assert values == {"dataset": "cifar10", "batch_size": 32, "precision": "bf16", "device": "cpu", "preset": "fast"}

@@ -2,7 +2,8 @@
 it, what a call asks for, and what the page says about the GPU a chunk gets."""
 
 from app import chunks
-from app.ui import DeviceCache, precision_choices, time_note
+from app.train_form import precision_choices, time_note
+from app.ui import DeviceCache
 from core.plan import DataFacts, make_plan
 from core.config import TrainConfig
 from core.rundir import RunDir

@@ -293,7 +293,7 @@ def test_cli_help_the_page_and_validate_hold_each_fields_declared_choices_and_li
     """Choices and ranges are declared once, on the TrainConfig fields: --help lists them, and
     validate, the page's number checks and its query-string presets keep the same limits."""
     from dataclasses import fields
-    from app.ui import CHOICE_FIELDS, setup_from_query
+    from app.train_form import CHOICE_FIELDS, setup_from_query
     from core.config import form_number, spec
     # Wide enough that argparse does not wrap a help text (it breaks "wgan-gp" at the hyphen); one
     # entry per flag, its help after the flag's name on the same line or the next.

@@ -10,7 +10,8 @@ import pytest
 
 from app.job import Job
 from app.live import LiveFeed
-from app.ui import AUTO_GAN_LABEL, DeviceCache, TrainTab
+from app.train_form import AUTO_GAN_LABEL
+from app.ui import DeviceCache, TrainTab
 from core import gans
 from core.data.sources import SOURCES
 from core.rundir import RunDir

@@ -14,7 +14,8 @@ from starlette.requests import Request
 
 from app.job import Job
 from app.live import LiveFeed
-from app.ui import DeviceCache, TrainTab, setup_from_query
+from app.train_form import setup_from_query
+from app.ui import DeviceCache, TrainTab
 from core.config import DEVICES, TrainConfig, spec
 
 HOST_KEY = "the-teachers-key"
@@ -103,7 +104,7 @@ def test_a_refused_start_says_what_kind_of_refusal_in_its_heading(tab):
 
 
 def test_refusals_name_fields_by_the_labels_the_page_shows():
-    from app.ui import in_page_words
+    from app.train_form import in_page_words
     assert in_page_words("batch_size 6 does not split evenly over 4 devices (each gets batch / 4): use a multiple "
                          "of 4, e.g. 4 or 8.") == ("Batch size 6 does not split evenly over 4 devices (each gets "
                                                     "batch / 4): use a multiple of 4, e.g. 4 or 8.")
@@ -155,7 +156,7 @@ def test_the_estimate_warns_that_a_huge_batch_on_a_cpu_will_crawl(tab):
 
 
 def test_the_estimate_takes_the_speed_of_a_run_of_the_same_settings_and_says_what_it_assumes(tab, tmp_path):
-    from app.ui import time_note
+    from app.train_form import time_note
     from core.plan import DataFacts, make_plan
     from core.rundir import RunDir
     plan = make_plan(TrainConfig(gan="dcgan", batch_size=128, steps=1000, device="cpu"), tab.info, DataFacts(60000, 28, 1, 10))
