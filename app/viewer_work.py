@@ -1,34 +1,19 @@
 """Work that viewers trigger (samples, GIFs, neighbours, timelapses, dataset previews), run in
 processes of their own, behind the trainer.
 
-On two cores the trainer needs both: when a viewer's request takes a core, its two threads wait
-on each other and it runs several times slower (lab/README.md, "Soak"). Nice
-10 threads in the UI process still cost it most of its speed under a flood of requests, and
-SCHED_IDLE threads there stalled the live view too: an idle thread descheduled while it holds the
-GIL blocks every other thread. Here the work has its own processes, so its own GILs, at a lower
-priority than the trainer's (CFS weight 110 at nice 10, 15 at nice 19, against the trainer's 1024
-per thread). Not SCHED_IDLE: that gets nothing while anything else runs (a classroom's browsers,
-the trainer), and a student's sample of the live run then waited minutes. The UI process keeps
-only the cheap part of each request (checking the numbers, choosing the files), and its memory
-no longer holds decoded images and generators.
+On two cores the trainer needs both, and a viewer's request in the UI process, even at nice 10 or
+SCHED_IDLE, slowed it or stalled the live view (the GIL; lab/README.md, "Soak"). So the work has
+its own processes at a lower priority than the trainer's; not SCHED_IDLE, which gets nothing
+while anything else runs. The UI process keeps only the cheap part of each request.
 
-`run(fn, *args)`: fn must be a module-level function and its arguments and result plain picklable
-values; it may keep module-level caches, which live in the worker. A worker per lane, so a
-student's look at the generator never waits behind a file being made (bench/README.md, "Viewer
-work beside training"): the quick lane (samples, strips, directions, grids of the run, the dataset
-preview) at nice 10, a sample back quickly beside a training run; the heavy lane (zips, GIFs,
-neighbours, timelapses, a viewer's upload) at nice 19 and, while a run trains, resting between
-requests, so that it takes at most HEAVY_SHARE of a core however many ask. In each lane requests
-take turns, so their memory is one request's however many viewers ask. Every viewer's request has
-a bound and a deadline: beyond its lane's bound of waiting requests it is told at once that the
-lane is busy, and one that waits longer than MAX_WAIT_SECONDS is told so then; one whose client
-has gone is dropped before it runs. The host's work (`run_for_host`: an upload's checks, a
-generator's install) has a third lane and worker, at the app's own priority: never behind a
-viewer's file (bench/README.md, "A room's files"). After each request a worker hands freed heap
-back to the system (malloc_trim): glibc otherwise keeps the peak of every decoded batch. A worker
-is a fork of the app's fork server (app/forkserver.py), which paid its imports at the app's own
-priority (a worker's own imports at nice 19 beside a busy trainer took minutes); the quick lane's
-and the host's start with the app (warm_up).
+`run(fn, *args)`: fn is a module-level function, its arguments and result plain picklable values;
+its module-level caches live in the worker. A worker per lane (bench/README.md, "Viewer work beside
+training"): the quick lane (samples, strips, directions, grids, the dataset preview) at nice 10; the
+heavy lane (zips, GIFs, neighbours, timelapses) at nice 19 and, while a run trains, resting between
+requests so that it takes at most HEAVY_SHARE of a core. Requests take turns in a lane, so their
+memory is one request's; each has a bound and a deadline, and one whose client has gone is dropped.
+The host's work (`run_for_host`) has a third lane at the app's priority. A worker is a fork of the
+app's fork server (app/forkserver.py), which paid the imports; it returns freed heap (malloc_trim).
 """
 from __future__ import annotations
 
@@ -46,16 +31,12 @@ from app import forkserver
 from core.rundir import DISK_FULL, pid_alive
 
 QUICK, HEAVY, HOST = "quick", "heavy", "host"   # the lanes
-# How far each lane's work yields to the trainer: the quick lane's priority (a student waits on it),
-# the heavy lane's (files to download, which may wait); bench/README.md, "Viewer work beside training".
-# The host's lane keeps the app's own (run_for_host says why).
+# How far each lane yields to the trainer (bench/README.md, "Viewer work beside training"); the host's keeps the app's.
 QUICK_NICE = int(os.environ.get("BLINK_VIEWER_NICE", "10"))
 HEAVY_NICE = 19
 NICE = {QUICK: QUICK_NICE, HEAVY: HEAVY_NICE, HOST: None}
-# The most of one core the heavy lane takes while a run trains, however many ask: it rests after
-# each request in proportion to the CPU that request took. The quick lane needs no rest: a busy
-# room's looks take little of a core (bench/README.md, "Viewer work beside training"), and a
-# student waits on it.
+# The most of one core the heavy lane takes while a run trains (it rests in proportion to each request's
+# CPU). The quick lane needs no rest: a room's looks take little of a core, and a student waits on it.
 HEAVY_SHARE = float(os.environ.get("BLINK_VIEWER_HEAVY_SHARE", "0.05"))
 PARENT_CHECK_SECONDS = 1.0
 # What a student waits on: a look at the generator or the dataset. Everything else is heavy.
@@ -67,14 +48,11 @@ QUICK_WORK = {"sample_grid", "interpolation_strip", "explored_image", "read_png"
 # within MAX_WAIT_SECONDS (bench/README.md, "A room's files").
 MAX_WAITING = int(os.environ.get("BLINK_VIEWER_QUEUE", "24"))
 MAX_FILES_WAITING = int(os.environ.get("BLINK_VIEWER_FILES_QUEUE", "8"))
-# The longest a viewer's request waits for its turn before it is told, in words, to try again: a
-# student still watching a spinner after half a minute presses again (and then waits twice), and
-# one told "busy" knows to come back. The time its turn then takes comes on top: one request's.
+# The longest a viewer's request waits for its turn before it is told to try again: a student still
+# watching a spinner after half a minute presses again (and waits twice); one told "busy" comes back.
 MAX_WAIT_SECONDS = 30.0
-# The Sample tab's file events (app/sample_tab.py) share one Gradio concurrency group of this size:
-# more than the heavy lane holds (the one it makes, those waiting), so that every request beyond
-# them reaches the lane and is refused at once. Gradio's own limit, below the lane's bound, kept
-# the rest in Gradio's queue, unseen by the lane and never refused.
+# The Sample tab's file events (app/sample_tab.py) share one Gradio concurrency group larger than the
+# heavy lane's bound, so every request beyond it reaches the lane and is refused at once.
 FILE_REQUESTS_AT_ONCE = MAX_FILES_WAITING + 4
 # How often a waiting request looks whether its client is still there.
 GONE_CHECK_SECONDS = 0.5
@@ -168,12 +146,8 @@ def rest_while(training) -> None:
 
 
 def _set_up_worker(app_pid: int, nice: int | None) -> None:
-    """A worker's set-up: gone when the app is, one torch thread, then its lane's priority. The
-    worker is a fork of the app's fork server (app/forkserver.py), which imported what the work needs:
-    it starts at once, at whatever priority."""
-    # Gone with the app, kill -9 included, also one killed before this worker got here (so the
-    # app's pid comes from the app). Not PR_SET_PDEATHSIG: that fires when the parent *thread*
-    # that started the worker exits, and Gradio's worker threads come and go.
+    """A worker's set-up: gone when the app is (kill -9 included), one torch thread, its lane's priority."""
+    # Not PR_SET_PDEATHSIG: that fires when the parent *thread* exits, and Gradio's threads come and go.
     threading.Thread(target=_exit_with, args=(app_pid,), daemon=True).start()
     import torch
     torch.set_num_threads(1)
@@ -235,10 +209,20 @@ def shutdown() -> None:
 def run(fn, *args):
     """fn(*args) for a viewer, in its lane's viewer-work process and in its turn: its result, or its
     error raised here; refused in words when the lane is busy or the wait too long."""
+    return _in_turn(QUICK if fn.__name__ in QUICK_WORK else HEAVY, fn, args)
+
+
+def run_for_host(fn, *args):
+    """The host's fn(*args) (checking an uploaded dataset or generator, installing the generator) in
+    the host's lane: never behind the room's files nor the heavy lane's rest (bench/README.md, "A
+    room's files"), and at the app's priority: a host asks a few times a class. No bound, no deadline."""
+    return _in_turn(HOST, fn, args)
+
+
+def _in_turn(lane: str, fn, args):
     from app.errors import refused   # here, not at the top: the workers import this module, never Gradio
-    lane = QUICK if fn.__name__ in QUICK_WORK else HEAVY
     try:
-        _turns[lane].take(wait_at_most=MAX_WAIT_SECONDS, gone=_client_gone())
+        _turns[lane].take(wait_at_most=None if lane == HOST else MAX_WAIT_SECONDS, gone=_client_gone())
     except Busy as busy:
         maker, again = ("sampler", "a few seconds") if lane == QUICK else ("file maker", "a minute")
         raise refused(f"The {maker} is busy: {busy.args[0]} requests from this room are ahead of yours; "
@@ -246,29 +230,6 @@ def run(fn, *args):
     except Gone:
         raise refused(f"The page that asked for {fn.__name__} left before its turn: nothing was made.",
                       title="Dropped") from None
-    return _in_turn(lane, fn, args, refused)
-
-
-def run_for_host(fn, *args):
-    """The host's fn(*args) (checking an uploaded dataset or generator, installing the generator), in
-    the host's lane: a worker of its own, at the app's priority.
-
-    Its own, not a place in a viewer's lane: behind the heavy lane's files the host waited for the
-    room's files (bench/README.md, "A room's files"); at the head of the heavy lane it would still
-    wait for the file being made and the lane's rest after it, and at the head of the quick lane
-    for the look being drawn, and then run at nice 10 beside the trainer and a busy room. At the app's
-    priority: a host asks a few times a class, which costs the trainer little. Started with the app
-    (warm_up)."""
-    from app.errors import refused
-    try:
-        _turns[HOST].take(gone=_client_gone())
-    except Gone:
-        raise refused(f"The page that asked for {fn.__name__} left before its turn: nothing was made.",
-                      title="Dropped") from None
-    return _in_turn(HOST, fn, args, refused)
-
-
-def _in_turn(lane: str, fn, args, refused):
     cpu_seconds = 0.0
     try:
         result, cpu_seconds = _run_now(lane, fn, tuple(_plain(arg) for arg in args), refused)
@@ -278,9 +239,8 @@ def _in_turn(lane: str, fn, args, refused):
 
 
 def _plain(value):
-    """`value` with its strings plain str. Gradio hands an uploaded file's path as its NamedString, a
-    str subclass: pickled as one, it made the worker import Gradio to read it (seconds of CPU, at
-    the lane's priority, before the request began, and Gradio's memory in the worker for good)."""
+    """`value` with its strings plain str: Gradio's NamedString (an upload's path), pickled as one,
+    makes the worker import Gradio to read it."""
     if isinstance(value, str):
         return str(value)
     if type(value) in (list, tuple):
@@ -290,13 +250,8 @@ def _plain(value):
 
 def _client_gone():
     """For the Gradio event this thread serves: a check whether its client has left; None outside one.
-
-    Gradio 6.31 marks an event `alive = False` when its client's event stream closes (a closed tab,
-    a script that gave up: Queue.clean_events, from routes.py's sse_stream), and then sends it
-    nothing more, but lets a running handler run on. `gr.Request.request.is_disconnected()` cannot
-    tell: that request is the one that queued the event, answered long before the handler runs. So
-    the event is found as Gradio's own gr.Info finds it (helpers.log_message): the event id and the
-    Blocks its handler thread runs for."""
+    Gradio marks an event `alive = False` when its client's stream closes but lets its handler run on,
+    and the event's gr.Request was answered long before; so the event is found as gr.Info finds it."""
     from gradio.context import LocalContext
     blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
     events = getattr(getattr(blocks, "_queue", None), "event_ids_to_events", None)
