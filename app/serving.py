@@ -1,28 +1,16 @@
 """The HTTP server's last mile.
 
-A connection that has not sent a whole request's headers within REQUEST_HEADERS_SECONDS is closed
-(TimedHTTPProtocol, which app/patches.py close_slow_requests gives Gradio's server). uvicorn waits
-for them forever, so a slow or silent client could hold a socket and its protocol object for as
-long as it liked (300 such clients were all held open). A request whose headers arrived is never
-cut: a page's event stream or a long poll lasts as long as it needs.
+TimedHTTPProtocol (given to Gradio's server by app/patches.py close_slow_requests) closes a
+connection that has not sent a whole request's headers within REQUEST_HEADERS_SECONDS: uvicorn
+waits forever, so silent clients could hold sockets. A request whose headers arrived is never cut.
 
-Gradio's upload route (POST /gradio_api/upload) takes files from anyone, no key asked, and
-keeps them until its cache is next cleaned. UploadLimits bounds it: the bytes its copies may hold
-at once, the files one address may send in a while, and how long a copy waits to be used.
+UploadLimits bounds Gradio's upload route (POST /gradio_api/upload, open to anyone): the bytes its
+copies may hold at once, the files one address may send in a while, how long a copy waits to be used.
+FileHandles, in front of the whole app, names Gradio's file folder by a handle in its answers and
+back in the calls and file URLs, so no answer names a server path. Both go in app.py's middleware=.
 
-    demo.launch(..., app_kwargs={"middleware": [upload_limits(max_file_mb, trust_forwarded)]})
-
-Gradio names each file it answers with by where it lies on the server (in a file's `path`, in
-its URL /gradio_api/file=PATH, in an upload's answer). FileHandles, in front of the whole app,
-turns that folder into a handle in the answers and back in the calls and file URLs.
-
-    demo.launch(..., app_kwargs={"middleware": [file_handles(gradio_temp_dir), ...]})
-
-The app's temp folders (its uploads, the Sample tab's files) name the process that made them, so
-the next app to start removes those of an app that died without cleaning up (a kill -9).
-
-    remove_dead_apps_folders()    # at start
-    app_temp_folder(UPLOADS_FOLDER_PREFIX)
+The app's temp folders (its uploads, the Sample tab's files) name the process that made them, so the
+next app to start removes those of one that died without cleaning up (remove_dead_apps_folders).
 """
 from __future__ import annotations
 
@@ -43,23 +31,19 @@ from app.patches import write_cached_images_whole  # noqa: F401  (tests/unit/tes
 REQUEST_HEADERS_SECONDS = 10.0
 
 UPLOAD_ROUTE = "/gradio_api/upload"
-# Room for this many of the largest files the app takes (Gradio's max_file_size) on their way to
-# the handler that checks them: a host's dataset zip while someone else's generator arrives. A
-# copy leaves once checked (a zip) or after UPLOAD_KEEP_SECONDS, so more waits only for a flood.
+# Room for this many of the largest files the app takes on their way to the handler that checks them:
+# a host's dataset zip while someone else's generator arrives.
 UPLOADS_AT_ONCE = 2
 # Files one address may send in UPLOAD_WINDOW_SECONDS: a host trying a few datasets and
 # generators, or a class behind one school address each sending one, fits; a script looping does not.
 UPLOAD_FILES_PER_CLIENT = 40
 UPLOAD_WINDOW_SECONDS = 600.0
-# How long Gradio's copy of an upload is kept for the event that uses it (Gradio's own cache
-# keeps it an hour): the host's, longer than an event waits in a busy queue or a host takes between
-# choosing a generator's files and pressing Upload; anyone else's, a minute, so that a keyless
-# flood of unused uploads does not hold the room's share of the bound for long.
+# How long Gradio's copy of an upload is kept for the event that uses it: the host's, longer than a busy
+# queue or a host choosing files takes; anyone else's a minute, so a flood of unused ones soon lets go.
 UPLOAD_KEEP_SECONDS = 600.0
 ROOM_UPLOAD_KEEP_SECONDS = 60.0
-# The host's own share of the bound, on top of the room's UPLOADS_AT_ONCE: the room's uploads never
-# use it, so the host's dataset goes in beside any flood. The host's page says so with a cookie
-# holding the host key (set when the key is typed: app/ui.py).
+# The host's own share of the bound, beside the room's, so the host's dataset goes in beside any flood;
+# the host's page shows it with a cookie holding the host key (set when the key is typed: app/ui.py).
 HOST_UPLOADS_AT_ONCE = 1
 HOST_COOKIE = "blink-host-key"
 # The file in each of the app's temp folders that names the process that made it.
@@ -109,14 +93,10 @@ def upload_limits(max_file_mb: float, trust_forwarded: bool, host_key: str = "")
 
 
 class UploadLimits:
-    """ASGI middleware in front of Gradio's upload route.
-
-    An upload is refused before a byte of it is read when its declared size (Content-Length)
-    does not fit beside the copies already held and the uploads in flight (413), or when its
-    address has sent UPLOAD_FILES_PER_CLIENT files in the last UPLOAD_WINDOW_SECONDS (429; the
-    files of an answer that would take it past are removed again). Each copy Gradio answers with is
-    removed UPLOAD_KEEP_SECONDS after its last upload (a handler that checks it may remove it
-    sooner: app/ui.py _forget_upload). A refusal is a short text and one line in the log."""
+    """ASGI middleware in front of Gradio's upload route: an upload is refused unread when its declared
+    size does not fit beside the copies held and in flight (413), or when its address has sent its
+    files for the window (429; an answer that would take it past has its files removed). Each copy
+    is removed its keep time after its last upload (a handler may remove it sooner)."""
 
     def __init__(self, app, max_bytes: int, host_bytes: int = 0, trust_forwarded: bool = False, host_key: str = ""):
         """max_bytes: what the room's uploads may hold at once; host_bytes: the host's share beyond it."""
@@ -243,10 +223,8 @@ class UploadLimits:
 
 
 def _content_length(scope) -> int | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
+    value = _header(scope, b"content-length")
+    return int(value) if value.isdigit() else None
 
 
 def _uploaded_paths(answer: list[dict]) -> list[str]:
@@ -287,11 +265,9 @@ def file_handles(folder: str):
 
 
 class FileHandles:
-    """ASGI middleware in front of the whole app: Gradio names the files it answers with (an
-    image's `path`, its `url` /gradio_api/file=PATH, an upload's copy) by where they lie on the
-    server. Out, in the JSON and event-stream answers, that folder becomes FILE_HANDLE; in, in
-    the JSON calls (a file sent back as an input) and in a file URL, FILE_HANDLE becomes the folder
-    again. The files, and Gradio's checks of where a file may be read from, are unchanged."""
+    """ASGI middleware in front of the whole app: out, in JSON and event-stream answers, Gradio's file
+    folder becomes FILE_HANDLE; in, in JSON calls and file URLs, FILE_HANDLE becomes the folder again.
+    The files, and Gradio's checks of where a file may be read from, are unchanged."""
 
     def __init__(self, app, folder: str):
         self.app = app
@@ -386,9 +362,8 @@ def app_temp_folder(prefix: str) -> str:
 
 
 def remove_dead_apps_folders() -> list[str]:
-    """Remove the temp folders (uploads, Sample tab files) of apps that died without removing
-    them; returns their paths. A folder whose owner is alive, or that names none (made by a version
-    of the app before owners were named, or still being made), is kept."""
+    """Remove the temp folders of apps that died without removing them; returns their paths. A folder
+    whose owner is alive, or that names none (still being made), is kept."""
     from core.rundir import pid_alive
     root, removed = tempfile.gettempdir(), []
     try:
