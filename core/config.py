@@ -105,12 +105,12 @@ class TrainConfig:
     max_image_mb: int = option(200, "upload size limit for own images, in MB", range=(1, 2000))
 
     # ---- derived values ---------------------------------------------------------------
-    def resolved(self, preset: str | None = None) -> "TrainConfig":
+    def resolved(self, preset: str | None = None, **chosen) -> "TrainConfig":
         """A copy with None hyper-parameters replaced by the GAN type's defaults, and by the fast
         preset's where `preset` (the preset 'auto' became on this device) is "fast" (core/gans.py).
-        A gan still "auto" (a config checked before its device is known: core/plan.py resolves it)
-        takes DCGAN's."""
-        gan = gans.BY_NAME.get(self.gan, gans.BY_NAME["dcgan"])
+        chosen: the values the plan chose for this run (its gan, precision, processes...), kept. A
+        gan still "auto" takes DCGAN's defaults."""
+        gan = gans.BY_NAME.get(chosen.get("gan", self.gan), gans.BY_NAME["dcgan"])
         defaults = {**gan.defaults, **(gan.fast_defaults if preset == "fast" else {})}
         values = {k: (defaults[k] if getattr(self, k) is None else getattr(self, k)) for k in defaults}
         if self.z_dim is None:
@@ -121,7 +121,7 @@ class TrainConfig:
             values["lr_decay_start"] = 1.0
         if values.get("batch_size", self.batch_size) is None:
             values["batch_size"] = BATCH_SIZE
-        return dataclasses.replace(self, **values)
+        return dataclasses.replace(self, **{**values, **chosen}, preset=preset or self.preset)
 
     # ---- serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

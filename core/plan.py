@@ -7,7 +7,7 @@
 As stylegan2-ada settles its "training options" once and saves them as training_options.json, the
 plan is made where the run is asked for (the page's Start, the CLI), from facts known before any
 image is decoded, and written once as the run's config.json. The trainer reads it and only checks
-it against the device and the data it finds (`check_device`, `check_data`); a live settings change,
+it against the device and the data it finds (`check`); a live settings change,
 a comparison and a resume derive a new plan through `replan`, and so make_plan's checks. No torch:
 the UI process makes plans.
 """
@@ -107,11 +107,11 @@ class Plan:
                    changes=tuple(values["changes"]))
 
     # ---- new plans of the same run ---------------------------------------------------------
-    def replan(self, on: DeviceInfo | None = None, **values) -> "Plan":
+    def replan(self, on: DeviceInfo | None = None, changes: tuple[dict, ...] | None = None, **values) -> "Plan":
         """The plan of this run asked for with `values` changed (on device `on`, else its own), made
-        and checked as a Start's; the history of changes stays."""
-        plan = make_plan(dataclasses.replace(self.asked, **values), on or self.device, self.data)
-        return dataclasses.replace(plan, changes=self.changes)
+        and checked as a Start's; its history of changes `changes`, else this plan's."""
+        return make_plan(dataclasses.replace(self.asked, **values), on or self.device, self.data,
+                         self.changes if changes is None else changes)
 
     def changed(self, step: int, settings: dict) -> "Plan":
         """This plan with the host's change of `settings` (LIVE_FIELDS) taking effect after `step`,
@@ -119,10 +119,9 @@ class Plan:
         unknown = sorted(set(settings) - set(LIVE_FIELDS))
         if unknown:
             raise ConfigError(f"{unknown[0]} cannot change while a run trains; these can: {', '.join(LIVE_FIELDS)}.")
-        before = {name: getattr(self.config, name) for name in settings}
-        plan = self.replan(**settings)
-        return dataclasses.replace(plan, changes=(*self.changes, {"step": step, "settings": dict(settings),
-                                                                   "before": before}))
+        change = {"step": step, "settings": dict(settings),
+                  "before": {name: getattr(self.config, name) for name in settings}}
+        return self.replan(changes=(*self.changes, change), **settings)
 
     def at_step(self, step: int, keep_later: bool = True) -> "Plan":
         """This plan as it trained at `step` (a checkpoint's): the settings changed after it rolled
@@ -130,9 +129,8 @@ class Plan:
         (core/train.py); else they are dropped."""
         later = [c for c in self.changes if c["step"] > step]
         rolled = {name: value for change in reversed(later) for name, value in change["before"].items()}
-        plan = self.replan(**rolled) if rolled else self
         kept = self.changes if keep_later else tuple(c for c in self.changes if c["step"] <= step)
-        return dataclasses.replace(plan, changes=kept)
+        return self.replan(changes=kept, **rolled)
 
     def differences(self, other: "Plan") -> list[str]:
         """What differs between two plans of one run but its length, its processes and the settings
@@ -144,17 +142,15 @@ class Plan:
         return self.config.differences(other.config, ignore=("steps", "processes", *LIVE_FIELDS)) + built
 
     # ---- the trainer's checks --------------------------------------------------------------
-    def check_device(self, found: DeviceInfo) -> None:
-        """ConfigError when the trainer finds another device than the plan was made for."""
+    def check(self, found: DataFacts, device: DeviceInfo | None = None) -> None:
+        """ConfigError when the trainer finds another device than the plan was made for, or data
+        other than the plan was made from (a folder changed since Start), or too few readable
+        images for its batch."""
         planned = (self.device.kind, self.device.devices, self.device.processes)
-        if (found.kind, found.devices, found.processes) != planned:
+        if device is not None and (device.kind, device.devices, device.processes) != planned:
             raise ConfigError(f"The device changed since Start: the run was planned for {self.device.name} "
-                              f"({self.device.layout}), and this trainer has {found.name} ({found.layout}). "
+                              f"({self.device.layout}), and this trainer has {device.name} ({device.layout}). "
                               "Start it again to plan it for this one.")
-
-    def check_data(self, found: DataFacts) -> None:
-        """ConfigError when the data the trainer decoded is not the data the plan was made from
-        (a folder changed since Start), or leaves too few images for its batch."""
         listed = self.data
         size_fits = listed.size in (None, found.size, found.size + found.unreadable)
         same = (size_fits and listed.resolution in (None, found.resolution)
@@ -199,18 +195,20 @@ def plan_run(config: TrainConfig, device: DeviceInfo) -> Plan:
     return make_plan(config, device, DataFacts.listed(config.dataset, config.data_path, config.max_image_mb))
 
 
-def make_plan(asked: TrainConfig, device: DeviceInfo, data: DataFacts = DataFacts()) -> Plan:
+def make_plan(asked: TrainConfig, device: DeviceInfo, data: DataFacts = DataFacts(),
+              changes: tuple[dict, ...] = ()) -> Plan:
     """The plan of a run of `asked` on `device` from `data`, or a ConfigError naming the field when
-    it cannot work there: every check, in one place. 'auto' and None become concrete here."""
+    it cannot work there: every check, in one place. 'auto' and None become concrete here. changes:
+    the run's history of settings changes (Plan.changes), for a new plan of a run under way."""
     choose("gan", asked.gan)   # an unknown type refused with the choices, before its row is read
     preset, preset_reason = resolve_preset(asked.preset, device.kind)
     processes, device = processes_for(asked, device)
     name = (gans.auto_name(preset, device.kind, processes, asked.dataset) if asked.gan == "auto" else asked.gan)
     gan = gans.get(name)
     precision = default_precision(device.kind) if asked.precision == "auto" else asked.precision
-    resolved = dataclasses.replace(dataclasses.replace(asked, gan=name).resolved(preset), preset=preset,
-                                   precision=precision, processes=processes)
-    resolved, batch_reason = batch_the_set_allows(resolved, data.size, device.shards)
+    chosen = dict(gan=name, precision=precision, processes=processes)
+    batch, batch_reason = batch_the_set_allows(asked.resolved(preset, **chosen).batch_size, data.size, device.shards)
+    resolved = asked.resolved(preset, **chosen, batch_size=batch)
     validate(resolved, dataset_size=data.size, device_caps=device.to_dict())
     refused_here(gan, resolved, device)
     resolution = model_resolution(preset, data.resolution) if data.resolution else None
@@ -220,7 +218,7 @@ def make_plan(asked: TrainConfig, device: DeviceInfo, data: DataFacts = DataFact
     augment, augment_reason = augments(resolved, data.size, classes or 0) if data.size else (None, "")
     return Plan(asked=asked, config=resolved, gan=gan, preset_reason=preset_reason, device=device, data=data,
                 resolution=resolution, classes=classes, class_names=data.class_names if classes else (),
-                augment=augment, augment_reason=augment_reason, batch_reason=batch_reason)
+                augment=augment, augment_reason=augment_reason, batch_reason=batch_reason, changes=changes)
 
 
 def processes_for(asked: TrainConfig, device: DeviceInfo) -> tuple[int, DeviceInfo]:
@@ -257,13 +255,11 @@ def refused_here(gan: gans.GanType, config: TrainConfig, device: DeviceInfo) -> 
         raise ConfigError(f"gan {gan.name} trains in one process: {gan.refused['processes']}. Set processes to 1.")
 
 
-def batch_the_set_allows(config: TrainConfig, size: int | None, shards: int) -> tuple[TrainConfig, str]:
+def batch_the_set_allows(batch: int, size: int | None, shards: int) -> tuple[int, str]:
     """A set smaller than the batch asked for trains on batches of the whole set (rounded down to
     split evenly over the devices), and says so: a class's 90 photos start, at the form's default
     batch, rather than being refused. A set too small to give every device an image is left to
     validate's refusal."""
-    if not size or config.batch_size <= size or size < shards:
-        return config, ""
-    batch = size // shards * shards
-    return (dataclasses.replace(config, batch_size=batch),
-            f"lowered from {config.batch_size}: the set has {size:,} images")
+    if not size or batch <= size or size < shards:
+        return batch, ""
+    return size // shards * shards, f"lowered from {batch}: the set has {size:,} images"

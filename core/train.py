@@ -75,8 +75,6 @@ def train(plan: Plan, run_path: str, resume: bool = False, watch_parent: int | N
     only that long, then save and return "running" (or "paused" when a Pause came: a chunk does not
     wait, holding the GPU).
     """
-    from core import devices
-    devices.prepare_environment(plan.config.device)   # before anything imports torch_xla
     run = RunDir(run_path)
     leads = ranks is None or ranks.leads
     beat = Heartbeat(run)
@@ -84,27 +82,8 @@ def train(plan: Plan, run_path: str, resume: bool = False, watch_parent: int | N
         beat.start()   # from here on the app can tell a busy trainer from a stuck one
     ended = "failed"   # what a rank other than 0 returns: it reads no status
     try:
-        from core.training import build_training, load_data
-        info = device_info or probe_device(plan.config.device, ranks)
-        # One host decides Stop and Pause: a slice of several is refused before its runtime starts.
-        refusal = devices.multi_host_refusal(devices.slice_hosts()) if devices.is_tpu(info.kind) else None
-        if refusal:
-            raise SessionEnds("failed", refusal)
-        beat.doing("loading data")
-        try:
-            plan.check_device(info)
-            dataset = load_data(plan)
-        except ConfigError as exc:
-            raise SessionEnds("failed", str(exc))
-        training = build_training(plan, dataset, devices.Runtime(info, ranks))
-        say_compiles(beat, run, training.rt)
-        report = Reporter(run, training, trainer_pid=os.getpid(), chunk=chunk.number if chunk else 0)
-        control = Control(run, (watch_parent,))
-        if ranks:
-            from core.distributed import SharedControl
-            control = SharedControl(ranks, control if leads else None)
-        loop = Loop(training, run, control, report, resume=resume,
-                    chunk_seconds=chunk.seconds if chunk else None, beat=beat)
+        loop = _set_up(plan, run, beat, device_info or probe_device(plan.config.device, ranks),
+                       resume, watch_parent, chunk, ranks)
         try:
             loop.run()
         except SessionEnds as end:
@@ -113,10 +92,7 @@ def train(plan: Plan, run_path: str, resume: bool = False, watch_parent: int | N
     except SessionEnds as end:   # raised while building the loop (a refused resume), or while finishing
         ended = end.state
         if leads:
-            try:
-                run.write_status(end.state, end.message)
-            except OSError:
-                pass
+            _write_end(run, end.state, end.message)
     except BaseException as exc:   # KeyboardInterrupt included: the status must say what happened
         if leads:
             log_traceback(run, "trainer")
@@ -124,10 +100,7 @@ def train(plan: Plan, run_path: str, resume: bool = False, watch_parent: int | N
             if ranks and ranks.lost_another(exc):
                 why = (f"another of this run's {ranks.world} processes ended or stopped answering, so this one could "
                        f"not go on ({why})")
-            try:
-                run.write_status("failed", failure_message(run, f"Training failed: {why}."))
-            except OSError:
-                pass
+            _write_end(run, "failed", failure_message(run, f"Training failed: {why}."))
         else:   # torchrun shows a rank's own stderr: the run's files are rank 0's
             traceback.print_exc()
         if isinstance(exc, KeyboardInterrupt):
@@ -135,6 +108,38 @@ def train(plan: Plan, run_path: str, resume: bool = False, watch_parent: int | N
     finally:
         beat.stop()
     return (run.read_status().state or "failed") if leads else ended
+
+
+def _set_up(plan: Plan, run: RunDir, beat: Heartbeat, info, resume: bool, watch_parent: int | None,
+            chunk: Chunk | None, ranks) -> "Loop":
+    """The run's Loop on the device `info`, its data loaded and checked against the plan."""
+    from core import devices
+    from core.training import build_training, load_data
+    # One host decides Stop and Pause: a slice of several is refused before its runtime starts.
+    refusal = devices.multi_host_refusal(devices.slice_hosts()) if devices.is_tpu(info.kind) else None
+    if refusal:
+        raise SessionEnds("failed", refusal)
+    beat.doing("loading data")
+    try:
+        dataset = load_data(plan, device=info)
+    except ConfigError as exc:
+        raise SessionEnds("failed", str(exc))
+    training = build_training(plan, dataset, devices.Runtime(info, ranks))
+    say_compiles(beat, run, training.rt)
+    report = Reporter(run, training, trainer_pid=os.getpid(), chunk=chunk.number if chunk else 0)
+    control = Control(run, (watch_parent,))
+    if ranks:
+        from core.distributed import SharedControl
+        control = SharedControl(ranks, control if ranks.leads else None)
+    return Loop(training, run, control, report, resume=resume, chunk_seconds=chunk.seconds if chunk else None,
+                beat=beat)
+
+
+def _write_end(run: RunDir, state: str, message: str) -> None:
+    try:
+        run.write_status(state, message)
+    except OSError:   # a full or read-only disk: the trainer still ends
+        pass
 
 
 def probe_device(requested: str, ranks=None):

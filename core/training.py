@@ -197,13 +197,14 @@ class Training:
             self.stream.load_state(state["random"]["stream"])
 
 
-def load_data(plan: Plan, progress=None):
+def load_data(plan: Plan, progress=None, device=None):
     """The plan's dataset, decoded and cached once (core.data.load), checked against the facts the
-    plan was made from: ConfigError, in words, when the images changed since."""
+    plan was made from, and the trainer's `device` against the plan's: ConfigError, in words, when
+    either changed since Start."""
     from core import data
     config = plan.config
     dataset = data.load(config.dataset, config.data_path, max_mb=config.max_image_mb, progress=progress)
-    plan.check_data(DataFacts.of(dataset))
+    plan.check(DataFacts.of(dataset), device)
     return dataset
 
 
@@ -211,7 +212,7 @@ def build_training(plan: Plan, dataset=None, rt=None) -> Training:
     """Everything a run of `plan` trains, on its device, seeded. dataset: its data as load_data
     gives it (None: loaded here); rt: the device's Runtime when the caller has one already."""
     import torch
-    from core import data, devices, losses, models
+    from core import data, devices, losses
     from core.augment import Augmented
     from core.ema import WeightAverage
 
@@ -230,24 +231,7 @@ def build_training(plan: Plan, dataset=None, rt=None) -> Training:
                               rows=rt.local_part)
     data_load_seconds = dataset.load_seconds + time.perf_counter() - t0
 
-    # ---- models and optimizers -------------------------------------------------------------
-    G, D = models.build(plan.gan, config.preset, dataset.channels, plan.resolution, config.z_dim, plan.classes)
-    G, D = rt.sync_batch_norms(G), rt.sync_batch_norms(D)   # under DDP: BatchNorm over the global batch
-    G.to(rt.device)
-    D.to(rt.device)
-    if info.kind in devices.DDP_KINDS:
-        # NHWC convolutions: tensor cores prefer them, and oneDNN runs this model's CPU steps
-        # faster in them (lab/README.md, "Step speed: levers measured").
-        G.to(memory_format=torch.channels_last)
-        D.to(memory_format=torch.channels_last)
-    betas = (config.beta1, config.beta2)
-    # One fused kernel for all of a net's parameters (CPU and CUDA; XLA fuses on its own). On XLA
-    # the step count and Adam's bias corrections stay on the device (capturable): as Python floats
-    # they become graph constants once they round to 1.0, and the step recompiled mid-run
-    # (torch_xla's IsSpecialScalar; bench/README.md, "Compiles after warm-up"): a stall on a TPU.
-    fused = {"fused": True} if not info.is_xla else {"capturable": True}
-    opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas, **fused)
-    opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
+    G, D, opt_g, opt_d = _nets(plan, dataset.channels, rt)
     # D trains on augmented images (both D's and G's steps); the checkpoint and the verdicts keep D itself.
     # Adaptive where D's logits have a sign to read (core/augment.py; the GAN type's row says).
     # Under DDP the step trains the nets wrapped (rt.wrap), augmentation outside D's wrap: its p is
@@ -271,6 +255,31 @@ def build_training(plan: Plan, dataset=None, rt=None) -> Training:
                     ema=WeightAverage(G, config.ema) if config.ema else None, matmul_precision=matmul_precision,
                     augmented=augmented, data_load_seconds=data_load_seconds,
                     fixed_noise_device=fixed_noise.to(rt.device), real_grid=real_grid)
+
+
+def _nets(plan: Plan, channels: int, rt):
+    """G and D of the plan's type and size on rt's device, and their Adam optimizers."""
+    import torch
+    from core import devices, models
+    config, info = plan.config, plan.device
+    G, D = models.build(plan.gan, config.preset, channels, plan.resolution, config.z_dim, plan.classes)
+    G, D = rt.sync_batch_norms(G), rt.sync_batch_norms(D)   # under DDP: BatchNorm over the global batch
+    G.to(rt.device)
+    D.to(rt.device)
+    if info.kind in devices.DDP_KINDS:
+        # NHWC convolutions: tensor cores prefer them, and oneDNN runs this model's CPU steps
+        # faster in them (lab/README.md, "Step speed: levers measured").
+        G.to(memory_format=torch.channels_last)
+        D.to(memory_format=torch.channels_last)
+    betas = (config.beta1, config.beta2)
+    # One fused kernel for all of a net's parameters (CPU and CUDA; XLA fuses on its own). On XLA
+    # the step count and Adam's bias corrections stay on the device (capturable): as Python floats
+    # they become graph constants once they round to 1.0, and the step recompiled mid-run
+    # (torch_xla's IsSpecialScalar; bench/README.md, "Compiles after warm-up"): a stall on a TPU.
+    fused = {"fused": True} if not info.is_xla else {"capturable": True}
+    opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas, **fused)
+    opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas, **fused)
+    return G, D, opt_g, opt_d
 
 
 def _real_grid(images, labels, n: int, classes: int, seed: int):

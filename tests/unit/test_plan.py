@@ -126,17 +126,18 @@ def test_a_new_plan_of_the_run_keeps_its_reasons_and_passes_the_same_checks():
 def test_the_trainer_refuses_a_plan_whose_device_or_images_changed_since_start():
     plan = make_plan(TrainConfig(dataset="folder", data_path="/x", batch_size=32), CPU,
                      DataFacts(size=90, resolution=64, classes=3, class_names=("a", "b", "c")))
-    plan.check_device(DeviceInfo("cpu", "CPU (8 cores)", available=8))   # the same device, described anew
+    listed = DataFacts(90, 64, 3, 3, ("a", "b", "c"))
+    plan.check(listed, DeviceInfo("cpu", "CPU (8 cores)", available=8))   # the same device, described anew
     with pytest.raises(ConfigError, match="The device changed since Start"):
-        plan.check_device(FOUR_TPU_CORES)
-    plan.check_data(DataFacts(85, 64, 3, 3, ("a", "b", "c"), unreadable=5))   # 5 unreadable: the listing counted them
+        plan.check(listed, FOUR_TPU_CORES)
+    plan.check(DataFacts(85, 64, 3, 3, ("a", "b", "c"), unreadable=5))   # 5 unreadable: the listing counted them
     with pytest.raises(ConfigError, match="The images changed since Start: the run was planned for 90 images in "
                                           "3 classes, and 120 images in 3 classes are there now"):
-        plan.check_data(DataFacts(120, 64, 3, 3, ("a", "b", "c")))
+        plan.check(DataFacts(120, 64, 3, 3, ("a", "b", "c")))
     with pytest.raises(ConfigError, match="The images changed since Start"):
-        plan.check_data(DataFacts(90, 64, 3, 3, ("a", "b", "d")))
+        plan.check(DataFacts(90, 64, 3, 3, ("a", "b", "d")))
     with pytest.raises(ConfigError, match="larger than the 30 images that could be read"):
-        plan.check_data(DataFacts(30, 64, 3, 3, ("a", "b", "c"), unreadable=60))
+        plan.check(DataFacts(30, 64, 3, 3, ("a", "b", "c"), unreadable=60))
 
 
 def test_plans_of_one_run_differ_only_where_a_checkpoint_could_not_continue():
