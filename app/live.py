@@ -1,10 +1,9 @@
 """The live view's server side: one watcher of the run for every viewer, pushing changes.
 
-A viewer's cost must follow the trainer's writes, not clock ticks: a loss point every
-`log_every` steps and a grid every `grid_every` are all that change. So no viewer polls. One watcher (an asyncio task on the web
-server's loop, alive while anyone watches) looks at the run twice a second, renders each new
-snapshot once into ready-to-send bytes, and every connected page receives them over one
-Server-Sent Events stream (`/live/events`). Between changes a viewer costs an idle socket.
+A viewer's cost must follow the trainer's writes, not clock ticks, so no viewer polls. One watcher
+(an asyncio task on the web server's loop, alive while anyone watches) looks at the run twice a
+second, renders each new snapshot once into ready-to-send bytes, and every connected page receives
+them over one Server-Sent Events stream. Between changes a viewer costs an idle socket.
 
     /live/events           text/event-stream: a full message on connect, then one small delta per change
     /live/status?since=V   JSON for scripts; waits (up to 25 s) until the version is past V
@@ -45,15 +44,12 @@ def _finite(value) -> bool:
 
 def extra_series(gan: str) -> dict[str, str]:
     """The loss's own plotted stats (core/gans.py), {key: label}; none for an unknown GAN type."""
-    row = gans.BY_NAME.get(gan)
-    return row.series if row else {}
+    return getattr(gans.BY_NAME.get(gan), "series", {})
 
 
 def log_scale(gan: str) -> bool:
-    """Whether the page's charts start on a log scale for this loss (core/gans.py); a viewer may
-    switch it either way."""
-    row = gans.BY_NAME.get(gan)
-    return bool(row and row.log_scale)
+    """Whether the page's charts start on a log scale for this loss (a viewer may switch it)."""
+    return bool(getattr(gans.BY_NAME.get(gan), "log_scale", False))
 
 
 def plot_points(events: list[dict], gan: str) -> dict[str, list]:
@@ -93,10 +89,8 @@ def status_html(status: Status, run_name: str, events: list[dict]) -> str:
     return text.replace("  \n", "<br>").replace("\n\n", "<br>")
 
 
-# D's verdicts on each grid, as its frames show them (their mean over the grid's real images and over
-# its fakes), plotted beside the loss's own D statistics: those are D on the step's batch before its
-# update, the frames D after it on the grid's images, and early on (D flipping from step to step)
-# the two can disagree. Labelled by what a verdict is for the GAN type (core/gans.py).
+# D's verdicts on each grid (their mean over its real images and its fakes), plotted beside the loss's
+# own D statistics, which are D before its update on the step's batch: early on the two can disagree.
 FRAME_SERIES = {
     "probability": {"frames_real": "D(x) on the real grid (its frames)", "frames_fake": "D(G(z)) on the fakes' grid (their frames)"},
     "logit": {"frames_real": "D(x) logit on the real grid (its frames)",
@@ -109,8 +103,7 @@ FRAME_SERIES = {
 
 
 def frame_series(gan: str) -> dict[str, str]:
-    row = gans.BY_NAME.get(gan)
-    return FRAME_SERIES.get(row.verdict, {}) if row else {}
+    return FRAME_SERIES.get(getattr(gans.BY_NAME.get(gan), "verdict", None), {})
 
 
 def frame_points(step: int, verdicts: dict | None) -> dict[str, list]:
@@ -133,7 +126,6 @@ class Rendered:
     delta: bytes                # only what is new since version - 1
     status: dict = field(default_factory=dict)   # the JSON of /live/status and /watch
     run: str = ""
-    final: bool = False         # the run has ended: nothing more will change
 
 
 def _sse(message: dict) -> bytes:
@@ -149,7 +141,7 @@ class LiveFeed:
         self.renders = 0                 # snapshots rendered: one per change, however many viewers
         self.messages_sent = 0
         self.viewers = 0
-        self._current: Rendered | None = None
+        self.current: Rendered | None = None   # the newest rendered snapshot
         self._seen_key = None
         self._events_sent = 0            # events of the current run already in a message
         self._events_file = None         # which events file they came from (Snapshot.events_file)
@@ -161,11 +153,6 @@ class LiveFeed:
         self._compared_read: dict = {}               # the compared run's events, grids and config (_compared)
         self._frames_read: dict = {}                 # the current run's frames' points (_frames)
         self._differences_said: tuple = (None, ("", "", ""))   # ((live config, its time, compared run), (words, captions))
-
-    @property
-    def current(self) -> Rendered | None:
-        """The newest rendered snapshot."""
-        return self._current
 
     # ---- the one watcher ---------------------------------------------------------------------
     def refresh(self) -> bool:
@@ -185,9 +172,9 @@ class LiveFeed:
         # The compared run's own version: it changes while that run trains on beside the live one.
         key = (snap.version, snap.run_name, compared.path if compared else None,
                self._compared(compared)["updated"] if compared else None, self.job.comparison.note)
-        if key == self._seen_key and self._current is not None:
+        if key == self._seen_key and self.current is not None:
             return False
-        if self._current is None or snap.run_name != self._current.run or snap.events_file != self._events_file:
+        if self.current is None or snap.run_name != self.current.run or snap.events_file != self._events_file:
             self._events_sent = 0        # another run, or its events trimmed (a resume, an aborted chunk): start over
         self._events_file = snap.events_file
         status = snap.status
@@ -195,7 +182,7 @@ class LiveFeed:
         new_events = snap.events[self._events_sent:]
         reset = self._events_sent == 0
         self._events_sent = len(snap.events)
-        version = (self._current.version + 1) if self._current else 1
+        version = (self.current.version + 1) if self.current else 1
         grid_step = _grid_step(snap.grid_path)
         head = {
             "version": version, "run": snap.run_name, "state": status.state,
@@ -229,11 +216,11 @@ class LiveFeed:
                  "points": {**plot_points(new_events, gan), **(frames if reset else new_frames)}}
         if reset or self._seen_key is None or key[2:4] != self._seen_key[2:4]:
             delta["compare_points"] = compare_points   # the compared run's curves change only with it
-        self._current = Rendered(version, _sse(full), _sse(delta), {
+        self.current = Rendered(version, _sse(full), _sse(delta), {
             "version": version, "run": snap.run_name, **views.json_safe(status.to_dict()),
             "events": len(snap.events), "last_event": views.json_safe(snap.events[-1]) if snap.events else None,
             "compare": compared.name if compared else None, "compare_note": self.job.comparison.note},
-            run=snap.run_name, final=head["final"])
+            run=snap.run_name)
         self._seen_key = key
         self.renders += 1
         return True
@@ -273,14 +260,14 @@ class LiveFeed:
             await self._join()
             self.viewers += 1
             try:
-                sent = self._current
+                sent = self.current
                 yield b"retry: 2000\n\n" + sent.full
                 self.messages_sent += 1
                 while not await request.is_disconnected():
                     if not await self._next_change(KEEPALIVE_SECONDS):
                         yield b": keep-alive\n\n"
                         continue
-                    current = self._current
+                    current = self.current
                     if current.version <= sent.version:
                         # Woken by the render this page was sent on joining (the watcher's wake-up
                         # can come after a joining page has already read its result): nothing new.
@@ -308,9 +295,9 @@ class LiveFeed:
         try:
             if since is not None:
                 deadline = time.monotonic() + STATUS_WAIT_SECONDS
-                while self._current.version <= since and (left := deadline - time.monotonic()) > 0:
+                while self.current.version <= since and (left := deadline - time.monotonic()) > 0:
                     await self._next_change(left)
-            return JSONResponse(self._current.status)
+            return JSONResponse(self.current.status)
         finally:
             self._leave()
 
@@ -438,7 +425,7 @@ class LiveFeed:
     async def stats(self, request):
         from starlette.responses import JSONResponse
         return JSONResponse({"renders": self.renders, "messages_sent": self.messages_sent, "viewers": self.viewers,
-                             "version": self._current.version if self._current else 0})
+                             "version": self.current.version if self.current else 0})
 
     def routes(self) -> list:
         from starlette.routing import Route
