@@ -1,26 +1,13 @@
 """Datasets and the input pipeline.
 
-The seed's lesson: a naive loader spent much of training time on data; preprocessing done once,
-cached and prefetched made that a small share (lab/README.md, "Data: a naive loader against the
-decoded cache"). So every dataset here is decoded, resized and
-cropped once into one uint8 tensor (N, C, H, W), saved in the cache folder (the next load
-memory-maps it: TPU replica processes share its pages) and the trainer draws batches from it
-by index: per-replica disjoint shards, a fresh shuffle each epoch, fixed batch shapes
-(drop_last), and the uint8 -> [-1, 1] conversion done on the device.
+A naive loader spent much of training time on data (lab/README.md, "Data: a naive loader against
+the decoded cache"), so every dataset is decoded, resized and cropped once into one uint8 tensor
+(N, C, H, W), cached (memory-mapped by the next load: replica processes share its pages), and the
+trainer draws fixed-shape batches from it by index, converted to [-1, 1] on the device.
 
-One module per concern; this package imports the public names from them, so callers keep
-writing `from core import data` and `data.load(...)`, whatever module a name lives in:
-    sources.py   SOURCES: one row per dataset, carrying how it loads, informs and previews;
-                 torchvision download/adopt/extract/parse, the bundled MNIST, the network probe
-    own.py       a student's own images: guard_path, listing, decoding budgets, load_own
-    cache.py     the cache folder and files, DatasetError
-    tensors.py   ImageSet and its cache files (torch)
-    stream.py    resize, resized (a set's resized copy, kept in the cache) and BatchStream,
-                 what the trainer draws from (torch)
-
-The UI process lists, checks and describes datasets through this package and never imports torch
-(issue 13: its memory): the names that need it (ImageSet, BatchStream, resize, resized) are imported from
-their modules when first used, and the loaders import tensors.py when they build or read a set.
+The modules: sources.py (SOURCES, a row per dataset), own.py (a student's own images and their
+guards), cache.py, tensors.py (ImageSet), stream.py (resize, BatchStream). This package names them
+all. The UI process never imports torch (issue 13): the names that need it are imported on first use.
 """
 from __future__ import annotations
 
@@ -44,7 +31,6 @@ __all__ = ["DEFAULT_MAX_MB", "MAX_FILES", "MAX_IMAGE_BYTES", "PREP_VERSION", "SO
            "DatasetError", "ImageSet", "Listing", "Source", "allowed_roots", "cache_dir", "dataset_info",
            "decode_image", "guard_path", "list_images", "load", "load_bundled_mnist", "load_own",
            "network_allowed", "preview", "resize", "resized", "to_model_range", "upload_name"]
-# The names that need torch, and their modules: imported on first use (see the module docstring).
 _TORCH_NAMES = {"ImageSet": "core.data.tensors", "BatchStream": "core.data.stream", "resize": "core.data.stream",
                 "resized": "core.data.stream"}
 

@@ -1,20 +1,13 @@
 """Where each dataset comes from: one Source row per dataset, carrying its own behaviour.
 
-SOURCES is the table of every dataset a run can name. A row's fields say what the UI and the
-model need (the page's label, native channels and resolution: the model adapts to these) and, for a
-torchvision set, where its files live and where to get them; its methods say how it loads, what
-dataset_info tells the UI before training, and how a preview is drawn. The row's class is the
-kind of source (the bundled subset, a torchvision file format, a student's own images), so a new
-dataset of a known kind is one more row.
+SOURCES is the table of every dataset a run can name. A row's fields say what the UI and the model
+need (its label, native channels and resolution) and, for a torchvision set, where its files live
+and where to get them; its methods how it loads, what dataset_info tells the UI, how a preview is
+drawn. The row's class is the kind of source, so a new dataset of a known kind is one more row.
 
-A torchvision dataset missing from the cache is downloaded by torchvision only when the machine
-is online (BLINK_OFFLINE != 1 and a 2 s connectivity probe succeeds); offline it is refused at
-once with the folder and the exact file names to put there. The bundled MNIST subset always
-works. Torchvision's own layout under cache_dir(): MNIST/raw/, FashionMNIST/raw/,
-cifar-10-batches-py/, celeba/; the decoded set then goes to processed/ (see cache.py).
-
-The rows and what they tell the UI need no torch (the UI process never imports it); loading a set
-does, through tensors.py.
+A torchvision set missing from the cache is downloaded by torchvision only when the machine is online
+(BLINK_OFFLINE != 1 and a 2 s probe succeeds); offline it is refused at once with the folder and the
+file names to put there. The rows and what they tell the UI need no torch; loading a set does.
 """
 from __future__ import annotations
 
@@ -79,8 +72,6 @@ def network_allowed(host: tuple[str, int] = ("www.cs.toronto.edu", 443), timeout
     thread.join(timeout)
     _PROBES[host] = (now, bool(ok))
     return bool(ok)
-
-
 
 
 @dataclass(frozen=True)
@@ -176,9 +167,16 @@ class TorchvisionSource(Source):
         return {"train": True}
 
     def dataset_class(self, verify: bool):
-        """The torchvision class; verify=False: one that skips only the md5 check (see below)."""
+        """The torchvision class; verify=False: one whose md5s are None (check_integrity then only
+        checks that the files exist), where the format has any (unverified)."""
         import torchvision.datasets as tvd
-        return getattr(tvd, self.tv_class)
+        base = getattr(tvd, self.tv_class)
+        fields = {} if verify else self.unverified(base)
+        return type(f"Unverified{base.__name__}", (base,), fields) if fields else base
+
+    def unverified(self, base) -> dict:
+        """The class attributes that give `base` no md5s: {} where torchvision checks none."""
+        return {}
 
     def tensors(self, ds, root: str, progress=None) -> tuple:
         """The parsed training split -> uint8 images (N, C, H, W) and labels (or None), tensors or arrays.
@@ -352,17 +350,9 @@ class CifarSource(TorchvisionSource):
             from torchvision.datasets.utils import extract_archive
             extract_archive(os.path.join(root, self.archive), root)
 
-    def dataset_class(self, verify: bool):
-        base = super().dataset_class(verify)
-        if verify:
-            return base
-
-        class Unverified(base):
-            """torchvision's class with md5 None: check_integrity then only checks that files exist."""
-            train_list = [[name, None] for name, _ in base.train_list]
-            test_list = [[name, None] for name, _ in base.test_list]
-            meta = dict(base.meta, md5=None)
-        return Unverified
+    def unverified(self, base) -> dict:
+        return dict(train_list=[[name, None] for name, _ in base.train_list],
+                    test_list=[[name, None] for name, _ in base.test_list], meta=dict(base.meta, md5=None))
 
     def tensors(self, ds, root: str, progress=None) -> tuple:
         images = np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))   # HWC -> CHW
@@ -391,14 +381,8 @@ class CelebASource(TorchvisionSource):
     def training_split(self) -> dict:
         return {"split": "train", "target_type": []}
 
-    def dataset_class(self, verify: bool):
-        base = super().dataset_class(verify)
-        if verify:
-            return base
-
-        class Unverified(base):
-            file_list = [(fid, None, name) for fid, _, name in base.file_list]
-        return Unverified
+    def unverified(self, base) -> dict:
+        return dict(file_list=[(fid, None, name) for fid, _, name in base.file_list])
 
     def tensors(self, ds, root: str, progress=None) -> tuple:
         folder = os.path.join(root, self.folder, self.images_folder)

@@ -28,18 +28,14 @@ def resized(image_set, resolution: int, progress=None) -> torch.Tensor:
         return resize(images, resolution, progress)
     path = image_set.cache_path[:-3] + f"-{resolution}px.pt"
     with contextlib.ExitStack() as stack:
-        try:
+        with contextlib.suppress(OSError):         # a read-only cache only costs the resize next time
             stack.enter_context(file_lock(path))   # one process resizes, the others then read its file
-        except OSError:                            # a read-only cache only costs the resize next time
-            pass
         cached = load_cached(path, image_set.name)
         if cached is not None and cached.images.shape == (len(images), images.shape[1], resolution, resolution):
             return cached.images
         out = resize(images, resolution, progress)
-        try:
+        with contextlib.suppress(OSError):         # a full or read-only cache only costs the resize next time
             save_cached(path, ImageSet(out, image_set.name))   # the labels stay in the decoded file
-        except OSError:                            # a full or read-only cache only costs the resize next time
-            pass
         return out
 
 
@@ -52,32 +48,23 @@ def resize(images: torch.Tensor, resolution: int, progress=None) -> torch.Tensor
     for chunk in images.split(2048):    # bounded memory for large sets
         if progress is not None:
             progress(sum(len(part) for part in out), len(images))
-        if chunk.dtype == torch.uint8:
-            # PyTorch's native uint8 path: several times faster than via float, and within 1 grey
-            # level of the float result.
-            out.append(F.interpolate(chunk, size=(resolution, resolution), mode="bilinear",
-                                     antialias=True, align_corners=False))
-            continue
-        x = F.interpolate(chunk.float(), size=(resolution, resolution), mode="bilinear",
+        # uint8 stays uint8: PyTorch's native path, several times faster than via float, within 1 grey level.
+        native = chunk.dtype == torch.uint8
+        x = F.interpolate(chunk if native else chunk.float(), size=(resolution, resolution), mode="bilinear",
                           antialias=True, align_corners=False)
-        out.append(x.round().clamp(0, 255).to(torch.uint8))
+        out.append(x if native else x.round().clamp(0, 255).to(torch.uint8))
     if progress is not None:
         progress(len(images), len(images))
     return torch.cat(out)
 
 
 class BatchStream:
-    """Endless fixed-shape batches of a set: drop_last, reshuffled each epoch, from a seed.
-
-    Every batch has exactly batch_size images, so the step's graph never changes shape. With
-    keep_on_device (CUDA) the whole uint8 set lives on the GPU (MNIST: 47 MB) and the epoch's
-    order is drawn there too, so a batch is a gather on the device: no host copy and no host
-    synchronisation inside a step. Otherwise a batch is cut on the host and sent with `place`
-    (the trainer's Runtime.to_device: under SPMD each device receives only its share). With
-    prefetch (the default for a set sent to an XLA device or a GPU) the next batch is cut and sent
-    in a thread while the step runs on this one: the same batches in the same order, and state()
-    says where the batches handed out so far leave the stream, not the one waiting.
-    """
+    """Endless batches of exactly batch_size images (the step's graph never changes shape): drop_last,
+    reshuffled each epoch, from a seed. With keep_on_device (CUDA) the uint8 set and its order live
+    on the GPU, so a batch is a gather there, with no host synchronisation inside a step. Otherwise a
+    batch is cut on the host and sent with `place` (Runtime.to_device: under SPMD each device gets its
+    share); with prefetch the next one is cut and sent in a thread while the step runs. state() says
+    where the batches handed out so far leave the stream, not the one waiting."""
 
     def __init__(self, images: torch.Tensor, batch_size: int, device, seed: int = 0,
                  keep_on_device: bool = False, labels: torch.Tensor | None = None, place=None,

@@ -1,9 +1,5 @@
 """A decoded set as tensors: ImageSet, and its .pt cache file written once and memory-mapped after.
-
-The one module of this package besides stream.py that imports torch. The rest (listing, guards,
-decoding, what dataset_info says) serves the UI process, which never imports torch (issue 13:
-its memory), so the loaders import this module only when they build or read a set.
-"""
+With stream.py the only modules here that import torch: the loaders import it when they build or read a set."""
 from __future__ import annotations
 
 import json
@@ -21,12 +17,9 @@ from core.files import write_atomic
 
 @dataclass
 class ImageSet:
-    """A preprocessed dataset: uint8 images (N, C, H, W), optional labels, a display name.
-
-    class_names: what each label stands for (class i is class_names[i]), where the set says: a
-    folder's class subfolders do, the torchvision sets' digits and classes are left unnamed ([]).
-
-    Loaders may hand over numpy arrays: they become tensors sharing the arrays' memory."""
+    """A preprocessed dataset: uint8 images (N, C, H, W), optional labels, a display name. class_names:
+    class i is class_names[i] where the set names them (a folder's subfolders), else []. Numpy arrays
+    handed over become tensors sharing their memory."""
     images: torch.Tensor
     name: str
     labels: torch.Tensor | None = None
