@@ -82,8 +82,7 @@ def train(plan: Plan, run_path: str, resume: bool = False, watch_parent: int | N
         beat.start()   # from here on the app can tell a busy trainer from a stuck one
     ended = "failed"   # what a rank other than 0 returns: it reads no status
     try:
-        loop = _set_up(plan, run, beat, device_info or probe_device(plan.config.device, ranks),
-                       resume, watch_parent, chunk, ranks)
+        loop = _set_up(plan, run, beat, device_info, resume, watch_parent, chunk, ranks)
         try:
             loop.run()
         except SessionEnds as end:
@@ -112,9 +111,10 @@ def train(plan: Plan, run_path: str, resume: bool = False, watch_parent: int | N
 
 def _set_up(plan: Plan, run: RunDir, beat: Heartbeat, info, resume: bool, watch_parent: int | None,
             chunk: Chunk | None, ranks) -> "Loop":
-    """The run's Loop on the device `info`, its data loaded and checked against the plan."""
+    """The run's Loop on the device `info` (None: probed here), its data loaded and checked against the plan."""
     from core import devices
     from core.training import build_training, load_data
+    info = info or probe_device(plan.config.device, ranks)
     # One host decides Stop and Pause: a slice of several is refused before its runtime starts.
     refusal = devices.multi_host_refusal(devices.slice_hosts()) if devices.is_tpu(info.kind) else None
     if refusal:
@@ -125,7 +125,6 @@ def _set_up(plan: Plan, run: RunDir, beat: Heartbeat, info, resume: bool, watch_
     except ConfigError as exc:
         raise SessionEnds("failed", str(exc))
     training = build_training(plan, dataset, devices.Runtime(info, ranks))
-    say_compiles(beat, run, training.rt)
     report = Reporter(run, training, trainer_pid=os.getpid(), chunk=chunk.number if chunk else 0)
     control = Control(run, (watch_parent,))
     if ranks:
@@ -211,6 +210,7 @@ class Loop:
         self.chunk_seconds = chunk_seconds
         self.chunk_deadline: float | None = None
         self.beat = beat or Heartbeat(run)   # not started: a bench or a test steps without one
+        say_compiles(self.beat, run, self.rt)
         self.saved_step = 0
         self.ended: str | None = None   # the state finish() left the run in
         leads = self.rt.leads

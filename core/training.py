@@ -211,7 +211,6 @@ def load_data(plan: Plan, progress=None, device=None):
 def build_training(plan: Plan, dataset=None, rt=None) -> Training:
     """Everything a run of `plan` trains, on its device, seeded. dataset: its data as load_data
     gives it (None: loaded here); rt: the device's Runtime when the caller has one already."""
-    import torch
     from core import data, devices, losses
     from core.augment import Augmented
     from core.ema import WeightAverage
@@ -232,6 +231,7 @@ def build_training(plan: Plan, dataset=None, rt=None) -> Training:
     data_load_seconds = dataset.load_seconds + time.perf_counter() - t0
 
     G, D, opt_g, opt_d = _nets(plan, dataset.channels, rt)
+    fixed_noise, real_grid = _fixed_grids(plan, images, labels)
     # D trains on augmented images (both D's and G's steps); the checkpoint and the verdicts keep D itself.
     # Adaptive where D's logits have a sign to read (core/augment.py; the GAN type's row says).
     # Under DDP the step trains the nets wrapped (rt.wrap), augmentation outside D's wrap: its p is
@@ -243,13 +243,6 @@ def build_training(plan: Plan, dataset=None, rt=None) -> Training:
     loss = losses.make_loss(plan.gan, config.gp_weight, rt.random_rows)
     gan_step = GanStep(rt.wrap(G), D_trained, opt_g, opt_d, loss, rt, config.n_critic, config.z_dim, config.precision)
 
-    # Fixed noise drawn on the CPU from the run's seed: the same grid latents on any device. A
-    # conditional G's grid has a whole number of columns a class, so its rows are GRID_SIZE rounded
-    # down to whole rows: 6 rows of 10 for MNIST, 7 of 9 for three classes.
-    columns = grid_columns(plan.classes)
-    cpu_noise = torch.Generator().manual_seed(config.seed)
-    fixed_noise = torch.randn(GRID_SIZE, config.z_dim, 1, 1, generator=cpu_noise)[:GRID_SIZE // columns * columns]
-    real_grid = _real_grid(images, labels, len(fixed_noise), plan.classes, config.seed)
     return Training(plan=plan, rt=rt, G=G, D=D, opt_g=opt_g, opt_d=opt_d, gan_step=gan_step, stream=stream,
                     dataset=dataset, fixed_noise=fixed_noise,
                     ema=WeightAverage(G, config.ema) if config.ema else None, matmul_precision=matmul_precision,
@@ -282,17 +275,24 @@ def _nets(plan: Plan, channels: int, rt):
     return G, D, opt_g, opt_d
 
 
-def _real_grid(images, labels, n: int, classes: int, seed: int):
-    """n real images chosen by the seed, laid out as the fakes are: on a labelled set the image in
-    place i is of class i mod classes (the grid's column). Its own random generator: the run's
-    random numbers stay the run's."""
+def _fixed_grids(plan: Plan, images, labels):
+    """The grid's fixed noise and its real images, both from the run's seed, drawn on the CPU: the
+    same grid on any device, and the run's own random numbers untouched. A conditional G's grid has
+    a whole number of columns a class, so its rows are GRID_SIZE rounded down to whole rows (6 rows
+    of 10 for MNIST, 7 of 9 for three classes), and in place i its real image is of class i mod
+    classes (the grid's column); a set smaller than the grid repeats its images."""
     import torch
+    seed, classes = plan.config.seed, plan.classes
+    columns = grid_columns(classes)
+    cpu_noise = torch.Generator().manual_seed(seed)
+    fixed_noise = torch.randn(GRID_SIZE, plan.config.z_dim, 1, 1, generator=cpu_noise)[:GRID_SIZE // columns * columns]
+    n = len(fixed_noise)
     order = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed + 7919))
-    if labels is None:   # a set smaller than the grid repeats its images
-        return images[order[torch.arange(n) % len(order)]].clone()
+    if labels is None:
+        return fixed_noise, images[order[torch.arange(n) % len(order)]].clone()
     by_class = [order[labels[order] == c] for c in range(classes)]
     picks = [by_class[i % classes][(i // classes) % max(len(by_class[i % classes]), 1)] for i in range(n)]
-    return images[torch.stack(picks)].clone()
+    return fixed_noise, images[torch.stack(picks)].clone()
 
 
 def _cpu(obj):
