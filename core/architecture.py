@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-from core.devices import is_accelerator
+from core.devices import CPU_KINDS
 
 # Network width per preset. "fast" is sized for a 2-core CPU at the data's resolution up to 32x32
 # (chosen with lab/tune_defaults.py, lab/README.md); "dcgan64" is the seed's DCGAN (ngf = ndf = 64 at 64x64).
@@ -36,7 +36,7 @@ def resolve_preset(preset: str, device_kind: str) -> tuple[str, str]:
     """The preset to use and why, for 'auto' and explicit choices alike."""
     if preset != "auto":
         return preset, "chosen by the user"
-    if is_accelerator(device_kind):
+    if device_kind not in CPU_KINDS:   # a TPU or a CUDA GPU
         return "dcgan64", f"auto: a {device_kind.upper()} has the compute for the larger 64x64 network"
     # The network, not the loss: every GAN type trains this small convolutional pair at this preset.
     return "fast", f"auto: a small network at the data's size (at most 32x32) trains in minutes on a {device_kind.upper()}"

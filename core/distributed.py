@@ -5,11 +5,10 @@
 Each process is a rank. Rank 0 leads: it alone reads the run's request file and writes the run
 directory. Every rank trains its own rows of each global batch, and DDP averages the gradients.
 Everything that differs under torchrun is here; the trainer reaches it through core/train.py's CLI
-(joining, sharing the run) and the device layer (core/devices.py Runtime: the device, the wrap, the
+(joining, sharing the run) and the device layer (core/runtime.py Runtime: the device, the wrap, the
 reductions):
 
     ranks = Ranks.join()            # torchrun's RANK, WORLD_SIZE, LOCAL_RANK; init_process_group
-    ranks.device("cuda")            # cuda:LOCAL_RANK, or the CPU
     ranks.share(value)              # rank 0's value on every rank (the run to train, a checkpoint)
     ranks.agree(code)               # the largest of every rank's code: one small all-reduce
     ranks.average(tensor)           # the mean over the ranks (the logged losses)
@@ -110,21 +109,13 @@ class Ranks:
         if info.kind not in devices.DDP_KINDS:
             raise ValueError(f"Device {info.kind} trains in one process (SPMD over its devices): run it without "
                              "torchrun. Under torchrun each process drives one CUDA GPU or the CPU.")
-        if devices.is_cuda(info.kind):
+        if info.is_cuda:
             import torch
             gpus = torch.cuda.device_count()
             if self.local_rank >= gpus:
                 raise ValueError(f"torchrun started more processes on this machine than it has CUDA GPUs ({gpus}): "
                                  f"use --nproc-per-node {gpus} or fewer.")
         return dataclasses.replace(info, processes=self.world, backend=devices.ddp_backend(info.kind))
-
-    def device(self, kind: str):
-        """The device this rank trains on: its own GPU (cuda:LOCAL_RANK) or the CPU."""
-        import torch
-        if not devices.is_cuda(kind):
-            return torch.device("cpu")
-        torch.cuda.set_device(self.local_rank)
-        return torch.device("cuda", self.local_rank)
 
     # ---- collectives: every rank calls each one, in the same order -------------------------
     def share(self, value):

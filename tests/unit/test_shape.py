@@ -80,8 +80,11 @@ def test_the_cli_help_lists_every_fields_choices_and_range():
             assert f"{meta['range'][0]:,}" in helps[name], name
 
 
+DEVICE_LAYER = ("core.devices", "core.runtime")
+
+
 def test_a_device_kind_is_named_in_comparisons_only_where_the_kinds_are_declared():
-    """core/devices.py says what each kind is (is_xla, is_cpu, ...), and the plan decides with it;
+    """The device layer says what each kind is (is_xla, is_cpu, ...), and the plan decides with it;
     everything else asks them, so a new kind is added in one place."""
     from core.devices import KINDS
 
@@ -90,12 +93,28 @@ def test_a_device_kind_is_named_in_comparisons_only_where_the_kinds_are_declared
         return any(isinstance(v, ast.Constant) and v.value in KINDS for v in values)
     found = []
     for module, path in _modules().items():
-        if module in ("core.devices", "core.plan"):
+        if module in (*DEVICE_LAYER, "core.plan"):
             continue
         for node in ast.walk(ast.parse(open(path).read())):
             # torch.device(...).type == "cpu" is torch's own name of a device, not a Blink kind.
             torch_type = isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "type"
             if isinstance(node, ast.Compare) and not torch_type \
                     and any(named_kinds(side) for side in [node.left, *node.comparators]):
+                found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert not found, found
+
+
+def test_only_the_device_layer_imports_torch_xla_and_only_inside_functions():
+    """Importing any module starts no runtime, and a missing or broken torch_xla is a notice, not a crash."""
+    found = []
+    for module, path in _modules().items():
+        tree = ast.parse(open(path).read())
+        in_functions = {id(node) for function in ast.walk(tree)
+                        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) for node in ast.walk(function)}
+        for node in ast.walk(tree):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name.split(".")[0] == "torch_xla" for name in names) \
+                    and (module not in DEVICE_LAYER or id(node) not in in_functions):
                 found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
     assert not found, found

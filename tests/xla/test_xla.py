@@ -38,7 +38,7 @@ def test_cli_training_on_one_xla_device_end_to_end(cli_run):
     assert status["devices"] == 1 and status["diagnostics"]["batch_shards"] == [[16, 1, 28, 28]]   # no mesh
     diag = status["diagnostics"]
     assert isinstance(diag["compiles"], int) and diag["compiles"] > 0
-    assert diag["fallback_ops"] == [], "ops outside devices.ALLOWED_FALLBACK_OPS ran on the host"
+    assert diag["fallback_ops"] == [], "ops outside runtime.ALLOWED_FALLBACK_OPS ran on the host"
     assert diag["first_step_seconds"] and diag["first_step_seconds"] > 0
     assert "memory_used" not in diag     # XLA:CPU cannot report memory: polled, guarded, left out
     assert status["steps_per_second"] and status["steps_per_second"] > 0

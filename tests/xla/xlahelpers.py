@@ -157,7 +157,7 @@ def assert_compiles_once_on_four_devices(cli_run, gan: str, batch: int, precisio
     every = QUALITY_EVERY[gan]
     assert [e["step"] for e in events if "quality_fd" in e] == list(range(every, 17, every))   # the meter ran on XLA
     diag = status["diagnostics"]
-    assert diag["fallback_ops"] == [], "ops outside devices.ALLOWED_FALLBACK_OPS ran on the host"
+    assert diag["fallback_ops"] == [], "ops outside runtime.ALLOWED_FALLBACK_OPS ran on the host"
     # fp32 means fp32 products (a TPU's default is bf16 passes); bf16 runs keep XLA's default.
     assert (diag["matmul_precision"] == "highest") == (precision == "fp32"), diag
     assert_finite_losses(events)
