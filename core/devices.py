@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from core.runtime import Runtime  # noqa: F401  (the device layer's other half, asked for here)
@@ -90,6 +90,10 @@ class DeviceInfo:
         if self.processes > 1:
             return f"{self.layout}, batch {batch_size} = {batch_size // self.shards} per {self.shard_name}"
         return self.layout
+
+    def in_processes(self, count: int) -> "DeviceInfo":
+        """This device as `count` trainer processes use it (DDP: NCCL on CUDA GPUs, else gloo)."""
+        return replace(self, processes=count, backend=ddp_backend(self.kind))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -105,7 +105,6 @@ class Ranks:
     def describe(self, info):
         """The device's DeviceInfo as this run uses it: `processes` ranks, each driving one device.
         ValueError for a device DDP does not drive here: XLA trains several devices from one process."""
-        import dataclasses
         if info.kind not in devices.DDP_KINDS:
             raise ValueError(f"Device {info.kind} trains in one process (SPMD over its devices): run it without "
                              "torchrun. Under torchrun each process drives one CUDA GPU or the CPU.")
@@ -115,7 +114,7 @@ class Ranks:
             if self.local_rank >= gpus:
                 raise ValueError(f"torchrun started more processes on this machine than it has CUDA GPUs ({gpus}): "
                                  f"use --nproc-per-node {gpus} or fewer.")
-        return dataclasses.replace(info, processes=self.world, backend=devices.ddp_backend(info.kind))
+        return info.in_processes(self.world)
 
     # ---- collectives: every rank calls each one, in the same order -------------------------
     def share(self, value):

@@ -20,7 +20,7 @@ from typing import Any
 from core import gans
 from core.architecture import model_resolution, resolve_preset
 from core.config import LIVE_FIELDS, ConfigError, TrainConfig, augments, choose, validate
-from core.devices import DeviceInfo, ddp_backend, default_precision
+from core.devices import DeviceInfo, default_precision
 
 PLAN_FORMAT = "blink-plan-v2"
 
@@ -241,7 +241,7 @@ def processes_for(asked: TrainConfig, device: DeviceInfo) -> tuple[int, DeviceIn
         raise ConfigError(f"processes {count}: {device.name} has {device.available} {what}, one per process; "
                           f"use at most {device.available}.")
     if count > 1:
-        device = dataclasses.replace(device, processes=count, backend=ddp_backend(device.kind))
+        device = device.in_processes(count)
     return count, device
 
 
