@@ -1,11 +1,10 @@
 """The Sample tab's handlers: explore a trained generator without training (its page: app/sample_page.py).
 
 Each checks its inputs here, in the UI process, then hands the sampling to app/sample_work.py through
-app/viewer_work, on the CPU behind the trainer, which keeps the device. A viewer's choice of generator
-(`view`: FOLLOW, SHIPPED or a run's name) is a gr.State, so one student's pick never changes another's
-page; every caption names it. Followers see the job's generator_dir() or the host's upload, which
-stays until the job's generator moves to another directory (a new run saved one) or the host switches
-back, so a class can explore an upload while the run current at upload time trains on.
+app/viewer_work, on the CPU behind the trainer. A viewer's choice of generator (`view`: FOLLOW,
+SHIPPED or a run's name) is a gr.State, so one student's pick never changes another's page; every
+caption names it. Followers see the job's generator_dir(), or the host's upload until a new run saves
+a generator or the host switches back.
 """
 from __future__ import annotations
 
@@ -25,8 +24,8 @@ from app import sample_work, viewer_work
 from app.errors import refused
 from app.job import SHIPPED_GENERATOR
 # The page's limits and values, which the handlers check again; SAMPLE_CSS and tab_blocks for app/ui.py.
-from app.sample_page import (DIRECTION_RANGE, FOLLOW, MAX_GRID, MAX_NEIGHBOURS, MAX_STRIP, SAMPLE_CSS, SEED_CLASS,
-                             SHIPPED, SHIPPED_CHOICE, SamplePage, tab_blocks)
+from app.sample_page import (DIRECTION_RANGE, FOLLOW, MAX_GRID, MAX_NEIGHBOURS, MAX_STRIP, SAMPLE_CSS,  # noqa: F401
+                             SEED_CLASS, SHIPPED, SHIPPED_CHOICE, SamplePage, tab_blocks)
 from app.serving import SAMPLE_FOLDER_PREFIX, app_temp_folder
 from core.architecture import (MAX_META_BYTES, MAX_WEIGHTS_MB, GeneratorFileError, check_class, class_names,
                                grid_columns, read_spec)
@@ -38,9 +37,8 @@ SEED_MAX = 2**31 - 1
 UNCONDITIONAL_NOTE = "This generator is unconditional (trained without labels): it has no classes to ask for."
 NO_TIMELAPSE = "No timelapse"
 CHECK_VALUE = "Check the value"
-# Returned files kept: the newest KEEP_OUTPUTS (more than sample_page.FILE_EVENT lets be in flight), and younger
-# ones too, up to MAX_OUTPUTS, for a viewer slow to fetch its file (under the soak's flood a 16-file
-# limit deleted a timelapse GIF its client was still fetching: lab/README.md, "Soak").
+# Returned files kept: the newest KEEP_OUTPUTS (more than sample_page.FILE_EVENT lets be in flight), and
+# those younger than SERVE_SECONDS up to MAX_OUTPUTS, for a viewer slow to fetch its file (lab/README.md, "Soak").
 KEEP_OUTPUTS = 16
 MAX_OUTPUTS = 64
 SERVE_SECONDS = 120.0

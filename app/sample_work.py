@@ -1,11 +1,9 @@
 """The Sample tab's heavy work: sampling, zips, GIFs, directions, neighbours, timelapses, copies.
 
 Each function is what one event computes once app/sample_tab.py has checked its inputs: top-level,
-plain values in and out, no state of the UI process, so app/viewer_work.run can run it wherever
-viewer work runs, behind the trainer (issue 13). Its caches live here, bounded, in whichever process
-runs it; none is locked, as a viewer-work process runs one request at a time. A refusal is a
-SampleError, a message only (its title is the class's), so it pickles. The UI process imports this
-module too and never imports torch (issue 13): torch and core.sample only inside the functions.
+plain values in and out, so app/viewer_work.run runs it in a viewer-work process behind the trainer.
+Its caches live there, bounded and unlocked (a worker runs one request at a time). The UI process
+imports this module too and never imports torch (issue 13): torch and core.sample only inside.
 """
 from __future__ import annotations
 
@@ -31,20 +29,14 @@ NO_GENERATOR = "No generator to sample from yet: train a run, or wait for its fi
 
 
 class SampleError(ValueError):
-    """Work refused with a message for the student (sample_tab shows it under `title`)."""
-    title = "Could not make it"
+    """Work refused with a message for the student, which sample_tab shows under `title`; it pickles."""
 
+    def __init__(self, message: str, title: str = "Could not make it"):
+        super().__init__(message, title)
+        self.title = title
 
-class NoGeneratorYet(SampleError):
-    title = "No generator yet"
-
-
-class GeneratorNotLoaded(SampleError):
-    title = "Generator not loaded"
-
-
-class NoNeighbours(SampleError):
-    title = "No neighbours"
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 def _keep(store: dict, key, value, limit: int = KEPT_GENERATORS):
@@ -56,12 +48,12 @@ def _keep(store: dict, key, value, limit: int = KEPT_GENERATORS):
 
 
 def _load_generator(weights: str, description: str):
-    """(generator, meta) once every check of the pair passed; GeneratorNotLoaded saying why not."""
+    """(generator, meta) once every check of the pair passed; a SampleError saying why not."""
     from core import sample as sampling
     try:
         return sampling.load_generator(weights, description)
     except GeneratorFileError as exc:
-        raise GeneratorNotLoaded(str(exc))
+        raise SampleError(str(exc), "Generator not loaded")
 
 
 _generators: dict = {}             # (directory, file mtime) -> (generator, meta)
@@ -76,7 +68,7 @@ def _generator(directory: str):
     try:
         key = (directory, os.stat(weights).st_mtime_ns)
     except OSError:
-        raise NoGeneratorYet(NO_GENERATOR)
+        raise SampleError(NO_GENERATOR, "No generator yet")
     if key not in _generators:
         _keep(_generators, key, _load_generator(weights, description))
     return _generators[key], key
@@ -204,9 +196,9 @@ def neighbours(directory: str, seed: int, psi: float, amounts: list[float], k: i
     try:
         pool, dataset = _training_pool(run_config, image.shape[-1], image.shape[0])
     except DatasetError as exc:   # e.g. the run's dataset is absent offline: its advice, not a blank failure
-        raise NoNeighbours(f"The training images are not available here. {exc}")
+        raise SampleError(f"The training images are not available here. {exc}", "No neighbours")
     except (OSError, RuntimeError):   # unreadable cache or files: no errno or server path for the page
-        raise NoNeighbours("The training images could not be read on this server.")
+        raise SampleError("The training images could not be read on this server.", "No neighbours")
     idx, dist = sampling.nearest_neighbours(image, pool, min(k, len(pool)))
     real = to_model_range(pool[idx]).numpy()
     strip = grid_image(np.concatenate([image[None], real]), columns=len(idx) + 1)
