@@ -1,32 +1,20 @@
 """Sample-quality meters: a number per measurement that says whether the generator is getting better.
 
 The trainer asks `for_dataset(name, imageset, resolution)` for a meter once, then calls
-`meter.measure(G, device) -> {name: float}` every `quality_every` steps (master replica only);
-the values land in events.jsonl as `quality_<name>`.
+`meter.measure(G, device) -> {name: float}` every `quality_every` steps; the values land in
+events.jsonl as `quality_<name>`. Neither meter needs a download:
 
-Two meters, neither needs a download:
+- MNIST family: a small CNN trained on MNIST (assets/mnist_classifier.safetensors,
+  tools/train_classifier.py). `fd`: the Frechet distance of its 64-d features of 1,024 generated and
+  2,000 real digits (FID's recipe, lower is better); `confident`: the share it calls with p > 0.9;
+  `classes`: digits making up at least 1% of those. `recognizable(values)` is the product's criterion.
+- Anything else: the sliced Wasserstein distance of 7x7 patches of a Laplacian pyramid of generated
+  and real images (ProGAN), per level and as the mean (`swd`, x1e3 as in the paper; lower is better).
 
-- MNIST family ("bundled-mnist", "mnist"): a small CNN trained on the MNIST training split ships
-  in assets/mnist_classifier.safetensors (tools/train_classifier.py, no pickle to load it).
-    fd         Frechet distance between its penultimate features of 1,024 generated and 2,000 real digits
-               (the FID recipe with a 64-d MNIST feature instead of Inception; lower is better).
-    confident  share of samples the classifier calls with p > 0.9 (what a person calls "a digit").
-    classes    digits that make up at least 1% of the confident samples (10 = no missing modes).
-    spread     how varied the samples are: their features' spread over the real digits' (`spread`).
-  `recognizable(values)` is the product's "digits have appeared" criterion on these values.
-- Anything else (CIFAR, CelebA, own images, Fashion-MNIST, which the digit classifier does not
-  understand): sliced Wasserstein distance between 7x7 patches of a Laplacian pyramid of
-  generated and real images (Karras et al. 2018, ProGAN), reported per level and as the mean
-  (`swd`, x1e3 as in the paper; lower is better), and `spread` of the images at 8x8 (for a
-  class-conditional G, within each class against that class's real images).
-
-`spread` is the mean per-dimension standard deviation of the samples' features (the classifier's,
-or the images' own pixels at 8x8) divided by the real images': about 1 when the fakes vary as much
-as real images do, near 0 when they all look alike (mode collapse; core/phase.py reads it).
-
-Every meter draws its latents once from a fixed CPU generator, so two measurements of one run
-differ only because G changed, and the same latents are used on every device. Real-image
-statistics are computed once, when the meter is built.
+`spread` (both meters): the samples' mean per-dimension standard deviation of features (the
+classifier's, or the pixels at 8x8; within each class for a conditional G) over the real images':
+about 1 when the fakes vary as real images do, near 0 at mode collapse (core/phase.py reads it).
+Latents come once from a fixed CPU generator, so two measurements differ only because G changed.
 """
 from __future__ import annotations
 
@@ -53,9 +41,7 @@ RECOGNIZABLE = dict(confident=0.8, classes=10)
 MEASURE_SEED = 1234        # latents and the real reference subset: fixed, independent of the run's seed
 
 
-# ------------------------------------------------------------------------------------------
-# The MNIST classifier
-# ------------------------------------------------------------------------------------------
+# ---- The MNIST classifier --------------------------------------------------------------
 class MnistNet(nn.Module):
     """Three 3x3 conv blocks (16-32-64 channels) and a 64-d feature layer: ~60k parameters.
 
@@ -122,9 +108,7 @@ def classify(net: MnistNet, images, batch: int = 1000) -> tuple[np.ndarray, np.n
     return torch.cat(feats).double().numpy(), torch.cat(probs).double().numpy()
 
 
-# ------------------------------------------------------------------------------------------
-# Frechet distance
-# ------------------------------------------------------------------------------------------
+# ---- Frechet distance ------------------------------------------------------------------
 class Gaussian:
     """Mean and covariance of a feature set, with the symmetric square root of the covariance
     cached: the reference side's root is computed once, so each measurement needs only one
@@ -195,9 +179,7 @@ def _spread_pixels(images: torch.Tensor) -> torch.Tensor:
     return F.adaptive_avg_pool2d(images.float(), 8).flatten(1)
 
 
-# ------------------------------------------------------------------------------------------
-# Meters
-# ------------------------------------------------------------------------------------------
+# ---- Meters ----------------------------------------------------------------------------
 @functools.lru_cache(maxsize=8)   # drawn once per meter size and z_dim: every measurement uses the same
 def _fixed_latents(n: int, z_dim: int) -> torch.Tensor:
     return torch.randn(n, z_dim, 1, 1, generator=torch.Generator().manual_seed(MEASURE_SEED))
