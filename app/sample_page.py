@@ -17,10 +17,8 @@ DIRECTION_RANGE = 5.0      # slider range in standard deviations of z along a di
 FOLLOW, SHIPPED = "follow", "shipped"   # a viewer's choice of generator, besides a run's name
 SHIPPED_CHOICE = ("The shipped generator (pre-trained)", SHIPPED)
 SEED_CLASS = "seed"        # a class picker's "no class chosen": the seed decides (seed mod the class count)
-# Sized for a projector (issue 27): each image as wide as its block and as tall as the live grid may
-# be while presenting (72vh: app/static/live.js fitGrid), since Gradio's scale-down never enlarges
-# (a 28 px digit stayed 28 px); pixelated keeps small tiles crisp. The label stands above the image:
-# over a strip it hid the strip. Added to the page's CSS (app/ui.py PAGE_CSS).
+# Sized for a projector (issue 27): each image as wide as its block, as tall as the live grid when
+# presenting (72vh: app/static/live.js fitGrid), pixelated; the label above it, not over a strip.
 SAMPLE_CSS = """
 .block.sample-output { padding: 0; border-width: 0; }
 .block.sample-output > label[data-testid="block-label"] { position: static; }

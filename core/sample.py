@@ -26,12 +26,11 @@ from core.images import grid_image, png_bytes, to_model_range, to_uint8
 from core.models import Generator
 from core.rundir import generator_files, write_atomic
 
-# The CLI's --n. Images are made and written SAMPLE_CHUNK at a time; only the latents of all N sit
-# in memory (drawn at once, so a sample is the same whatever N: 20 MB at 50,000 of z_dim 100, and FID
-# needs 50,000). A grid of more than MAX_GRID_SAMPLES would be too fine to see.
+# The CLI's --n, made and written SAMPLE_CHUNK at a time; only the latents of all N sit in memory (drawn
+# at once, so a sample is the same whatever N). A grid of more than MAX_GRID_SAMPLES is too fine to see.
 MAX_SAMPLES = 1_000_000
 MAX_GRID_SAMPLES = 1024
-SAMPLE_CHUNK = 1024       # N up to this is one batch, as before chunks
+SAMPLE_CHUNK = 1024
 MAX_PARAMETERS = 16_000_000   # an upload limit too: the described generator's size (its files': core.architecture)
 WEIGHT_DTYPES = ("F32", "F16", "BF16")
 DIRECTION_SAMPLES = 2000   # GANSpace uses ~1e4-1e6; 2,000 pin down the top 5 of a small DCGAN
@@ -207,8 +206,7 @@ def principal_directions(generator: Generator, k: int = 5, n: int = DIRECTION_SA
     latents on the PCA coordinates (their BigGAN recipe). Returns (directions (k, z_dim) of unit
     norm, explained variance ratio (k,)). Deterministic: fixed latents, seeded sketch, fixed signs."""
     z = latents(seed, n, generator.z_dim)
-    # Centred once, in place: each centred copy of the ~50 MB of features took the viewer worker up as much.
-    features = first_block_features(generator, z)
+    features = first_block_features(generator, z)   # centred once, in place: a copy is as large
     features -= features.mean(0)
     # A seeded sketch in a forked RNG: the same directions every time, the caller's RNG left alone. Extra
     # components and power iterations sharpen the top k, an order of magnitude faster than an exact SVD.
@@ -235,10 +233,9 @@ def edit_latent(z: torch.Tensor, directions: torch.Tensor, amounts, psi: float =
 # ==== nearest real neighbours ==================================================================
 def training_images(config, resolution: int, channels: int) -> tuple[torch.Tensor, str]:
     """The images to search for a generator's neighbours, uint8 (N, C, H, W) at its size, and their name.
-
-    config: the TrainConfig the server wrote for the generator's run, or None: a generator's own
-    metadata never names what is read (an upload could point anywhere). A folder is read only if it
-    passes guard_path, else the bundled MNIST is searched. At most MAX_POOL images, a fixed subset."""
+    config: the TrainConfig the server wrote for the generator's run, or None (a generator's own metadata
+    never names what is read). A folder is read only if it passes guard_path, else the bundled MNIST is
+    searched. At most MAX_POOL images, a fixed subset."""
     from core import data
     dataset, path, max_mb = "bundled-mnist", "", data.DEFAULT_MAX_MB
     if config is not None and config.dataset != "folder":
@@ -261,8 +258,7 @@ def training_images(config, resolution: int, channels: int) -> tuple[torch.Tenso
 
 def nearest_neighbours(image: np.ndarray, pool: torch.Tensor, k: int, chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
     """Indices and pixel-L2 distances (in [-1, 1] units) of the k uint8 pool images closest to image.
-    Chunked, so a large pool never becomes one big float copy: 2,048 is ~6 MB of float at 28x28, 100 MB
-    at 64x64 RGB (what larger chunks cost the viewer worker: lab/README.md, "Soak")."""
+    Chunked, so a large pool never becomes one big float copy (lab/README.md, "Soak")."""
     query = torch.as_tensor(image, dtype=torch.float32).flatten()
     best_d, best_i = torch.empty(0), torch.empty(0, dtype=torch.long)
     for start in range(0, len(pool), chunk):
