@@ -1,10 +1,8 @@
 """A student's own images: a folder or zip of PNG/JPEG files, read safely and decoded once.
 
 Everything a viewer can point the server at passes through here, so the safety rules live here:
-guard_path (which folders may be read), list_images (zip-slip, zip bombs, too many files, links
-never followed), and budgets a small file cannot escape. Decoded sets are cached under own/, keyed
-by a fingerprint of the files. One class per subfolder, as torchvision's ImageFolder reads them.
-torch only inside the loaders: the UI process lists and counts images here and never imports torch.
+guard_path, list_images (zip-slip, zip bombs, too many files, links never followed), and decoding
+budgets. Decoded sets are cached under own/ by a fingerprint of the files; one class per subfolder.
 """
 from __future__ import annotations
 
@@ -43,14 +41,12 @@ MAX_IMAGE_BYTES = 32 * 2**20             # one image file, declared and actually
 MAX_FILES = 50_000                       # entries of a zip, or files walked in a folder
 MAX_UNCOMPRESSED_RATIO = 4               # a zip's declared unpacked images (zipfile reads no more) to its limit
 DEFAULT_MAX_MB = 200
-# ~16 bytes per pixel at a decode's peak (PIL's pixels, the converted copy, the alpha composite). Every decode
-# in this process shares one allowance of the largest image's worth: small ones side by side, a big one waits.
+# ~16 bytes per pixel at a decode's peak; every decode in this process shares one largest image's worth.
 DECODE_BYTES_PER_PIXEL = 16
 DECODE_BUDGET_BYTES = MAX_IMAGE_BYTES + MAX_PIXELS * DECODE_BYTES_PER_PIXEL
 PREVIEW_SECONDS = 20.0                   # total decode time of one preview
 PROGRESS_SECONDS = 0.25                  # between decode_many's progress calls: cheap, still live
-# Fewer cannot show a conditional GAN what a class looks like (it would copy them), and a folder that
-# small is likelier a stray ("misc", thumbnails) than a class: refused by name rather than trained on.
+# Fewer cannot show a conditional GAN a class (it would copy them), and so small a folder is likelier a stray.
 MIN_CLASS_IMAGES = 10
 _GREY_MODES = ("1", "L", "LA", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")
 UPLOAD_SCHEME = "upload:"
@@ -238,10 +234,9 @@ class Classes:
 
 
 def image_classes(names: list[str]) -> Classes:
-    """One class per subfolder, as torchvision's ImageFolder reads root/cat/*.png: an image's class is
-    the first folder of its path, classes sorted by name. A folder holding every image is a wrapper,
-    looked through (a zip of photos/cat/..., photos/dog/...). Images loose in the top folder make the
-    set unconditional, so nothing of a set is dropped (own_info says why); one class is no class."""
+    """One class per subfolder, as torchvision's ImageFolder reads root/cat/*.png, classes sorted by name;
+    a folder holding every image is looked through. Images loose in the top folder make the set
+    unconditional, so nothing is dropped (own_info says why); one class is no class."""
     parts = [_parts(name) for name in names]
     while parts and all(len(p) > 1 for p in parts) and len({p[0] for p in parts}) == 1:
         parts = [p[1:] for p in parts]
@@ -344,9 +339,8 @@ def _flatten(img, grey: bool):
 
 def decode_many(names: list[str], read, size: int = OWN_RESOLUTION,
                  deadline: float | None = None, progress=None) -> tuple[list, list[bool], list[str]]:
-    """(arrays, greys, unreadable names), decoded in threads (PIL releases the GIL). Images not decoded
-    by `deadline` (time.monotonic()) are unreadable. progress(done, total) a few times a second at
-    most and once at the end, for a folder that takes minutes."""
+    """(arrays, greys, unreadable names), decoded in threads (PIL releases the GIL); those not decoded by
+    `deadline` (time.monotonic()) are unreadable. progress(done, total) a few times a second at most."""
     arrays, greys, bad = [], [], []
     next_report = 0.0
 
