@@ -3,8 +3,8 @@ core/runtime.py alone import torch_xla, inside functions only: importing them st
 missing or broken torch_xla (no wheel for the platform, a torch it was not built for) is a notice and a
 fallback, never a crash. `probe(requested)` says what a device can do (kind, name, devices, which
 precisions it runs well and why not); the UI asks it through `probe_in_child_process`, so that its own
-process never imports torch_xla nor touches an accelerator. `Runtime` (core/runtime.py, importable from
-here) is what the trainer holds inside its process."""
+process never imports torch_xla nor touches an accelerator. `Runtime` (core/runtime.py) is what the
+trainer holds inside its process."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +13,6 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from core.runtime import Runtime  # noqa: F401  (the device layer's other half, asked for here)
 
 KINDS = ("tpu", "xla-cpu", "cuda", "cpu")
 # The kinds that train on this machine's own CPU: on ZeroGPU no GPU call is asked for them.

@@ -35,7 +35,7 @@ STUCK_STEP_FACTOR = 10
 class Heartbeat:
     def __init__(self, run, compiling=None):
         """run: the RunDir; compiling: a function that says whether the runtime is compiling now
-        (core.devices.Runtime.compiling), asked at each beat."""
+        (core.runtime.Runtime.compiling), asked at each beat."""
         self.run = run
         self.compiling = compiling or (lambda: False)
         self.on_compiling = lambda: None   # called once when a compile is first seen

@@ -18,7 +18,7 @@ import time
 class GanStep:
     def __init__(self, G, D, opt_g, opt_d, loss, rt, n_critic: int = 1, z_dim: int = 100,
                  precision: str = "fp32"):
-        """rt: the trainer's core.devices.Runtime (autocast, gradient scaler, optimizer step)."""
+        """rt: the trainer's core.runtime.Runtime (autocast, gradient scaler, optimizer step)."""
         self.G, self.D, self.opt_g, self.opt_d, self.loss, self.rt = G, D, opt_g, opt_d, loss, rt
         self.n_critic, self.z_dim, self.precision = n_critic, z_dim, precision
         self.scaler_g = rt.make_scaler(precision)

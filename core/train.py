@@ -112,7 +112,7 @@ def train(plan: Plan, run_path: str, resume: bool = False, watch_parent: int | N
 def _set_up(plan: Plan, run: RunDir, beat: Heartbeat, info, resume: bool, watch_parent: int | None,
             chunk: Chunk | None, ranks) -> "Loop":
     """The run's Loop on the device `info` (None: probed here), its data loaded and checked against the plan."""
-    from core import devices
+    from core import devices, runtime
     from core.training import build_training, load_data
     info = info or probe_device(plan.config.device, ranks)
     # One host decides Stop and Pause: a slice of several is refused before its runtime starts.
@@ -124,7 +124,7 @@ def _set_up(plan: Plan, run: RunDir, beat: Heartbeat, info, resume: bool, watch_
         dataset = load_data(plan, device=info)
     except ConfigError as exc:
         raise SessionEnds("failed", str(exc))
-    training = build_training(plan, dataset, devices.Runtime(info, ranks))
+    training = build_training(plan, dataset, runtime.Runtime(info, ranks))
     report = Reporter(run, training, trainer_pid=os.getpid(), chunk=chunk.number if chunk else 0)
     control = Control(run, (watch_parent,))
     if ranks:

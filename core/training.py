@@ -35,7 +35,7 @@ def lr_factor(step: int, steps: int, decay_start: float) -> float:
 @dataclass
 class Training:
     plan: Plan
-    rt: Any                      # core.devices.Runtime
+    rt: Any                      # core.runtime.Runtime
     G: Any
     D: Any
     opt_g: Any
@@ -211,13 +211,13 @@ def load_data(plan: Plan, progress=None, device=None):
 def build_training(plan: Plan, dataset=None, rt=None) -> Training:
     """Everything a run of `plan` trains, on its device, seeded. dataset: its data as load_data
     gives it (None: loaded here); rt: the device's Runtime when the caller has one already."""
-    from core import data, devices, losses
+    from core import data, losses, runtime
     from core.augment import Augmented
     from core.ema import WeightAverage
 
     config, info = plan.config, plan.device
     dataset = dataset if dataset is not None else load_data(plan)
-    rt = rt or devices.Runtime(info)
+    rt = rt or runtime.Runtime(info)
     rt.seed(config.seed)
     matmul_precision = rt.set_matmul_precision(config.precision)
 

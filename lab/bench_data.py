@@ -35,14 +35,14 @@ class Trainer:
 
     def __init__(self, batches, preset: str, channels: int, resolution: int):
         import torch
-        from core import devices, gans, losses, models
+        from core import devices, gans, losses, models, runtime
         from core.step import GanStep
         torch.manual_seed(0)
         self.batches, self.shape = batches, (channels, resolution, resolution)
         G, D = models.build(gans.get("dcgan"), preset, channels, resolution, 100)
         opt_g = torch.optim.Adam(G.parameters(), 2e-4, betas=(0.5, 0.999))
         opt_d = torch.optim.Adam(D.parameters(), 2e-4, betas=(0.5, 0.999))
-        self.step_fn = GanStep(G, D, opt_g, opt_d, losses.make_loss(gans.get("dcgan")), devices.Runtime(devices.probe("cpu")))
+        self.step_fn = GanStep(G, D, opt_g, opt_d, losses.make_loss(gans.get("dcgan")), runtime.Runtime(devices.probe("cpu")))
         self.data_s = self.total_s = 0.0
         self.steps = 0
 

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core import data, devices, gans, losses, models, quality
+from core import data, devices, gans, losses, models, quality, runtime
 from core.step import GanStep
 
 
@@ -111,7 +111,7 @@ def main() -> None:
     loss = SmoothedNonSaturating(a.smooth) if a.smooth is not None else losses.make_loss(gans.get(a.gan))
     opt_g = torch.optim.Adam(G.parameters(), lr=a.lr, betas=betas)
     opt_d = torch.optim.Adam(D.parameters(), lr=a.lr_d or a.lr, betas=betas)
-    rt = devices.Runtime(devices.probe("cpu"))
+    rt = runtime.Runtime(devices.probe("cpu"))
     flops = flops_per_step(G, D, loss, rt, data.BatchStream(ds.images, a.batch, "cpu", seed=99))
     gan_step = GanStep(G, D, opt_g, opt_d, loss, rt, z_dim=100)
     emas = {d: copy.deepcopy(G) for d in (0.99, 0.995)}

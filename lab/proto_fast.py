@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from core import data, devices, gans, models, quality
+from core import data, devices, gans, models, quality, runtime
 from core.step import GanStep
 
 STRUCTURE_FLAGS = ("gw", "dw", "dnorm", "sn", "dropout", "mbstd", "extra_conv", "d_extra")
@@ -284,7 +284,7 @@ def main() -> None:
     r1_gamma, r1_every = (float(a.r1.split(",")[0]), int((a.r1.split(",") + ["1"])[1])) if a.r1 else (0.0, 1)
     aug = translate if a.aug == "translate" else (lambda x: x)
     gan_step = GanStep(g, d, opt_g, opt_d, ProtoLoss(a.loss, aug, r1_gamma, r1_every, a.joint_d),
-                       devices.Runtime(devices.probe("cpu")), z_dim=a.zdim)
+                       runtime.Runtime(devices.probe("cpu")), z_dim=a.zdim)
     emas = {("ema" if len(decays) == 1 else f"ema{decay:g}"): (copy.deepcopy(g), decay) for decay in decays}
     if a.wide:
         from quality_ceiling import wide_meter

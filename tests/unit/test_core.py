@@ -429,12 +429,12 @@ def test_divergence_message_names_the_values_what_is_kept_and_what_to_change():
 
 def test_gan_step_updates_d_n_critic_times_then_g_with_d_frozen():
     """The one production step on the real models and losses, with no Loop around it."""
-    from core import data, devices, gans, losses
+    from core import data, devices, gans, losses, runtime
     from core.step import GanStep
     torch.manual_seed(0)
     G, D = build(gans.get("wgan-gp"), "fast", 1, 28, 16)
     opt_g, opt_d = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
-    step = GanStep(G, D, opt_g, opt_d, losses.make_loss(gans.get("wgan-gp")), devices.Runtime(devices.probe("cpu")),
+    step = GanStep(G, D, opt_g, opt_d, losses.make_loss(gans.get("wgan-gp")), runtime.Runtime(devices.probe("cpu")),
                    n_critic=3, z_dim=16)
     stream = data.BatchStream(data.load("bundled-mnist").images, 8, torch.device("cpu"), seed=0)
     d_grads = []   # D's gradients as each optimizer step sees them

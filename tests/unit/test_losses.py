@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from core import devices, gans, losses, models
+from core import devices, gans, losses, models, runtime
 from core.config import TrainConfig, validate
 from core.rundir import RunDir
 from core.train import train
@@ -225,7 +225,7 @@ def test_gan_step_makes_n_critic_critic_updates_per_generator_update(n_critic):
     opt_g = torch.optim.Adam(G.parameters(), lr=config.lr_g, betas=betas)
     opt_d = torch.optim.Adam(D.parameters(), lr=config.lr_d, betas=betas)
     step = GanStep(G, D, opt_g, opt_d, losses.make_loss(gans.get(config.gan), config.gp_weight),
-                   devices.Runtime(devices.probe("cpu")), config.n_critic, config.z_dim)
+                   runtime.Runtime(devices.probe("cpu")), config.n_critic, config.z_dim)
     batches = data.BatchStream(dataset.images, config.batch_size, torch.device("cpu"), seed=config.seed)
     order = []
     opt_d.register_step_post_hook(lambda *_: order.append("D"))

@@ -30,9 +30,9 @@ def test_prefetching_stream_draws_the_plain_streams_batches_sharded_over_four_de
 def _child() -> None:
     """Draw from a plain and a prefetching stream on the 4-device mesh and say what matched."""
     import torch
-    from core import devices
+    from core import devices, runtime
     from core.data.stream import BatchStream
-    rt = devices.Runtime(devices.probe("xla-cpu"))
+    rt = runtime.Runtime(devices.probe("xla-cpu"))
     assert rt.device_count == 4, rt.device_count
     images = torch.randint(0, 256, (IMAGES, 1, 4, 4), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     labels = torch.arange(IMAGES) % 10
@@ -88,7 +88,7 @@ def _child() -> None:
 # Device memory in the status, and the multi-host refusal (no device needed)
 # ------------------------------------------------------------------------------------------
 def test_the_fullest_device_is_the_one_nearest_its_limit():
-    from core.devices import Runtime
+    from core.runtime import Runtime
     assert Runtime.fullest(None) is None and Runtime.fullest([]) is None
     assert Runtime.fullest([(5, 10)]) == (5, 10)
     # The most bytes is not the fullest: a device with less memory runs out first.
@@ -133,12 +133,12 @@ def test_a_run_on_more_than_one_host_is_refused_with_what_to_do():
 
 def test_train_refuses_a_slice_of_several_hosts_before_its_runtime_starts(tmp_path, monkeypatch):
     """As one host of a v5e-32 (4 hosts of 8 chips) sees it: refused in words, never waiting for the others."""
-    from core import devices
+    from core import devices, runtime
     from core.config import TrainConfig
     from core.rundir import RunDir
     from core.train import train
     monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "w-0,w-1,w-2,w-3")
-    monkeypatch.setattr(devices, "Runtime", None)   # the runtime is never reached: nothing to start it with
+    monkeypatch.setattr(runtime, "Runtime", None)   # the runtime is never reached: nothing to start it with
     run_path = str(tmp_path / "run")
     os.makedirs(os.path.join(run_path, "grids"))
     tpu = devices.DeviceInfo("tpu", "TPU v5e (8 chips)", devices=8)

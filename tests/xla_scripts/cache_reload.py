@@ -13,9 +13,9 @@ from _common import write_result   # the repo importable, PJRT_DEVICE=CPU
 def main(cache_dir: str, result_path: str) -> None:
     import torch
     import torch_xla.runtime as xr
-    from core import devices
+    from core import devices, runtime
     xr.initialize_cache(cache_dir, readonly=False)   # what a TPU run does before any graph
-    rt = devices.Runtime(devices.probe("xla-cpu"))
+    rt = runtime.Runtime(devices.probe("xla-cpu"))
     x = torch.ones(8, 8, device=rt.device)
     total = float((x @ x + 1).sum().cpu())
     write_result(result_path, {"total": total, "cache": rt.compile_cache()})

@@ -162,13 +162,13 @@ def compile_said_mid_run(info, folder: str) -> dict:
 
 def main(out: str, generator_dir: str, images_out: str) -> None:
     import torch_xla
-    from core import devices
+    from core import devices, runtime
     # The XLA device first: a CPU backward that starts autograd's engine before the XLA device
     # is registered leaves the engine without a queue for it (INTERNAL ASSERT device_ready_queues_).
     dev = torch_xla.device()
     result = {"penalty": gradient_penalty(dev), "images_device": shipped_images(dev, generator_dir, images_out)}
     info = devices.probe("xla-cpu")
-    rt = devices.Runtime(info)
+    rt = runtime.Runtime(info)
     result.update(kind=rt.kind, autocast=autocast_policy(rt), compiles=compiles_settling(info),
                   said=compile_said_mid_run(info, os.path.join(os.path.dirname(out), "said")))
     write_result(out, result)

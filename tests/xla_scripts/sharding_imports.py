@@ -28,8 +28,8 @@ class ImportWatch(importlib.abc.MetaPathFinder):
 def main(result_path: str) -> None:
     import torch_xla
     import torch_xla.distributed.spmd as xs
-    from core import devices
-    rt = devices.Runtime(devices.probe("xla-cpu"))
+    from core import devices, runtime
+    rt = runtime.Runtime(devices.probe("xla-cpu"))
     rt.noise(16, 8)   # the first call, and torch_xla's own first imports, before the watch
     torch_xla.sync()
     watch = ImportWatch()
